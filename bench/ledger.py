@@ -1,0 +1,197 @@
+"""The FLOP ledger: every FLOP a run spends, by category, phase, kind and model (DESIGN section 2).
+
+Charges come from metered models (`bench.metering`), never from methods' own bookkeeping. Which
+phase and category a charge belongs to is ambient state set with context managers, so that the runner
+can mark an evaluation as `eval` and a method can mark its expert training as `expert:math` without
+either having to thread arguments through the model call:
+
+    with ledger_context(phase="expert:math"):
+        loss = policy(...)          # charged to counted / expert:math / update / student
+
+The ledger is append-only on disk (JSON lines, one aggregated row per key per flush) and can be
+truncated back to a checkpoint's row count on resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = ("rollout", "score", "update")
+CATEGORIES = ("counted", "shared", "external", "eval")
+
+_phase: contextvars.ContextVar[str] = contextvars.ContextVar("phase", default="train")
+_category: contextvars.ContextVar[str] = contextvars.ContextVar("category", default="counted")
+_kind: contextvars.ContextVar[str | None] = contextvars.ContextVar("kind", default=None)
+
+
+@contextlib.contextmanager
+def ledger_context(
+    *, phase: str | None = None, category: str | None = None, kind: str | None = None
+) -> Iterator[None]:
+    """Set the phase, category and/or kind that charges inside the block are booked to."""
+    if category is not None and category not in CATEGORIES:
+        raise ValueError(f"unknown ledger category {category!r}; allowed: {', '.join(CATEGORIES)}")
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"unknown ledger kind {kind!r}; allowed: {', '.join(KINDS)}")
+    tokens = []
+    for var, value in ((_phase, phase), (_category, category), (_kind, kind)):
+        if value is not None:
+            tokens.append((var, var.set(value)))
+    try:
+        yield
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)
+
+
+def current_phase() -> str:
+    return _phase.get()
+
+
+def current_category() -> str:
+    return _category.get()
+
+
+def current_kind(default: str) -> str:
+    return _kind.get() or default
+
+
+@dataclass(frozen=True)
+class Key:
+    category: str
+    phase: str
+    kind: str
+    model: str
+
+
+@dataclass
+class Entry:
+    flops: float = 0.0
+    tokens: int = 0
+    calls: int = 0
+    audit_flops: float = 0.0  # instrumented count, where an audit ran over this work
+
+
+class Ledger:
+    """Aggregated FLOP charges, optionally mirrored to an append-only JSONL file."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._totals: dict[Key, Entry] = defaultdict(Entry)
+        self._pending: dict[Key, Entry] = defaultdict(Entry)
+        self.rows_written = 0
+        if self.path is not None and self.path.exists():
+            self._load()
+
+    # -- charging -------------------------------------------------------------------------------
+    def charge(
+        self,
+        *,
+        model: str,
+        flops: float,
+        tokens: int,
+        kind: str,
+        phase: str | None = None,
+        category: str | None = None,
+    ) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown ledger kind {kind!r}; allowed: {', '.join(KINDS)}")
+        key = Key(category or current_category(), phase or current_phase(), kind, model)
+        for table in (self._totals, self._pending):
+            entry = table[key]
+            entry.flops += flops
+            entry.tokens += tokens
+            entry.calls += 1
+
+    def add_audit(self, *, model: str, kind: str, audit_flops: float, phase: str | None = None) -> None:
+        """Record an instrumented count next to the analytic charge for the same work."""
+        key = Key(current_category(), phase or current_phase(), kind, model)
+        for table in (self._totals, self._pending):
+            table[key].audit_flops += audit_flops
+
+    # -- queries --------------------------------------------------------------------------------
+    def total(self, category: str = "counted", phase_prefix: str | None = None) -> float:
+        return sum(
+            e.flops
+            for k, e in self._totals.items()
+            if k.category == category and (phase_prefix is None or k.phase.startswith(phase_prefix))
+        )
+
+    @property
+    def counted_flops(self) -> float:
+        return self.total("counted")
+
+    def rows(self) -> list[dict]:
+        """One dict per (category, phase, kind, model), sorted, for records and reports."""
+        out = []
+        for k, e in sorted(self._totals.items(), key=lambda kv: tuple(vars(kv[0]).values())):
+            row = {**vars(k), "flops": e.flops, "tokens": e.tokens, "calls": e.calls}
+            if e.audit_flops:
+                row["audit_flops"] = e.audit_flops
+            out.append(row)
+        return out
+
+    def by_category(self) -> dict[str, float]:
+        out = {c: 0.0 for c in CATEGORIES}
+        for k, e in self._totals.items():
+            out[k.category] += e.flops
+        return out
+
+    # -- persistence ----------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Append pending charges to the file; returns the number of rows the file now has."""
+        if self.path is None or not self._pending:
+            self._pending.clear()
+            return self.rows_written
+        lines = []
+        for k, e in self._pending.items():
+            row = {**vars(k), "flops": e.flops, "tokens": e.tokens, "calls": e.calls}
+            if e.audit_flops:
+                row["audit_flops"] = e.audit_flops
+            lines.append(json.dumps(row) + "\n")
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.writelines(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.rows_written += len(lines)
+        self._pending.clear()
+        return self.rows_written
+
+    def truncate(self, rows: int) -> None:
+        """Drop every row after the first `rows` (resume from a checkpoint) and reload."""
+        if self.path is None:
+            raise ValueError("an in-memory ledger cannot be truncated")
+        lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)[:rows]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(lines), encoding="utf-8")
+        os.replace(tmp, self.path)
+        self._totals.clear()
+        self._pending.clear()
+        self._load()
+
+    def _load(self) -> None:
+        assert self.path is not None
+        n = 0
+        for n, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                row = json.loads(line)
+                key = Key(row["category"], row["phase"], row["kind"], row["model"])
+                entry = self._totals[key]
+                entry.flops += float(row["flops"])
+                entry.tokens += int(row["tokens"])
+                entry.calls += int(row.get("calls", 1))
+                entry.audit_flops += float(row.get("audit_flops", 0.0))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CorruptRunError(f"{self.path}: line {n} is not a ledger row ({exc})") from exc
+        self.rows_written = n
+
+
+class CorruptRunError(RuntimeError):
+    """A run directory's files cannot be read back."""

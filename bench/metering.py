@@ -1,0 +1,103 @@
+"""Metered models: forward hooks that charge every call of a model to the ledger (DESIGN section 2).
+
+`meter(model, name, ledger)` installs hooks on a Hugging Face causal LM, so that any call to it,
+through our helpers or a method's own `model(input_ids)`, is charged by input shape and cache length:
+
+- a forward is charged when it runs: kind `update` when its logits carry gradients, otherwise the
+  ambient kind (`rollout` inside the rollout engine) or `score`;
+- its backward (2 x forward) is charged when gradients reach its logits, i.e. only if it happens.
+
+Padding positions are real compute and are charged; bucket prompts by length to avoid paying for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bench.flops import FlopSpec
+from bench.ledger import Ledger, current_category, current_kind, current_phase
+
+_HANDLES_ATTR = "_opd_meter_handles"
+
+
+def _input_shape(args: tuple, kwargs: dict) -> tuple[int, int]:
+    ids = kwargs.get("input_ids")
+    if ids is None and args:
+        ids = args[0]
+    if ids is None:
+        ids = kwargs.get("inputs_embeds")
+    if ids is None:
+        raise TypeError("metered model called without input_ids or inputs_embeds")
+    return int(ids.shape[0]), int(ids.shape[1])
+
+
+def _past_length(kwargs: dict) -> int:
+    past = kwargs.get("past_key_values")
+    if past is None:
+        return 0
+    if hasattr(past, "get_seq_length"):
+        return int(past.get_seq_length())
+    return int(past[0][0].shape[-2])  # legacy tuple cache: [B, H, T, D]
+
+
+def _logit_tokens(kwargs: dict, new_tokens: int) -> int:
+    keep = kwargs.get("logits_to_keep", 0)
+    if isinstance(keep, torch.Tensor):
+        return int(keep.numel()) if keep.dim() else int(keep.item()) or new_tokens
+    return min(int(keep), new_tokens) if keep else new_tokens
+
+
+def meter(model: torch.nn.Module, name: str, ledger: Ledger) -> torch.nn.Module:
+    """Charge every forward (and backward) of `model` to `ledger` under the model name `name`.
+
+    Returns the same module. Metering twice replaces the earlier hooks.
+    """
+    unmeter(model)
+    spec = FlopSpec.from_config(model.config)
+    pending: list[tuple[int, int]] = []  # (flops, tokens) of calls whose forward is running
+
+    def pre_hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        batch, new_tokens = _input_shape(args, kwargs)
+        flops = spec.forward_flops(
+            new_tokens, _past_length(kwargs), _logit_tokens(kwargs, new_tokens), batch=batch
+        )
+        pending.append((flops, batch * new_tokens))
+
+    def post_hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        flops, tokens = pending.pop()
+        logits = getattr(output, "logits", None)
+        trains = logits is not None and logits.requires_grad
+        kind = "update" if trains else current_kind("score")
+        ledger.charge(model=name, flops=flops, tokens=tokens, kind=kind)
+        if trains:
+            # Captured now: backward may run outside the block that ran the forward.
+            phase, category = current_phase(), current_category()
+
+            def on_backward(grad: torch.Tensor) -> None:
+                ledger.charge(
+                    model=name, flops=2 * flops, tokens=0, kind="update", phase=phase, category=category
+                )
+
+            logits.register_hook(on_backward)
+
+    handles = [
+        model.register_forward_pre_hook(pre_hook, with_kwargs=True),
+        model.register_forward_hook(post_hook, with_kwargs=True),
+    ]
+    setattr(model, _HANDLES_ATTR, handles)
+    model.flop_spec = spec
+    model.meter_name = name
+    return model
+
+
+def unmeter(model: torch.nn.Module) -> None:
+    for handle in getattr(model, _HANDLES_ATTR, []):
+        handle.remove()
+    if hasattr(model, _HANDLES_ATTR):
+        delattr(model, _HANDLES_ATTR)
+
+
+def is_metered(model: torch.nn.Module) -> bool:
+    return bool(getattr(model, _HANDLES_ATTR, None))
