@@ -34,7 +34,10 @@ def _input_shape(args: tuple, kwargs: dict) -> tuple[int, int]:
 
 
 def _past_length(kwargs: dict) -> int:
-    past = kwargs.get("past_key_values")
+    # transformers 5.x names the cache `cache` (`past_key_values` is its deprecated alias).
+    past = kwargs.get("cache")
+    if past is None:
+        past = kwargs.get("past_key_values")
     if past is None:
         return 0
     if hasattr(past, "get_seq_length"):
