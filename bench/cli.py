@@ -1,0 +1,165 @@
+"""The `bench` command line (DESIGN section 8).
+
+    bench run --method opd-multi --suite math_code [--seed 0] [--budget 2e13] [--profile tiny] [--resume]
+    bench prepare [--profile tiny]
+    bench list methods|suites|profiles
+    bench flops MODEL_OR_SPEC
+
+Bad input gets one line on stderr saying what was wrong and what is allowed, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from bench.api import AdapterError
+    from bench.ledger import CorruptRunError
+    from bench.models import UnknownModelError
+    from bench.registry import UnknownNameError
+    from bench.runner import RunError
+
+    return (AdapterError, CorruptRunError, UnknownModelError, UnknownNameError, RunError)
+
+
+def _budget(value: Optional[str]) -> Optional[float]:
+    if value is None:
+        return None
+    try:
+        budget = float(value)
+    except ValueError:
+        _fail(f"--budget must be a number of FLOPs such as 2e13, got {value!r}")
+    if not (budget > 0 and budget != float("inf")):
+        _fail(f"--budget must be a positive, finite number of FLOPs, got {value!r}")
+    return budget
+
+
+def _overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--set takes key=value, got {item!r}")
+        out.append((key.strip(), value.strip()))
+    return tuple(out)
+
+
+@app.command()
+def run(
+    method: str = typer.Option(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
+    suite: str = typer.Option("math_code", help="task suite"),
+    difficulty: str = typer.Option("easy", help="easy, medium or hard"),
+    seed: int = typer.Option(0),
+    budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
+    profile: str = typer.Option("tiny"),
+    runs: Path = typer.Option(Path("runs"), help="folder that holds run directories"),
+    resume: bool = typer.Option(False, help="continue a killed run from its last checkpoint"),
+    set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
+    eval_size: Optional[int] = typer.Option(None, help="held-out prompts per domain at each evaluation"),
+    progress: bool = typer.Option(True, help="show the progress bar"),
+) -> None:
+    """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
+    from bench.runner import RunConfig, Runner
+
+    try:
+        config = RunConfig(
+            method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
+            budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
+        )
+        summary = Runner(config, resume=resume, progress=progress).run()
+    except _user_errors() as exc:
+        _fail(str(exc))
+    table = Table(title=f"{summary['run_id']}")
+    for col in ("base acc", "final acc", "counted FLOPs", "mean length", "wall s"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        f"{100 * summary['base_accuracy']:.1f}%", f"{100 * summary['final_accuracy']:.1f}%",
+        f"{summary['flops']['counted']:.3e}", f"{summary['final_mean_length']:.2f}", f"{summary['wall_s']:.0f}",
+    )
+    console.print(table)
+    console.print(f"run directory: {config.runs_dir / summary['run_id']}")
+
+
+@app.command()
+def prepare(profile: str = typer.Option("tiny")) -> None:
+    """Build (or find cached) the profile's shared base student and external teacher."""
+    from bench import prepare as prep
+    from bench.profiles import PROFILES
+    from bench.registry import unknown
+
+    if profile not in PROFILES:
+        _fail(str(unknown("profile", profile, list(PROFILES))))
+    prepared = prep.prepare(PROFILES[profile])
+    console.print(f"prepared {profile}: {prepared.folder}")
+    for row in prepared.info.get("calibration", []):
+        console.print(row)
+
+
+@app.command("list")
+def list_(what: str = typer.Argument(..., help="methods, suites or profiles")) -> None:
+    """List methods, suites or profiles."""
+    from bench.registry import method_names, unknown
+
+    if what == "methods":
+        for name in method_names():
+            console.print(name)
+    elif what == "profiles":
+        from bench.profiles import PROFILES
+
+        for p in PROFILES.values():
+            console.print(f"{p.name}: {p.description}")
+    elif what == "suites":
+        import tasks
+
+        table = Table()
+        rows = tasks.describe_suites()
+        for col in rows[0]:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*(str(v) for v in row.values()))
+        console.print(table)
+    else:
+        _fail(str(unknown("listing", what, ["methods", "suites", "profiles"])))
+
+
+@app.command()
+def flops(model: str = typer.Argument(..., help="tiny spec name or local HF model folder")) -> None:
+    """Per-token FLOPs from the analytic formula, audited against torch's instrumented counter."""
+    from bench import audit
+    from bench.models import load_model
+
+    try:
+        loaded, _ = load_model(model)
+    except _user_errors() as exc:
+        _fail(str(exc))
+    console.print(audit.format_audit(audit.flops_report(loaded)))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted; the run directory keeps its last checkpoint (use --resume)")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

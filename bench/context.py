@@ -1,0 +1,260 @@
+"""RunContext: the one object a method works through (samplers, policies, rollout, updates, budget).
+
+The runner builds it; `bench.api` re-exports it. Every model a method can reach is a metered
+`Policy`, every update goes through `pg_step` / `sft_step` (or a method's own loss on a metered model,
+still charged), and `step_done()` hands control back to the runner after each step so that it can
+evaluate at FLOP milestones, checkpoint, and stop at the budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from bench.ledger import Ledger, ledger_context
+from bench.losses import policy_gradient_loss, sft_loss
+from bench.policy import Policy, Rollouts
+from bench.rollout import RolloutBackend, to_padded
+
+
+class Sampler:
+    """A named, deterministic stream of training problems; its position survives a resume."""
+
+    def __init__(self, suite: Any, seed: int, name: str, domains: Sequence[str] | None, skip: int = 0) -> None:
+        digest = hashlib.sha256(f"{seed}:{name}:{','.join(domains or [])}".encode()).digest()
+        self._it: Iterator[Any] = suite.train_sampler(int.from_bytes(digest[:4], "little"), domains)
+        self.drawn = 0
+        for _ in range(skip):
+            next(self._it)
+            self.drawn += 1
+
+    def next(self, k: int) -> list[Any]:
+        out = [next(self._it) for _ in range(k)]
+        self.drawn += k
+        return out
+
+
+class RunContext:
+    """What a method may use. Built by `bench.runner`; see `bench.api` for the adapter contract."""
+
+    def __init__(
+        self,
+        *,
+        suite: Any,
+        seed: int,
+        budget_flops: float,
+        ledger: Ledger,
+        student: Policy,
+        backend: RolloutBackend,
+        teacher_loader: Callable[[str], Policy],
+        max_new_tokens: int,
+        on_step: Callable[[dict], None],
+        state: dict | None = None,
+        policy_states: dict[str, dict] | None = None,
+        sampler_positions: dict[str, int] | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self.suite = suite
+        self.seed = seed
+        self.budget_flops = float(budget_flops)
+        self.ledger = ledger
+        self.backend = backend
+        self.max_new_tokens = max_new_tokens
+        self.state: dict = state if state is not None else {}
+        self.generator = generator or torch.Generator().manual_seed(seed)
+        self._teacher_loader = teacher_loader
+        self._on_step = on_step
+        self._policy_states = policy_states or {}
+        self._sampler_positions = sampler_positions or {}
+        self._samplers: dict[str, Sampler] = {}
+        self.policies: dict[str, Policy] = {}
+        self.student = self._register(student)
+        self.finished = False
+
+    # -- problems -------------------------------------------------------------------------------
+    @property
+    def domains(self) -> tuple[str, ...]:
+        return tuple(self.suite.domains)
+
+    def sampler(self, name: str = "train", domains: Sequence[str] | None = None) -> Sampler:
+        """A deterministic training-problem stream (uniform over `domains`, default all)."""
+        if name not in self._samplers:
+            self._samplers[name] = Sampler(
+                self.suite, self.seed, name, domains, skip=self._sampler_positions.get(name, 0)
+            )
+        return self._samplers[name]
+
+    # -- policies -------------------------------------------------------------------------------
+    def _register(self, policy: Policy) -> Policy:
+        saved = self._policy_states.pop(policy.name, None)
+        if saved is not None:
+            policy.load_state(saved)
+        self.policies[policy.name] = policy
+        return policy
+
+    def clone(self, policy: Policy, name: str) -> Policy:
+        """A trainable copy of `policy` (e.g. a domain expert), metered and checkpointed as `name`."""
+        if name in self.policies:
+            return self.policies[name]
+        return self._register(policy.clone(name))
+
+    def snapshot(self, policy: Policy, name: str) -> Policy:
+        """A frozen copy of `policy` (e.g. a self-teacher), metered and checkpointed as `name`."""
+        if name in self.policies:
+            return self.policies[name]
+        return self._register(policy.clone(name, trainable=False))
+
+    def teacher(self, name: str = "external") -> Policy:
+        """A frozen teacher prepared outside the run (its own training is not counted; its use is)."""
+        if name not in self.policies:
+            self.policies[name] = self._teacher_loader(name)
+        return self.policies[name]
+
+    def set_student(self, policy: Policy) -> None:
+        """Declare which policy is the run's deliverable (evaluated at milestones)."""
+        self.student = policy
+        self.state["student"] = policy.name
+
+    # -- compute --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Book everything inside to ledger phase `name` (`train`, `expert:math`, `distill`, ...)."""
+        with ledger_context(phase=name):
+            yield
+
+    def rollout(
+        self,
+        policy: Policy,
+        problems: Sequence[Any],
+        n: int = 1,
+        *,
+        temperature: float = 1.0,
+        max_new_tokens: int | None = None,
+        greedy: bool = False,
+    ) -> Rollouts:
+        """Sample `n` completions per problem and score them with the suite's verifiers."""
+        prompts = [policy.encode(p.prompt) for p in problems]
+        batch = self.backend.generate(
+            policy.model,
+            prompts,
+            n=n,
+            max_new_tokens=max_new_tokens or self.max_new_tokens,
+            temperature=temperature,
+            eos_id=policy.eos_id,
+            pad_id=policy.pad_id,
+            greedy=greedy,
+            generator=self.generator,
+        )
+        input_ids, attention_mask, completion_mask = to_padded(batch, policy.pad_id)
+        completions = [policy.decode(ids) for ids in batch.completion_ids]
+        rows = [p for p in problems for _ in range(n)]
+        rewards = torch.tensor([self.suite.score(p, c) for p, c in zip(rows, completions)], dtype=torch.float32)
+        return Rollouts(
+            problems=list(problems),
+            n=n,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            completion_mask=completion_mask,
+            completions=completions,
+            rewards=rewards,
+            lengths=torch.as_tensor(batch.lengths, dtype=torch.float32),
+        )
+
+    def score(self, policy: Policy, rollouts: Rollouts) -> torch.Tensor:
+        """Per-token log-probs [B, T] of the rollouts under `policy`, no grad (kind `score`)."""
+        with torch.no_grad(), ledger_context(kind="score"):
+            return policy.logprobs(rollouts.input_ids, rollouts.attention_mask)
+
+    def pg_step(
+        self,
+        policy: Policy,
+        rollouts: Rollouts,
+        advantages: torch.Tensor,
+        *,
+        lr: float,
+        loss_type: str = "grpo",
+        epochs: int = 1,
+        clip_eps: float = 0.2,
+        ref: Policy | None = None,
+        kl_coef: float = 0.0,
+        warmup_updates: int = 0,
+    ) -> dict[str, float]:
+        """Policy-gradient update(s) on the rollouts; advantages [B] or per-token [B, T].
+
+        The first epoch's log-probs (detached) are the old policy: with one epoch the ratio is 1 and
+        the loss is plain REINFORCE with group baselines; more epochs clip the ratio at `clip_eps`.
+        """
+        mask = rollouts.completion_mask
+        ref_logprobs = self.score(ref, rollouts) if ref is not None and kl_coef else None
+        old_logprobs = None
+        stats: dict[str, float] = {}
+        for _ in range(epochs):
+            logprobs = policy.logprobs(rollouts.input_ids, rollouts.attention_mask)
+            if old_logprobs is None:
+                old_logprobs = logprobs.detach()
+            loss, stats = policy_gradient_loss(
+                logprobs,
+                old_logprobs,
+                advantages,
+                mask,
+                loss_type=loss_type,
+                clip_eps=clip_eps,
+                ref_logprobs=ref_logprobs,
+                kl_coef=kl_coef,
+                max_completion_tokens=self.max_new_tokens,
+            )
+            stats["grad_norm"] = policy.step(loss, lr, warmup_updates)
+            stats["loss"] = float(loss)
+        return stats
+
+    def sft_step(self, policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
+        """One supervised step: maximise log p(target + EOS | prompt). Returns the loss."""
+        return sft_step(policy, prompts, targets, lr=lr)
+
+    # -- budget and control ---------------------------------------------------------------------
+    @property
+    def spent_flops(self) -> float:
+        """Counted FLOPs so far (everything toward the budget)."""
+        return self.ledger.counted_flops
+
+    def phase_flops(self, prefix: str) -> float:
+        """Counted FLOPs of phases starting with `prefix` (e.g. `expert:` or `distill`)."""
+        return self.ledger.total("counted", phase_prefix=prefix)
+
+    @property
+    def remaining_flops(self) -> float:
+        return max(0.0, self.budget_flops - self.spent_flops)
+
+    def should_stop(self) -> bool:
+        return self.finished or self.spent_flops >= self.budget_flops
+
+    def step_done(self, **stats: float) -> None:
+        """Tell the runner a step ended: it may evaluate, checkpoint and update progress here."""
+        self._on_step(stats)
+
+    def sampler_positions(self) -> dict[str, int]:
+        return {name: s.drawn for name, s in self._samplers.items()}
+
+
+def sft_step(policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
+    """Supervised step on prompt -> target + EOS, loss on target tokens only (shared with prepare)."""
+    rows, masks = [], []
+    for prompt, target in zip(prompts, targets):
+        p, t = policy.encode(prompt), policy.encode(target) + [policy.eos_id]
+        rows.append(p + t)
+        masks.append([0] * len(p) + [1] * len(t))
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), policy.pad_id, dtype=torch.long)  # [B, T]
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    target_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r, m) in enumerate(zip(rows, masks)):
+        input_ids[i, : len(r)] = torch.tensor(r)
+        attention[i, : len(r)] = 1
+        target_mask[i, : len(m)] = torch.tensor(m)
+    loss = sft_loss(policy.logprobs(input_ids, attention), target_mask)
+    policy.step(loss, lr)
+    return float(loss)

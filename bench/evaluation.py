@@ -1,0 +1,96 @@
+"""Held-out evaluation (DESIGN section 3) and the run's progress bar.
+
+Greedy decoding, pass@1, on a fixed slice of each domain's held-out split; suite accuracy is the mean
+over domains; response length is the mean number of generated tokens (EOS included). Evaluation is
+booked to the `eval` category: recorded and shown, never counted toward the budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bench.ledger import ledger_context
+from bench.policy import Policy
+from bench.rollout import TorchRollout
+
+
+class Evaluator:
+    """Scores a policy on the first `size` held-out problems of every domain of a suite."""
+
+    def __init__(self, suite: Any, size: int, max_new_tokens: int, batch_size: int = 512) -> None:
+        self.suite = suite
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+        self.problems = {d: suite.heldout(d)[:size] for d in suite.domains}
+        self.backend = TorchRollout()
+
+    def evaluate(self, policy: Policy) -> dict:
+        """{accuracy, domain_accuracy, mean_length, domain_mean_length} of greedy completions."""
+        domain_acc, domain_len = {}, {}
+        with ledger_context(category="eval", phase="eval"):
+            for domain, problems in self.problems.items():
+                scores, lengths = self._domain(policy, problems)
+                domain_acc[domain] = sum(scores) / len(scores)
+                domain_len[domain] = sum(lengths) / len(lengths)
+        return {
+            "accuracy": sum(domain_acc.values()) / len(domain_acc),
+            "domain_accuracy": domain_acc,
+            "mean_length": sum(domain_len.values()) / len(domain_len),
+            "domain_mean_length": domain_len,
+        }
+
+    def completions(self, policy: Policy, problems: list) -> tuple[list[str], list[int]]:
+        texts, lengths = [], []
+        for start in range(0, len(problems), self.batch_size):
+            chunk = problems[start : start + self.batch_size]
+            batch = self.backend.generate(
+                policy.model,
+                [policy.encode(p.prompt) for p in chunk],
+                n=1,
+                max_new_tokens=self.max_new_tokens,
+                eos_id=policy.eos_id,
+                pad_id=policy.pad_id,
+                greedy=True,
+            )
+            texts += [policy.decode(ids) for ids in batch.completion_ids]
+            lengths += [int(n) for n in batch.lengths]
+        return texts, lengths
+
+    def _domain(self, policy: Policy, problems: list) -> tuple[list[float], list[int]]:
+        texts, lengths = self.completions(policy, problems)
+        return [self.suite.score(p, t) for p, t in zip(problems, texts)], lengths
+
+
+class _Bar:
+    def __init__(self, progress: Progress | None, task: Any, budget: float) -> None:
+        self.progress, self.task, self.budget = progress, task, budget
+
+    def update(self, spent: float, accuracy: float | None) -> None:
+        if self.progress is None:
+            return
+        acc = "-" if accuracy is None else f"{100 * accuracy:.1f}%"
+        self.progress.update(
+            self.task, completed=min(spent, self.budget), acc=acc, flops=f"{spent:.2e}/{self.budget:.1e}"
+        )
+
+
+@contextlib.contextmanager
+def progress(budget: float, enabled: bool = True, label: str = "training") -> Iterator[_Bar]:
+    """A rich bar of counted FLOPs against the budget, with the latest held-out accuracy."""
+    if not enabled:
+        yield _Bar(None, None, budget)
+        return
+    columns = (
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        TextColumn("{task.fields[flops]} FLOPs"),
+        TextColumn("acc {task.fields[acc]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task(label, total=budget, acc="-", flops=f"0/{budget:.1e}")
+        yield _Bar(bar, task, budget)

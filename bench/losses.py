@@ -1,0 +1,106 @@
+"""Loss pieces shared by every method: one function each, unit-tested once, never copied.
+
+Shapes: B sequences, T positions (prompt + completion, right-padded). `mask` marks completion tokens.
+Log-probs at position t are of token t given tokens < t (targets already shifted by `token_logprobs`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """Log-prob of each token under the logits of the position before it.
+
+    logits [B, T, V], input_ids [B, T] -> [B, T]; position 0 (no predecessor) gets 0.
+    """
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
+    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
+    return F.pad(picked, (1, 0))
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    mask = mask.to(x.dtype)
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True) -> torch.Tensor:
+    """GRPO advantages: reward minus its group's mean, divided by the group's std when `scale`.
+
+    rewards [G * n] grouped consecutively (n = group_size) -> [G * n]. Dr. GRPO uses scale=False.
+    """
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    grouped = rewards.float().view(-1, group_size)  # [G, n]
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale:
+        centred = centred / (grouped.std(dim=1, keepdim=True, unbiased=False) + 1e-4)
+    return centred.view(-1)
+
+
+def distillation_advantages(teacher_logprobs: torch.Tensor, student_logprobs: torch.Tensor) -> torch.Tensor:
+    """On-policy distillation: per-token advantage log p_teacher(x_t) - log p_student(x_t), detached.
+
+    Maximising it with a policy gradient on the student's own samples minimises the reverse KL
+    KL(student || teacher) one sampled token at a time. [B, T] -> [B, T].
+    """
+    return (teacher_logprobs - student_logprobs).detach()
+
+
+def reverse_kl_estimate(teacher_logprobs: torch.Tensor, student_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
+    """Per-token reverse KL, estimated on the student's samples: mean of log p_s - log p_t."""
+    return float(masked_mean(student_logprobs - teacher_logprobs, mask))
+
+
+def policy_gradient_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    loss_type: str = "grpo",
+    clip_eps: float = 0.2,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    max_completion_tokens: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped-ratio policy-gradient loss with TRL's normalisations.
+
+    logprobs / old_logprobs / ref_logprobs / mask: [B, T]; advantages [B] (one per sequence) or
+    [B, T] (per token, as in distillation). Normalisation of the summed per-token loss:
+    `grpo` mean per sequence then over sequences; `dr_grpo` divide by B x max_completion_tokens;
+    `dapo` divide by the number of completion tokens in the batch. KL to a reference uses the k3
+    estimator exp(ref - logp) - (ref - logp) - 1.
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"unknown loss_type {loss_type!r}; allowed: {', '.join(LOSS_TYPES)}")
+    mask = mask.to(logprobs.dtype)
+    adv = advantages if advantages.dim() == 2 else advantages[:, None]  # [B, T] or [B, 1]
+    ratio = torch.exp(logprobs - old_logprobs)
+    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)
+    per_token = -torch.minimum(ratio * adv, clipped * adv)  # [B, T]
+    stats: dict[str, float] = {}
+    if ref_logprobs is not None and kl_coef:
+        delta = ref_logprobs - logprobs
+        kl = torch.exp(delta) - delta - 1
+        per_token = per_token + kl_coef * kl
+        stats["kl_ref"] = float(masked_mean(kl.detach(), mask))
+    if loss_type == "grpo":
+        loss = masked_mean(per_token, mask, dim=1).mean()
+    elif loss_type == "dr_grpo":
+        width = max_completion_tokens or int(mask.sum(1).max().item())
+        loss = (per_token * mask).sum() / (mask.shape[0] * max(width, 1))
+    else:
+        loss = (per_token * mask).sum() / mask.sum().clamp(min=1)
+    stats["clip_frac"] = float(masked_mean(((ratio - clipped).abs() > 0).float().detach(), mask))
+    return loss, stats
+
+
+def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood of the masked (target) tokens, mean per token. [B, T] -> scalar."""
+    return -masked_mean(logprobs, mask)

@@ -1,0 +1,198 @@
+"""Models and tokenizers: load any local Hugging Face causal LM, or build a tiny one from a named spec.
+
+Tiny models are built deterministically (seeded random init) with a byte-level BPE tokenizer that has
+the 256-byte alphabet and no merges: every character of a task prompt is one token, so no merge can
+glue task symbols together, and spaces survive (a char-level WordLevel tokenizer loses them under
+Qwen2 in transformers 5.x). Built models are cached under `$OPD_BENCH_CACHE/models/` (default
+`~/.cache/opd-bench`); nothing is ever downloaded.
+
+    python -m bench.models tiny-llama      # build (or find) a spec and print its folder
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
+
+PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
+
+
+def cache_root() -> Path:
+    """Where built models, suites and prepared checkpoints live (env `OPD_BENCH_CACHE`)."""
+    return Path(os.environ.get("OPD_BENCH_CACHE", Path.home() / ".cache" / "opd-bench"))
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape of a tiny decoder-only model; `family` is a transformers model_type."""
+
+    family: str = "llama"
+    layers: int = 2
+    hidden: int = 128
+    heads: int = 4
+    kv_heads: int = 2
+    ffn: int = 384
+    max_positions: int = 256
+    tie_embeddings: bool = True
+    seed: int = 0
+
+    def digest(self) -> str:
+        payload = json.dumps({"spec": asdict(self), "tokenizer": "bytebpe-v1"}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+TINY_SPECS: dict[str, TinySpec] = {
+    # the student of the tiny profile (~0.5M parameters)
+    "tiny-llama": TinySpec(),
+    "tiny-qwen2": TinySpec(family="qwen2"),
+    # the external teacher: >= 4x the student's parameters
+    "tiny-llama-teacher": TinySpec(layers=4, hidden=192, heads=6, kv_heads=2, ffn=576, seed=1),
+    # about 12M parameters, for benchmarks
+    "small-llama": TinySpec(layers=6, hidden=384, heads=6, kv_heads=2, ffn=1024, seed=2),
+}
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level BPE over the 256-byte alphabet, no merges, plus pad/eos/bos specials."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {PAD: 0, EOS: 1, BOS: 2}
+    for ch in alphabet:
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS, model_max_length=4096
+    )
+    fast.padding_side = "left"
+    return fast
+
+
+def _config(spec: TinySpec, vocab_size: int, tokenizer: PreTrainedTokenizerFast):
+    kwargs = dict(
+        vocab_size=vocab_size,
+        hidden_size=spec.hidden,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.kv_heads,
+        intermediate_size=spec.ffn,
+        max_position_embeddings=spec.max_positions,
+        tie_word_embeddings=spec.tie_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    if spec.family == "qwen3":
+        kwargs["head_dim"] = spec.hidden // spec.heads
+    return AutoConfig.for_model(spec.family, **kwargs)
+
+
+def build_tiny(spec: TinySpec) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """A freshly initialised model and its tokenizer; same spec, same weights."""
+    tokenizer = build_tokenizer()
+    vocab_size = -(-len(tokenizer) // 8) * 8  # round up: friendlier matmul shapes
+    config = _config(spec, vocab_size, tokenizer)
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(spec.seed)
+    try:
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    finally:
+        torch.random.set_rng_state(generator_state)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def tiny_model_dir(name: str) -> Path:
+    """Build the named tiny spec once and return its cached folder."""
+    if name not in TINY_SPECS:
+        raise UnknownModelError(name, sorted(TINY_SPECS))
+    spec = TINY_SPECS[name]
+    folder = cache_root() / "models" / f"{name}-{spec.digest()}"
+    if not (folder / "config.json").exists():
+        model, tokenizer = build_tiny(spec)
+        save_model(model, tokenizer, folder)
+    return folder
+
+
+def save_model(model: PreTrainedModel, tokenizer, folder: Path) -> None:
+    """Write model and tokenizer to `folder` atomically (a half-written folder is never visible)."""
+    folder = Path(folder)
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder.exists():
+        import shutil
+
+        shutil.rmtree(folder)
+    os.replace(tmp, folder)
+
+
+def resolve_model(name_or_path: str | Path) -> Path:
+    """A tiny spec name or a local folder holding a HF causal LM; clear errors otherwise."""
+    if str(name_or_path) in TINY_SPECS:
+        return tiny_model_dir(str(name_or_path))
+    path = Path(name_or_path)
+    if not path.is_dir():
+        raise UnknownModelError(str(name_or_path), sorted(TINY_SPECS), missing_path=True)
+    if not (path / "config.json").exists():
+        raise UnknownModelError(str(name_or_path), sorted(TINY_SPECS), missing_path=True)
+    return path
+
+
+def load_model(
+    name_or_path: str | Path, *, device: str = "cpu", dtype: torch.dtype | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """Load a causal LM and its tokenizer from a local folder (or a tiny spec name). No downloads."""
+    folder = resolve_model(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, local_files_only=True, dtype=dtype or torch.float32, attn_implementation="sdpa"
+    ).to(device)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def param_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def state_digest(model: torch.nn.Module) -> str:
+    """A short content hash of a model's weights (for provenance)."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class UnknownModelError(ValueError):
+    def __init__(self, name: str, known: list[str], missing_path: bool = False) -> None:
+        import difflib
+
+        hint = difflib.get_close_matches(name, known, n=1)
+        what = "no model folder with a config.json at" if missing_path else "unknown model"
+        msg = f"{what} {name!r}; use a local Hugging Face model folder or one of: {', '.join(known)}"
+        if hint:
+            msg += f" (did you mean {hint[0]!r}?)"
+        super().__init__(msg)
+
+
+if __name__ == "__main__":
+    print(tiny_model_dir(sys.argv[1] if len(sys.argv) > 1 else "tiny-llama"))

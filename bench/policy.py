@@ -1,0 +1,125 @@
+"""Policies (metered models with their optimiser) and rollouts: the objects methods hold.
+
+A `Policy` never exposes an unmetered model: its `model` has the ledger's hooks installed, so a
+method that calls `policy.model(input_ids)` itself is still charged (DESIGN section 2).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from bench.ledger import Ledger
+from bench.losses import token_logprobs
+from bench.metering import meter
+
+
+@dataclass
+class Rollouts:
+    """`n` samples for each of `len(problems)` prompts, grouped: row i*n + j is sample j of prompt i.
+
+    Tensors are prompt + completion, right-padded: input_ids / attention_mask / completion_mask
+    [B, T] with B = len(problems) * n; rewards and lengths [B].
+    """
+
+    problems: list[Any]
+    n: int
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    completions: list[str]
+    rewards: torch.Tensor
+    lengths: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return self.input_ids.shape[0]
+
+    def domains(self) -> list[str]:
+        """Domain of each row (each problem's domain repeated n times)."""
+        return [p.domain for p in self.problems for _ in range(self.n)]
+
+
+@dataclass
+class Policy:
+    """A named, metered causal LM, its tokenizer and (once it trains) its optimiser."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: Any
+    ledger: Ledger
+    trainable: bool = True
+    optimizer: torch.optim.Optimizer | None = None
+    updates: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        meter(self.model, self.name, self.ledger)
+        if not self.trainable:
+            self.model.requires_grad_(False)
+            self.model.eval()
+
+    # -- model access ---------------------------------------------------------------------------
+    @property
+    def eos_id(self) -> int:
+        return int(self.tokenizer.eos_token_id)
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.tokenizer.pad_token_id)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Per-token log-probs [B, T] of the sequences under this model (with grad if enabled)."""
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return token_logprobs(logits, input_ids)
+
+    # -- training -------------------------------------------------------------------------------
+    def step(self, loss: torch.Tensor, lr: float, warmup_updates: int = 0, max_grad_norm: float = 1.0) -> float:
+        """Backward, clip, one AdamW step with linear learning-rate warm-up; returns the grad norm."""
+        if not self.trainable:
+            raise RuntimeError(f"policy {self.name!r} is frozen (a teacher) and cannot be updated")
+        if self.optimizer is None:
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
+        scale = min(1.0, (self.updates + 1) / warmup_updates) if warmup_updates else 1.0
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * scale
+        self.model.train()
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.updates += 1
+        return float(norm)
+
+    def clone(self, name: str, trainable: bool = True) -> Policy:
+        """An independent copy with fresh optimiser state, metered under `name`."""
+        # Rebuilt from config, not deep-copied: a deep copy would carry this model's meter hooks.
+        model = type(self.model)(copy.deepcopy(self.model.config))
+        model.load_state_dict(self.model.state_dict())
+        return Policy(name=name, model=model, tokenizer=self.tokenizer, ledger=self.ledger, trainable=trainable)
+
+    def state(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+            "updates": self.updates,
+            "trainable": self.trainable,
+            "extra": self.extra,
+        }
+
+    def load_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.updates = state["updates"]
+        self.extra = state.get("extra", {})
+        if state["optimizer"] is not None:
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.0)
+            self.optimizer.load_state_dict(state["optimizer"])

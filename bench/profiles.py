@@ -1,0 +1,49 @@
+"""Profiles: which models, token limits, budgets and evaluation sizes a run uses by default.
+
+`tiny` (default) runs on a CPU in minutes with models this project builds itself (`bench prepare`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    student_steps: int = 300
+    teacher_steps: int = 900
+    batch_size: int = 64
+    student_lr: float = 3e-3
+    teacher_lr: float = 2e-3
+    label_noise: float = 0.3  # share of the student's warm-up answers replaced by a wrong one
+    difficulty: str = "easy"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    task_format: str  # the suites' prompt format
+    student: str  # tiny spec name or model folder of the untrained student architecture
+    teacher: str  # architecture of the external teacher
+    max_new_tokens: int  # rollout limit for methods
+    eval_max_new_tokens: int  # evaluation limit (long enough for a verbose teacher-style answer)
+    budget_flops: float  # default training budget, counted FLOPs
+    eval_size: int  # held-out prompts per domain at each milestone
+    description: str
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+
+
+PROFILES: dict[str, Profile] = {
+    "tiny": Profile(
+        name="tiny",
+        task_format="tiny",
+        student="tiny-llama",
+        teacher="tiny-llama-teacher",
+        max_new_tokens=40,
+        eval_max_new_tokens=40,
+        budget_flops=2e13,
+        eval_size=1000,
+        description="CPU, minutes: ~0.4M-parameter student, ~1.8M external teacher, built locally",
+    ),
+}

@@ -1,0 +1,98 @@
+"""Name -> implementation maps for methods and suites, with plugins and did-you-mean errors.
+
+Built-ins are lazy `"module:Attr"` strings (`methods/__init__.py: BUILTIN`, `tasks`), so `bench` never
+imports a method or a task by name. Third-party methods arrive through the `opd_bench.methods`
+entry-point group or as `path/to/file.py:ClassName`; all go through `bench.api.check_method_class`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.api import AdapterError, check_method_class
+
+ENTRY_POINT_GROUP = "opd_bench.methods"
+
+
+class UnknownNameError(ValueError):
+    """An unknown method / suite / profile name: the message lists what is allowed."""
+
+
+def unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
+    hint = difflib.get_close_matches(name, known, n=1)
+    msg = f"unknown {kind} {name!r}; known {kind}s: {', '.join(sorted(known))}"
+    if hint:
+        msg += f" (did you mean {hint[0]!r}?)"
+    return UnknownNameError(msg)
+
+
+def _load_ref(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def builtin_methods() -> dict[str, str]:
+    return dict(_load_ref("methods:BUILTIN"))
+
+
+def plugin_methods() -> dict[str, metadata.EntryPoint]:
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def method_names() -> list[str]:
+    return sorted(set(builtin_methods()) | set(plugin_methods()))
+
+
+def _load_file_class(spec: str) -> type:
+    path_str, _, cls_name = spec.rpartition(":")
+    path = Path(path_str)
+    if not cls_name or not path.suffix == ".py":
+        raise AdapterError(f"method plugin {spec!r} must look like path/to/file.py:ClassName")
+    if not path.is_file():
+        raise AdapterError(f"method plugin file not found: {path}")
+    mod_name = f"opd_bench_plugin_{abs(hash(str(path.resolve())))}"
+    module_spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[mod_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # a plugin's import error is the plugin's fault: say so, briefly
+        raise AdapterError(f"method plugin {path} failed to import: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, cls_name):
+        raise AdapterError(f"method plugin {path} has no class {cls_name!r}")
+    return getattr(module, cls_name)
+
+
+def get_method(name: str) -> type:
+    """The method class for a built-in name, an entry-point name or `file.py:Class`."""
+    if ".py:" in name:
+        return check_method_class(_load_file_class(name), where=name)
+    builtins = builtin_methods()
+    if name in builtins:
+        return check_method_class(_load_ref(builtins[name]), where=name)
+    plugins = plugin_methods()
+    if name in plugins:
+        try:
+            cls = plugins[name].load()
+        except Exception as exc:
+            raise AdapterError(f"method plugin {name!r} failed to load: {type(exc).__name__}: {exc}") from exc
+        return check_method_class(cls, where=f"plugin {name!r}")
+    raise unknown("method", name, method_names())
+
+
+def get_suite(name: str, difficulty: str, fmt: str) -> Any:
+    tasks = importlib.import_module("tasks")
+    try:
+        return tasks.get_suite(name, difficulty, fmt)
+    except tasks.UnknownSuiteError as exc:
+        raise UnknownNameError(str(exc)) from exc
+
+
+def suite_names() -> list[str]:
+    return list(importlib.import_module("tasks").list_suites())

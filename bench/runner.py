@@ -1,0 +1,329 @@
+"""The runner: one method, one suite, one seed, one FLOP budget -> a run directory (DESIGN sections 3, 7).
+
+It owns what a method must not: evaluations at FLOP milestones (the start, then every tenth of the
+budget), checkpoints at each milestone, `--resume` to the same ledger and curve, the budget stop, the
+progress bar, and the `summary.json` result record written last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench import evaluation, store
+from bench.context import RunContext
+from bench.ledger import CorruptRunError, Ledger
+from bench.policy import Policy
+from bench.profiles import PROFILES, Profile
+from bench.registry import get_method, get_suite, unknown
+from bench.rollout import TorchRollout
+
+SCHEMA_VERSION = 1
+
+
+class RunError(RuntimeError):
+    """A run cannot start or continue; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    method: str
+    suite: str = "math_code"
+    difficulty: str = "easy"
+    profile: str = "tiny"
+    seed: int = 0
+    budget_flops: float | None = None  # None: the profile's default
+    eval_every: float = 0.1  # evaluate at each multiple of this fraction of the budget
+    eval_size: int | None = None  # held-out prompts per domain (None: the profile's)
+    overrides: tuple[tuple[str, str], ...] = ()  # method config key=value
+    runs_dir: Path = Path("runs")
+    run_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise unknown("profile", self.profile, list(PROFILES))
+        if self.budget_flops is not None and not (self.budget_flops > 0 and self.budget_flops < float("inf")):
+            raise RunError(f"budget must be a positive number of FLOPs, got {self.budget_flops!r}")
+        if not 0 < self.eval_every <= 1:
+            raise RunError(f"eval_every must be in (0, 1], got {self.eval_every!r}")
+
+    @property
+    def resolved_profile(self) -> Profile:
+        return PROFILES[self.profile]
+
+    @property
+    def budget(self) -> float:
+        return float(self.budget_flops or self.resolved_profile.budget_flops)
+
+
+def method_config(cls: type, overrides: tuple[tuple[str, str], ...]) -> Any:
+    """The method's frozen config with `key=value` overrides checked against its fields."""
+    fields = {f.name: f for f in dataclasses.fields(cls.Config)}
+    values: dict[str, Any] = {}
+    for key, raw in overrides:
+        if key not in fields:
+            raise unknown(f"{cls.name} config key", key, list(fields))
+        default = getattr(cls.Config(), key)
+        values[key] = _coerce(key, raw, default)
+    try:
+        return cls.Config(**values)
+    except (TypeError, ValueError) as exc:
+        raise RunError(f"invalid {cls.name} config: {exc}") from exc
+
+
+def _coerce(key: str, raw: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(raw)
+            return raw.lower() in ("true", "1")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, tuple):
+            return tuple(x for x in raw.split(",") if x)
+        return raw
+    except ValueError:
+        raise RunError(f"{key}={raw!r}: expected {type(default).__name__}") from None
+
+
+class Runner:
+    """Runs one configuration into `runs_dir/<run_id>/`."""
+
+    def __init__(self, config: RunConfig, *, resume: bool = False, progress: bool = True) -> None:
+        self.config = config
+        self.method_cls = get_method(config.method)
+        self.method_config = method_config(self.method_cls, config.overrides)
+        self.profile = config.resolved_profile
+        self.suite = get_suite(config.suite, config.difficulty, self.profile.task_format)
+        self.run_id = config.run_name or (
+            f"{_slug(self.method_cls.name)}__{config.suite}-{config.difficulty}__{config.profile}__s{config.seed}"
+        )
+        self.dir = Path(config.runs_dir) / self.run_id
+        self.resume = resume
+        self.show_progress = progress
+        self.curve: list[dict] = []
+        self._next_milestone = 1
+        self._wall_offset = 0.0
+
+    # -- entry ----------------------------------------------------------------------------------
+    def run(self) -> dict:
+        from bench import prepare
+
+        prepared = prepare.prepare(self.profile)
+        self._open_dir()
+        self.ledger = Ledger(self.dir / "ledger.jsonl")
+        checkpoint = self._load_checkpoint() if self.resume else None
+        if checkpoint is None:
+            self._book_preparation(prepared)
+        student = Policy("student", *prepared.load_student(), ledger=self.ledger)
+        self.evaluator = evaluation.Evaluator(
+            self.suite, self.config.eval_size or self.profile.eval_size, self.profile.eval_max_new_tokens
+        )
+        ctx = RunContext(
+            suite=self.suite,
+            seed=self.config.seed,
+            budget_flops=self.config.budget,
+            ledger=self.ledger,
+            student=student,
+            backend=TorchRollout(),
+            teacher_loader=lambda name: prepared.load_teacher(name, self.ledger),
+            max_new_tokens=self.profile.max_new_tokens,
+            on_step=lambda stats: self._after_step(ctx, stats),
+            **(checkpoint or {}),
+        )
+        if ctx.state.get("student"):
+            ctx.student = ctx.policies[ctx.state["student"]]
+        self.ctx = ctx
+        self._t0 = time.perf_counter()
+        with evaluation.progress(self.config.budget, enabled=self.show_progress) as bar:
+            self.bar = bar
+            if not self.curve:
+                self._evaluate(ctx, "start")
+            method = self.method_cls(self.method_config)
+            method.run(ctx)
+            ctx.finished = True
+            if self.curve[-1]["flops"] < ctx.spent_flops:
+                self._evaluate(ctx, "final")
+        self.ledger.flush()
+        summary = self._summary(prepared)
+        store.write_json(self.dir / "summary.json", summary)
+        return summary
+
+    # -- run directory --------------------------------------------------------------------------
+    def _open_dir(self) -> None:
+        config_path = self.dir / "config.json"
+        record = self._config_record()
+        if self.resume:
+            if not config_path.exists():
+                raise RunError(f"nothing to resume: {self.dir} has no config.json")
+            old = store.read_json(config_path)
+            if old.get("fingerprint") != record["fingerprint"]:
+                raise RunError(f"{self.dir} was started with a different configuration; not resuming")
+            return
+        if self.dir.exists() and any(self.dir.iterdir()):
+            raise RunError(f"{self.dir} already exists; pass --resume to continue it or choose --runs elsewhere")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        store.write_json(config_path, record)
+
+    def _config_record(self) -> dict:
+        fingerprint = {
+            "method": self.method_cls.name,
+            "method_config": dataclasses.asdict(self.method_config),
+            "suite": self.config.suite,
+            "difficulty": self.config.difficulty,
+            "suite_hash": self.suite.content_hash,
+            "profile": self.config.profile,
+            "seed": self.config.seed,
+            "budget_flops": self.config.budget,
+            "eval_every": self.config.eval_every,
+            "eval_size": self.config.eval_size or self.profile.eval_size,
+        }
+        return {
+            "run_id": self.run_id,
+            "fingerprint": fingerprint,
+            **fingerprint,
+            "suite_version": self.suite.version,
+            "provenance": self._provenance(),
+        }
+
+    def _provenance(self) -> dict:
+        return {
+            "code_hash": store.code_hash(),
+            "git_commit": store.git_commit(),
+            "suite_hash": self.suite.content_hash,
+            "packages": store.package_versions(),
+            "hardware": store.hardware(),
+            "created": store.now_iso(),
+        }
+
+    def _book_preparation(self, prepared: Any) -> None:
+        """Copy the shared base's and external teacher's training costs in: recorded, not counted."""
+        for row in prepared.ledger_rows():
+            self.ledger.charge(**row)
+        self.ledger.flush()
+
+    # -- milestones -----------------------------------------------------------------------------
+    def _after_step(self, ctx: RunContext, stats: dict) -> None:
+        spent = ctx.spent_flops
+        self.bar.update(spent, self.curve[-1]["accuracy"] if self.curve else None)
+        step = self.config.eval_every * self.config.budget
+        if spent >= self._next_milestone * step:
+            self._evaluate(ctx, "milestone")
+            while spent >= self._next_milestone * step:
+                self._next_milestone += 1
+            if not ctx.should_stop():
+                self._save_checkpoint(ctx)
+
+    def _evaluate(self, ctx: RunContext, label: str) -> None:
+        result = self.evaluator.evaluate(ctx.student)
+        point = {
+            "flops": ctx.spent_flops,
+            "wall_s": round(self._wall_offset + time.perf_counter() - self._t0, 3),
+            "phase": label,
+            **result,
+        }
+        self.curve.append(point)
+        store.append_jsonl(self.dir / "curve.jsonl", point)
+        self.bar.update(ctx.spent_flops, point["accuracy"])
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def _save_checkpoint(self, ctx: RunContext) -> None:
+        rows = self.ledger.flush()
+        final = self.dir / "checkpoints" / "latest"
+        tmp = self.dir / "checkpoints" / "latest.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        torch.save({name: p.state() for name, p in ctx.policies.items() if name != "external"}, tmp / "policies.pt")
+        torch.save({"generator": ctx.generator.get_state(), "torch": torch.get_rng_state()}, tmp / "rng.pt")
+        store.write_json(
+            tmp / "state.json",
+            {
+                "state": ctx.state,
+                "samplers": ctx.sampler_positions(),
+                "ledger_rows": rows,
+                "curve_rows": len(self.curve),
+                "next_milestone": self._next_milestone,
+                "wall_s": self._wall_offset + time.perf_counter() - self._t0,
+            },
+        )
+        if final.exists():
+            old = final.with_name("latest.old")
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
+
+    def _load_checkpoint(self) -> dict | None:
+        folder = self.dir / "checkpoints" / "latest"
+        if not folder.exists():
+            # Killed before the first checkpoint: start over, keeping the config.
+            for name in ("ledger.jsonl", "curve.jsonl", "summary.json"):
+                (self.dir / name).unlink(missing_ok=True)
+            self.ledger = Ledger(self.dir / "ledger.jsonl")
+            return None
+        try:
+            meta = store.read_json(folder / "state.json")
+            policies = torch.load(folder / "policies.pt", weights_only=False)
+            rng = torch.load(folder / "rng.pt", weights_only=False)
+        except (OSError, RuntimeError, CorruptRunError) as exc:
+            raise RunError(f"checkpoint in {folder} is unreadable ({exc}); cannot resume") from exc
+        self.ledger.truncate(meta["ledger_rows"])
+        self.curve = store.read_jsonl(self.dir / "curve.jsonl", keep=meta["curve_rows"])
+        store.rewrite_jsonl(self.dir / "curve.jsonl", self.curve)
+        (self.dir / "summary.json").unlink(missing_ok=True)
+        self._next_milestone = meta["next_milestone"]
+        self._wall_offset = meta["wall_s"]
+        torch.set_rng_state(rng["torch"])
+        generator = torch.Generator()
+        generator.set_state(rng["generator"])
+        return {
+            "state": meta["state"],
+            "policy_states": policies,
+            "sampler_positions": meta["samplers"],
+            "generator": generator,
+        }
+
+    # -- result ---------------------------------------------------------------------------------
+    def _summary(self, prepared: Any) -> dict:
+        base, final = self.curve[0], self.curve[-1]
+        record = store.read_json(self.dir / "config.json")
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "method": self.method_cls.name,
+            "method_config": dataclasses.asdict(self.method_config),
+            "suite": self.config.suite,
+            "difficulty": self.config.difficulty,
+            "domains": list(self.suite.domains),
+            "suite_version": self.suite.version,
+            "suite_hash": self.suite.content_hash,
+            "profile": self.config.profile,
+            "seed": self.config.seed,
+            "budget_flops": self.config.budget,
+            "status": "complete",
+            "base_accuracy": base["accuracy"],
+            "final_accuracy": final["accuracy"],
+            "base_domain_accuracy": base["domain_accuracy"],
+            "final_domain_accuracy": final["domain_accuracy"],
+            "final_mean_length": final["mean_length"],
+            "curve": self.curve,
+            "ledger": self.ledger.rows(),
+            "flops": self.ledger.by_category(),
+            "recovery": self.ctx.state.get("recovery"),
+            "provenance": {**record["provenance"], "model_hashes": prepared.model_hashes()},
+            "wall_s": round(self._wall_offset + time.perf_counter() - self._t0, 3),
+        }
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:60]

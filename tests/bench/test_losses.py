@@ -1,0 +1,87 @@
+"""The shared loss pieces, each checked against a hand computation."""
+
+import math
+
+import pytest
+import torch
+
+from bench.losses import (
+    distillation_advantages,
+    group_advantages,
+    masked_mean,
+    policy_gradient_loss,
+    sft_loss,
+    token_logprobs,
+)
+
+
+def test_token_logprobs_matches_manual_log_softmax():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 7)
+    ids = torch.randint(0, 7, (2, 5))
+    out = token_logprobs(logits, ids)
+    assert out.shape == (2, 5)
+    assert torch.all(out[:, 0] == 0)
+    expected = torch.log_softmax(logits[1, 2], -1)[ids[1, 3]]
+    assert out[1, 3].item() == pytest.approx(expected.item(), abs=1e-6)
+
+
+def test_group_advantages_centre_and_scale_per_group():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    adv = group_advantages(rewards, 4)
+    assert adv[:4].sum().item() == pytest.approx(0.0, abs=1e-6)
+    assert adv[0].item() == pytest.approx(0.75 / math.sqrt(0.1875), rel=1e-3)
+    assert torch.all(adv[4:] == 0)  # a solved group teaches nothing
+    unscaled = group_advantages(rewards, 4, scale=False)
+    assert unscaled[0].item() == pytest.approx(0.75)
+    with pytest.raises(ValueError):
+        group_advantages(rewards, 3)
+
+
+def test_distillation_advantage_is_teacher_minus_student_and_detached():
+    s = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    t = torch.tensor([[-0.5, -3.0]])
+    adv = distillation_advantages(t, s)
+    assert adv.tolist() == [[0.5, -1.0]]
+    assert not adv.requires_grad
+
+
+def test_policy_gradient_normalisations_differ_as_documented():
+    logp = torch.zeros(2, 4, requires_grad=True)
+    adv = torch.tensor([1.0, -1.0])
+    mask = torch.tensor([[0, 1, 1, 1], [0, 1, 0, 0]])
+    # per-token loss is -A (ratio 1): seq0 -> -1 on 3 tokens, seq1 -> +1 on 1 token
+    grpo, _ = policy_gradient_loss(logp, logp.detach(), adv, mask, loss_type="grpo")
+    assert grpo.item() == pytest.approx((-1 + 1) / 2)
+    dapo, _ = policy_gradient_loss(logp, logp.detach(), adv, mask, loss_type="dapo")
+    assert dapo.item() == pytest.approx((-3 + 1) / 4)
+    dr, _ = policy_gradient_loss(logp, logp.detach(), adv, mask, loss_type="dr_grpo", max_completion_tokens=8)
+    assert dr.item() == pytest.approx((-3 + 1) / (2 * 8))
+    with pytest.raises(ValueError):
+        policy_gradient_loss(logp, logp, adv, mask, loss_type="ppo")
+
+
+def test_policy_gradient_clips_the_ratio():
+    old = torch.zeros(1, 2)
+    logp = torch.full((1, 2), math.log(2.0), requires_grad=True)  # ratio 2
+    loss, stats = policy_gradient_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2), clip_eps=0.2)
+    assert loss.item() == pytest.approx(-1.2)
+    assert stats["clip_frac"] == 1.0
+    loss.backward()
+    assert torch.all(logp.grad == 0)  # clipped: no gradient
+
+
+def test_kl_penalty_is_zero_at_the_reference():
+    logp = torch.zeros(1, 3, requires_grad=True)
+    loss, stats = policy_gradient_loss(
+        logp, logp.detach(), torch.tensor([0.0]), torch.ones(1, 3), ref_logprobs=torch.zeros(1, 3), kl_coef=0.1
+    )
+    assert stats["kl_ref"] == pytest.approx(0.0)
+    assert loss.item() == pytest.approx(0.0)
+
+
+def test_sft_loss_and_masked_mean():
+    logp = torch.tensor([[-1.0, -2.0, -3.0]])
+    mask = torch.tensor([[0, 1, 1]])
+    assert sft_loss(logp, mask).item() == pytest.approx(2.5)
+    assert masked_mean(torch.ones(2, 2), torch.zeros(2, 2)).item() == 0.0
