@@ -67,7 +67,9 @@ class FlopSpec:
             heads = config.num_attention_heads
             kv_heads = getattr(config, "num_key_value_heads", None) or heads
             head_dim = getattr(config, "head_dim", None) or hidden // heads
-            ffn = config.intermediate_size
+            ffn = getattr(config, "intermediate_size", None) or config.ffn_dim  # OPT calls it ffn_dim
+            if getattr(config, "word_embed_proj_dim", hidden) != hidden:
+                raise UnsupportedModelError("OPT with word_embed_proj_dim != hidden_size adds projections")
         return cls(
             model_type=model_type,
             layers=layers,

@@ -12,6 +12,7 @@ Padding positions are real compute and are charged; bucket prompts by length to 
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -20,24 +21,36 @@ from bench.flops import FlopSpec
 from bench.ledger import Ledger, current_category, current_kind, current_phase
 
 _HANDLES_ATTR = "_opd_meter_handles"
+_CACHE_ARGS = ("cache", "past_key_values")
 
 
-def _input_shape(args: tuple, kwargs: dict) -> tuple[int, int]:
-    ids = kwargs.get("input_ids")
-    if ids is None and args:
-        ids = args[0]
+def _call_arguments(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments by name, positional ones included (GPT-2 takes `cache` second)."""
+    if signature is not None:
+        try:
+            call = dict(signature.bind_partial(*args, **kwargs).arguments)
+        except TypeError:
+            pass
+        else:
+            for param in signature.parameters.values():  # **kwargs: deprecated aliases arrive there
+                if param.kind is inspect.Parameter.VAR_KEYWORD:
+                    call.update(call.pop(param.name, {}))
+            return call
+    return {"input_ids": args[0], **kwargs} if args else dict(kwargs)
+
+
+def _input_shape(call: dict) -> tuple[int, int]:
+    ids = call.get("input_ids")
     if ids is None:
-        ids = kwargs.get("inputs_embeds")
+        ids = call.get("inputs_embeds")
     if ids is None:
         raise TypeError("metered model called without input_ids or inputs_embeds")
     return int(ids.shape[0]), int(ids.shape[1])
 
 
-def _past_length(kwargs: dict) -> int:
-    # transformers 5.x names the cache `cache` (`past_key_values` is its deprecated alias).
-    past = kwargs.get("cache")
-    if past is None:
-        past = kwargs.get("past_key_values")
+def _past_length(call: dict) -> int:
+    # transformers 5.x renamed `past_key_values` to `cache`; both are accepted for now
+    past = next((call[k] for k in _CACHE_ARGS if call.get(k) is not None), None)
     if past is None:
         return 0
     if hasattr(past, "get_seq_length"):
@@ -45,8 +58,8 @@ def _past_length(kwargs: dict) -> int:
     return int(past[0][0].shape[-2])  # legacy tuple cache: [B, H, T, D]
 
 
-def _logit_tokens(kwargs: dict, new_tokens: int) -> int:
-    keep = kwargs.get("logits_to_keep", 0)
+def _logit_tokens(call: dict, new_tokens: int) -> int:
+    keep = call.get("logits_to_keep", 0)
     if isinstance(keep, torch.Tensor):
         return int(keep.numel()) if keep.dim() else int(keep.item()) or new_tokens
     return min(int(keep), new_tokens) if keep else new_tokens
@@ -59,13 +72,16 @@ def meter(model: torch.nn.Module, name: str, ledger: Ledger) -> torch.nn.Module:
     """
     unmeter(model)
     spec = FlopSpec.from_config(model.config)
+    try:
+        signature: inspect.Signature | None = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        signature = None
     pending: list[tuple[int, int]] = []  # (flops, tokens) of calls whose forward is running
 
     def pre_hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        batch, new_tokens = _input_shape(args, kwargs)
-        flops = spec.forward_flops(
-            new_tokens, _past_length(kwargs), _logit_tokens(kwargs, new_tokens), batch=batch
-        )
+        call = _call_arguments(signature, args, kwargs)
+        batch, new_tokens = _input_shape(call)
+        flops = spec.forward_flops(new_tokens, _past_length(call), _logit_tokens(call, new_tokens), batch=batch)
         pending.append((flops, batch * new_tokens))
 
     def post_hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
