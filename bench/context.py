@@ -18,7 +18,7 @@ import torch
 from bench.ledger import Ledger, ledger_context
 from bench.losses import policy_gradient_loss, sft_loss
 from bench.policy import Policy, Rollouts
-from bench.rollout import RolloutBackend, to_padded
+from bench.rollout import RolloutBackend, padded_logprobs, to_padded
 
 
 class Sampler:
@@ -162,12 +162,18 @@ class RunContext:
             completions=completions,
             rewards=rewards,
             lengths=torch.as_tensor(batch.lengths, dtype=torch.float32),
+            logprobs=padded_logprobs(batch) if batch.logprobs else None,
         )
 
     def score(self, policy: Policy, rollouts: Rollouts) -> torch.Tensor:
         """Per-token log-probs [B, T] of the rollouts under `policy`, no grad (kind `score`)."""
+        out = torch.zeros(rollouts.input_ids.shape)  # [B, T]
         with torch.no_grad(), ledger_context(kind="score"):
-            return policy.logprobs(rollouts.input_ids, rollouts.attention_mask)
+            for rows, width in length_buckets(rollouts.attention_mask):
+                out[rows, :width] = policy.logprobs(
+                    rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width]
+                )
+        return out
 
     def pg_step(
         self,
@@ -190,25 +196,32 @@ class RunContext:
         """
         mask = rollouts.completion_mask
         ref_logprobs = self.score(ref, rollouts) if ref is not None and kl_coef else None
-        old_logprobs = None
+        old_logprobs = torch.zeros(mask.shape)  # [B, T], filled by the first epoch
+        buckets = length_buckets(rollouts.attention_mask)
+        weights = _bucket_weights(buckets, mask, loss_type)
         stats: dict[str, float] = {}
-        for _ in range(epochs):
-            logprobs = policy.logprobs(rollouts.input_ids, rollouts.attention_mask)
-            if old_logprobs is None:
-                old_logprobs = logprobs.detach()
-            loss, stats = policy_gradient_loss(
-                logprobs,
-                old_logprobs,
-                advantages,
-                mask,
-                loss_type=loss_type,
-                clip_eps=clip_eps,
-                ref_logprobs=ref_logprobs,
-                kl_coef=kl_coef,
-                max_completion_tokens=self.max_new_tokens,
-            )
-            stats["grad_norm"] = policy.step(loss, lr, warmup_updates)
-            stats["loss"] = float(loss)
+        for epoch in range(epochs):
+            total, clip = 0.0, 0.0
+            for (rows, width), weight in zip(buckets, weights):
+                logprobs = policy.logprobs(rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width])
+                if epoch == 0:
+                    old_logprobs[rows, :width] = logprobs.detach()
+                adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :width]
+                loss, part = policy_gradient_loss(
+                    logprobs,
+                    old_logprobs[rows, :width],
+                    adv,
+                    mask[rows, :width],
+                    loss_type=loss_type,
+                    clip_eps=clip_eps,
+                    ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows, :width],
+                    kl_coef=kl_coef,
+                    max_completion_tokens=self.max_new_tokens,
+                )
+                (loss * weight).backward()
+                total += float(loss.detach()) * weight
+                clip += part["clip_frac"] * weight
+            stats = {"loss": total, "clip_frac": clip, "grad_norm": policy.step(None, lr, warmup_updates)}
         return stats
 
     def sft_step(self, policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
@@ -240,6 +253,29 @@ class RunContext:
         return {name: s.drawn for name, s in self._samplers.items()}
 
 
+def length_buckets(attention_mask: torch.Tensor, rows: int = 64) -> list[tuple[torch.Tensor, int]]:
+    """Row index groups of similar length, each with its own padded width.
+
+    Rows of a right-padded batch [B, T] are sorted by real length and cut into groups of `rows`,
+    so that a mixed-domain batch does not pay every forward and backward at the longest row's width.
+    """
+    lengths = attention_mask.sum(1)  # [B]
+    order = torch.argsort(lengths, stable=True)
+    out = []
+    for start in range(0, len(order), rows):
+        idx = order[start : start + rows]
+        out.append((idx, int(lengths[idx].max())))
+    return out
+
+
+def _bucket_weights(buckets: list[tuple[torch.Tensor, int]], mask: torch.Tensor, loss_type: str) -> list[float]:
+    """Weights that make the sum of per-bucket losses equal the whole batch's loss."""
+    if loss_type == "dapo":
+        total = float(mask.sum().clamp(min=1))
+        return [float(mask[rows].sum()) / total for rows, _ in buckets]
+    return [len(rows) / mask.shape[0] for rows, _ in buckets]
+
+
 def sft_step(policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
     """Supervised step on prompt -> target + EOS, loss on target tokens only (shared with prepare)."""
     rows, masks = [], []
@@ -257,4 +293,4 @@ def sft_step(policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, 
         target_mask[i, : len(m)] = torch.tensor(m)
     loss = sft_loss(policy.logprobs(input_ids, attention), target_mask)
     policy.step(loss, lr)
-    return float(loss)
+    return float(loss.detach())

@@ -22,7 +22,9 @@ class Rollouts:
     """`n` samples for each of `len(problems)` prompts, grouped: row i*n + j is sample j of prompt i.
 
     Tensors are prompt + completion, right-padded: input_ids / attention_mask / completion_mask
-    [B, T] with B = len(problems) * n; rewards and lengths [B].
+    [B, T] with B = len(problems) * n; rewards and lengths [B]. `logprobs` [B, T], when the rollout
+    engine supplies them, are the sampling policy's per-token log-probs (unscaled by temperature,
+    0 off completions): on-policy methods use them instead of paying for another forward pass.
     """
 
     problems: list[Any]
@@ -33,6 +35,7 @@ class Rollouts:
     completions: list[str]
     rewards: torch.Tensor
     lengths: torch.Tensor
+    logprobs: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -83,8 +86,11 @@ class Policy:
         return token_logprobs(logits, input_ids)
 
     # -- training -------------------------------------------------------------------------------
-    def step(self, loss: torch.Tensor, lr: float, warmup_updates: int = 0, max_grad_norm: float = 1.0) -> float:
-        """Backward, clip, one AdamW step with linear learning-rate warm-up; returns the grad norm."""
+    def step(
+        self, loss: torch.Tensor | None, lr: float, warmup_updates: int = 0, max_grad_norm: float = 1.0
+    ) -> float:
+        """Backward (unless `loss` is None: gradients already accumulated), clip, one AdamW step with
+        linear learning-rate warm-up; returns the gradient norm."""
         if not self.trainable:
             raise RuntimeError(f"policy {self.name!r} is frozen (a teacher) and cannot be updated")
         if self.optimizer is None:
@@ -93,7 +99,8 @@ class Policy:
         for group in self.optimizer.param_groups:
             group["lr"] = lr * scale
         self.model.train()
-        loss.backward()
+        if loss is not None:
+            loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -117,7 +117,8 @@ class Runner:
     def run(self) -> dict:
         from bench import prepare
 
-        prepared = prepare.prepare(self.profile)
+        self._check_dir()
+        prepared = prepare.prepare(self.profile, progress=self.show_progress)
         self._open_dir()
         self.ledger = Ledger(self.dir / "ledger.jsonl")
         checkpoint = self._load_checkpoint() if self.resume else None
@@ -158,18 +159,22 @@ class Runner:
         return summary
 
     # -- run directory --------------------------------------------------------------------------
+    def _check_dir(self) -> None:
+        """Refuse, before any work, to overwrite a run or to resume one that is not there."""
+        if self.resume:
+            if not (self.dir / "config.json").exists():
+                raise RunError(f"nothing to resume: {self.dir} has no config.json")
+        elif self.dir.exists() and any(self.dir.iterdir()):
+            raise RunError(f"{self.dir} already exists; pass --resume to continue it or choose --runs elsewhere")
+
     def _open_dir(self) -> None:
         config_path = self.dir / "config.json"
         record = self._config_record()
         if self.resume:
-            if not config_path.exists():
-                raise RunError(f"nothing to resume: {self.dir} has no config.json")
             old = store.read_json(config_path)
             if old.get("fingerprint") != record["fingerprint"]:
                 raise RunError(f"{self.dir} was started with a different configuration; not resuming")
             return
-        if self.dir.exists() and any(self.dir.iterdir()):
-            raise RunError(f"{self.dir} already exists; pass --resume to continue it or choose --runs elsewhere")
         self.dir.mkdir(parents=True, exist_ok=True)
         store.write_json(config_path, record)
 

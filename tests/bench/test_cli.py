@@ -1,0 +1,72 @@
+"""The command line: bad input gets one clear line and exit status 2, and nothing written is lost."""
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from bench.cli import app
+
+runner = CliRunner()
+
+
+def _err(result) -> str:
+    return (result.stderr or result.output).strip()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["run", "--method", "grpo-jiont"], "did you mean 'grpo-joint'"),
+        (["run", "--method", "grpo", "--suite", "math_cod"], "math_code"),
+        (["run", "--method", "grpo", "--difficulty", "extreme"], "easy"),
+        (["run", "--method", "grpo", "--budget", "lots"], "--budget must be a number"),
+        (["run", "--method", "grpo", "--budget", "-1e12"], "positive"),
+        (["run", "--method", "grpo", "--budget", "inf"], "positive"),
+        (["run", "--method", "grpo", "--budget", "nan"], "positive"),
+        (["run", "--method", "grpo", "--profile", "huge"], "known profiles: tiny"),
+        (["run", "--method", "grpo", "--set", "nonsense"], "key=value"),
+        (["run", "--method", "grpo", "--set", "lrr=1"], "did you mean 'lr'"),
+        (["run", "--method", "grpo", "--set", "lr=fast"], "expected float"),
+        (["list", "widgets"], "methods, profiles, suites"),
+        (["flops", "/no/such/model"], "no model folder"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
+    result = runner.invoke(app, args + (["--runs", str(tmp_path)] if args[0] == "run" else []))
+    assert result.exit_code == 2, result.output
+    message = _err(result)
+    assert needle in message
+    assert len(message.splitlines()) == 1, message
+    assert "Traceback" not in result.output
+
+
+def test_existing_run_dir_is_not_overwritten(tmp_path):
+    run_dir = tmp_path / "grpo__math_code-easy__tiny__s0"
+    run_dir.mkdir()
+    (run_dir / "ledger.jsonl").write_text("precious\n")
+    result = runner.invoke(app, ["run", "--method", "grpo", "--runs", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--resume" in _err(result)
+    assert (run_dir / "ledger.jsonl").read_text() == "precious\n"
+
+
+def test_resume_without_a_run_is_an_error(tmp_path):
+    result = runner.invoke(app, ["run", "--method", "grpo", "--runs", str(tmp_path), "--resume"])
+    assert result.exit_code == 2
+    assert "nothing to resume" in _err(result)
+
+
+def test_console_script_exit_status():
+    bench = [sys.executable, "-m", "bench.cli"]
+    proc = subprocess.run(bench + ["run", "--method", "nope"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "unknown method 'nope'" in proc.stderr
+
+
+def test_list_methods_and_profiles():
+    result = runner.invoke(app, ["list", "methods"])
+    assert result.exit_code == 0 and "grpo-joint" in result.output
+    result = runner.invoke(app, ["list", "profiles"])
+    assert result.exit_code == 0 and "tiny" in result.output
