@@ -82,12 +82,16 @@ class Entry:
 class Ledger:
     """Aggregated FLOP charges, optionally mirrored to an append-only JSONL file."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, keep_rows: int | None = None) -> None:
+        """`keep_rows`: resume from a checkpoint that had flushed that many rows; rows after it,
+        a torn last line from a kill during a flush included, are dropped before reading."""
         self.path = Path(path) if path is not None else None
         self._totals: dict[Key, Entry] = defaultdict(Entry)
         self._pending: dict[Key, Entry] = defaultdict(Entry)
         self.rows_written = 0
         if self.path is not None and self.path.exists():
+            if keep_rows is not None:
+                self._cut(keep_rows)
             self._load()
 
     # -- charging -------------------------------------------------------------------------------
@@ -168,13 +172,17 @@ class Ledger:
         """Drop every row after the first `rows` (resume from a checkpoint) and reload."""
         if self.path is None:
             raise ValueError("an in-memory ledger cannot be truncated")
-        lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)[:rows]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(lines), encoding="utf-8")
-        os.replace(tmp, self.path)
+        self._cut(rows)
         self._totals.clear()
         self._pending.clear()
         self._load()
+
+    def _cut(self, rows: int) -> None:
+        assert self.path is not None
+        lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[:rows]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(lines), encoding="utf-8")
+        os.replace(tmp, self.path)
 
     def _load(self) -> None:
         assert self.path is not None

@@ -120,9 +120,9 @@ class Runner:
         self._check_dir()
         prepared = prepare.prepare(self.profile, progress=self.show_progress)
         self._open_dir()
-        self.ledger = Ledger(self.dir / "ledger.jsonl")
         checkpoint = self._load_checkpoint() if self.resume else None
         if checkpoint is None:
+            self.ledger = Ledger(self.dir / "ledger.jsonl")
             self._book_preparation(prepared)
         student = Policy("student", *prepared.load_student(), ledger=self.ledger)
         self.evaluator = evaluation.Evaluator(
@@ -274,7 +274,6 @@ class Runner:
             # Killed before the first checkpoint: start over, keeping the config.
             for name in ("ledger.jsonl", "curve.jsonl", "summary.json"):
                 (self.dir / name).unlink(missing_ok=True)
-            self.ledger = Ledger(self.dir / "ledger.jsonl")
             return None
         try:
             meta = store.read_json(folder / "state.json")
@@ -282,7 +281,7 @@ class Runner:
             rng = torch.load(folder / "rng.pt", weights_only=False)
         except (OSError, RuntimeError, CorruptRunError) as exc:
             raise RunError(f"checkpoint in {folder} is unreadable ({exc}); cannot resume") from exc
-        self.ledger.truncate(meta["ledger_rows"])
+        self.ledger = Ledger(self.dir / "ledger.jsonl", keep_rows=meta["ledger_rows"])
         self.curve = store.read_jsonl(self.dir / "curve.jsonl", keep=meta["curve_rows"])
         store.rewrite_jsonl(self.dir / "curve.jsonl", self.curve)
         (self.dir / "summary.json").unlink(missing_ok=True)

@@ -138,3 +138,19 @@ def test_corrupt_line_names_its_number(tmp_path, bad):
         fh.write(bad + "\n")
     with pytest.raises(CorruptRunError, match=r"line 4 is not a ledger row"):
         Ledger(path)
+
+
+def test_resume_drops_a_torn_tail_after_the_checkpoint(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path)
+    ledger.charge(model="m", flops=10.0, tokens=1, kind="update")
+    rows = ledger.flush()
+    ledger.charge(model="m", flops=5.0, tokens=1, kind="update")
+    ledger.flush()
+    with open(path, "a") as fh:
+        fh.write('{"category": "coun')  # killed mid-write
+    with pytest.raises(CorruptRunError):
+        Ledger(path)
+    resumed = Ledger(path, keep_rows=rows)
+    assert resumed.counted_flops == 10.0
+    assert resumed.rows_written == rows
