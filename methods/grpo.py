@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.api import RunContext, group_advantages
+from bench.api import Policy, RunContext, Sampler, group_advantages
 
 
 @dataclass(frozen=True)
-class GRPOConfig:
+class GRPOStepConfig:
+    """The settings of one GRPO step; every GRPO-based method's config includes these fields."""
+
     prompts_per_step: int = 32
     group_size: int = 8
     lr: float = 2e-3
@@ -25,16 +27,22 @@ class GRPOConfig:
     clip_eps: float = 0.2
     temperature: float = 1.0
     warmup_updates: int = 5
-    domain: str = ""  # `grpo` only: the domain to train on (default: the suite's first)
 
     def __post_init__(self) -> None:
         if self.prompts_per_step < 1 or self.group_size < 2:
             raise ValueError("prompts_per_step must be >= 1 and group_size >= 2")
         if self.loss_type not in ("grpo", "dr_grpo", "dapo"):
             raise ValueError(f"loss_type must be grpo, dr_grpo or dapo, got {self.loss_type!r}")
+        if not self.lr > 0 or self.epochs < 1 or not self.temperature > 0 or self.warmup_updates < 0:
+            raise ValueError("lr and temperature must be > 0, epochs >= 1 and warmup_updates >= 0")
 
 
-def grpo_step(ctx: RunContext, policy, sampler, config: GRPOConfig) -> dict[str, float]:
+@dataclass(frozen=True)
+class GRPOConfig(GRPOStepConfig):
+    domain: str = ""  # `grpo` only: the domain to train on (default: the suite's first)
+
+
+def grpo_step(ctx: RunContext, policy: Policy, sampler: Sampler, config: GRPOStepConfig) -> dict[str, float]:
     """Sample groups, score them, one policy-gradient update; shared by every GRPO-based method."""
     batch = ctx.rollout(policy, sampler.next(config.prompts_per_step), n=config.group_size,
                         temperature=config.temperature)
@@ -74,3 +82,30 @@ class GRPO(GRPOJoint):
         if domain not in ctx.domains:
             raise ValueError(f"domain {domain!r} is not in the suite; its domains: {', '.join(ctx.domains)}")
         return [domain]
+
+
+def grpo_phase(
+    ctx: RunContext,
+    policy: Policy,
+    phase: str,
+    domains: list[str],
+    phase_flops: float,
+    config: GRPOStepConfig,
+    *,
+    window: int = 3,
+) -> float | None:
+    """GRPO on `domains` under ledger phase `phase` until it has spent `phase_flops` (or the budget ends).
+
+    Used for opd-multi's experts and self-grpo's stages. The loop is conditioned on the ledger, so a
+    resumed run continues where it stopped. Returns the policy's mean sample reward over its last
+    `window` steps (the teacher's accuracy for distillation's stopping rule), None if it never ran.
+    """
+    sampler = ctx.sampler(phase, domains)
+    rewards = ctx.state.setdefault("grpo_rewards", {}).setdefault(phase, [])
+    with ctx.phase(phase):
+        while ctx.phase_flops(phase) < phase_flops and not ctx.should_stop():
+            stats = grpo_step(ctx, policy, sampler, config)
+            rewards.append(stats["reward"])
+            del rewards[:-window]
+            ctx.step_done(**stats)
+    return sum(rewards) / len(rewards) if rewards else None

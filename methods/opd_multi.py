@@ -1,0 +1,65 @@
+"""`opd-multi`: one GRPO expert per domain, then multi-teacher on-policy distillation into one student.
+
+Follows "Unpacking the Compute Efficiency of Strong-to-Weak OPD against GRPO" (arXiv:2611.08453):
+each domain's expert is the base trained with GRPO on that domain alone; the student (the base)
+then samples prompts of every domain and is distilled on-policy, each prompt from its domain's
+expert (per-token reverse-KL advantage, `methods.distill`). The experts' GRPO FLOPs count toward
+the budget; the distillation share is distill FLOPs / expert FLOPs (DESIGN section 3).
+
+Departures from the paper:
+- experts are trained one after another on one machine (the paper trains them in parallel); the
+  ledger is the same either way;
+- the expert budget is a fixed share of the run's budget (`expert_fraction`, split evenly across
+  domains) instead of training each expert to convergence;
+- distillation stops on a convergence rule (per-token reverse KL below `kl_threshold` for
+  `patience` steps, or the student's sample accuracy at its experts' on every domain), else at the
+  budget; the paper distils for a fixed schedule;
+- the GRPO and distillation details of `methods.grpo` and `methods.distill` apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.api import Policy, RunContext
+from methods.distill import DistillConfig, distill
+from methods.grpo import GRPOStepConfig, grpo_phase
+
+
+@dataclass(frozen=True)
+class OPDMultiConfig(GRPOStepConfig, DistillConfig):
+    """GRPO fields (as `grpo`) configure the experts; `distill_*` and the stopping rule, the distillation."""
+
+    expert_fraction: float = 0.9  # share of the budget for all experts together, split evenly by domain
+
+    def __post_init__(self) -> None:
+        GRPOStepConfig.__post_init__(self)
+        DistillConfig.__post_init__(self)
+        if not 0 < self.expert_fraction < 1:
+            raise ValueError(f"expert_fraction must be in (0, 1), got {self.expert_fraction!r}")
+
+
+class OPDMulti:
+    """Per-domain GRPO experts, then multi-teacher OPD of the experts into the base student."""
+
+    name = "opd-multi"
+    Config = OPDMultiConfig
+
+    def __init__(self, config: OPDMultiConfig) -> None:
+        self.config = config
+
+    def run(self, ctx: RunContext) -> None:
+        per_expert = self.config.expert_fraction * ctx.budget_flops / len(ctx.domains)
+        experts: dict[str, Policy] = {}
+        rewards: dict[str, float] = {}
+        for domain in ctx.domains:
+            # Cloned from the untouched base: the student does not train until distillation.
+            experts[domain] = ctx.clone(ctx.student, f"expert:{domain}")
+            reward = grpo_phase(ctx, experts[domain], f"expert:{domain}", [domain], per_expert, self.config)
+            if reward is not None:
+                rewards[domain] = reward
+        if ctx.should_stop():
+            return
+        with ctx.phase("distill"):
+            distill(ctx, ctx.student, experts, ctx.sampler("distill"), self.config,
+                    teacher_rewards=rewards if len(rewards) == len(experts) else None)

@@ -1,0 +1,139 @@
+"""`recover`: the single-domain recovery protocol of finding 4 (self-teachers make recovery cheap).
+
+Follows the recovery experiment of arXiv:2611.08453: a student learns a domain with GRPO
+(`stage:<domain>`), its checkpoint then is frozen as a self-teacher (`self:<domain>`), and GRPO on
+the suite's other domains (`stage:<other>`) makes it lose some of the first. From that same lost
+state it then recovers the domain twice, each way metered in its own ledger phase:
+
+- `recover:grpo`: GRPO on the domain again (on a clone of the lost student);
+- `recover:opd`: on-policy distillation from its own earlier checkpoint (on the student itself,
+  which is the run's deliverable).
+
+Each stops as soon as the domain's greedy held-out accuracy reaches the target, checked every
+`check_every` steps on `check_size` held-out prompts with counted rollouts (the checks are compute
+the protocol spends, so they are inside each phase). The target is
+lost + `target_fraction` x (self-teacher - lost) held-out accuracy, measured once (`recover:target`),
+or an absolute accuracy (`target`).
+The result, `ctx.state["recovery"] = {domain, target, grpo_flops, opd_flops}` (None where not
+reached within the phase's cap), is copied into summary.json; the self-teacher reduction is
+grpo_flops / opd_flops.
+
+Departures from the paper:
+- forgetting is induced by a fixed budget of GRPO on the other domains, not by a longer curriculum;
+- each recovery is capped at half of what the stages leave of the budget;
+- the target is relative to the self-teacher's accuracy, since tiny models forget little in absolute terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.api import Policy, RunContext
+from methods.distill import DistillStepConfig, distill_step
+from methods.grpo import GRPOStepConfig, grpo_phase, grpo_step
+
+
+@dataclass(frozen=True)
+class RecoverConfig(GRPOStepConfig, DistillStepConfig):
+    """GRPO fields configure the stages and the GRPO recovery; `distill_*` the OPD recovery."""
+
+    domain: str = ""  # the domain to lose and recover (default: the suite's first)
+    stage_fraction: float = 0.5  # budget share of both stages together (learn it, then the others)
+    target_fraction: float = 0.9  # target = lost + target_fraction x (teacher - lost)...
+    target: float = 0.0  # ...unless this absolute held-out accuracy is set (> 0)
+    check_every: int = 1  # training steps between held-out checks
+    check_size: int = 64  # held-out prompts per check
+
+    def __post_init__(self) -> None:
+        GRPOStepConfig.__post_init__(self)
+        DistillStepConfig.__post_init__(self)
+        if not 0 < self.stage_fraction < 1 or not 0 < self.target_fraction <= 1 or not 0 <= self.target <= 1:
+            raise ValueError("stage_fraction must be in (0, 1), target_fraction in (0, 1] and target in [0, 1]")
+        if self.check_every < 1 or self.check_size < 1:
+            raise ValueError("check_every and check_size must be >= 1")
+
+
+def heldout_accuracy(ctx: RunContext, policy: Policy, domain: str, size: int) -> float:
+    """Greedy pass@1 on the domain's first `size` held-out prompts, with counted rollouts."""
+    problems = list(ctx.suite.heldout(domain)[:size])
+    return float(ctx.rollout(policy, problems, n=1, greedy=True).rewards.mean())
+
+
+def recover_until(
+    ctx: RunContext, phase: str, policy: Policy, step: Callable[[], dict], target: float, cap_flops: float,
+    config: RecoverConfig, domain: str,
+) -> float | None:
+    """Run `step` under `phase` until `policy` reaches `target` on `domain`: the phase's FLOPs then, or None.
+
+    None when the phase spends `cap_flops` (or the run its budget) first. Progress lives in
+    `ctx.state[phase]`, so a resumed run repeats exactly what the killed one would have done.
+    """
+    progress = ctx.state.setdefault(phase, {"steps": 0, "done": False, "flops": None, "accuracy": None})
+    with ctx.phase(phase):
+        while not progress["done"]:
+            if progress["steps"] % config.check_every == 0:
+                progress["accuracy"] = heldout_accuracy(ctx, policy, domain, config.check_size)
+                if progress["accuracy"] >= target:
+                    progress["flops"] = ctx.phase_flops(phase)
+                    progress["done"] = True
+                    break
+            if ctx.phase_flops(phase) >= cap_flops or ctx.should_stop():
+                progress["done"] = True
+                break
+            stats = step()
+            progress["steps"] += 1
+            ctx.step_done(**{k: v for k, v in stats.items() if ":" not in k})
+    return progress["flops"]
+
+
+class Recover:
+    """Learn a domain, forget it, then recover it by GRPO and by OPD from the earlier self."""
+
+    name = "recover"
+    Config = RecoverConfig
+
+    def __init__(self, config: RecoverConfig) -> None:
+        self.config = config
+
+    def run(self, ctx: RunContext) -> None:
+        config = self.config
+        domain, others = self._domains(ctx)
+        stages = config.stage_fraction * ctx.budget_flops
+        grpo_phase(ctx, ctx.student, f"stage:{domain}", [domain], stages / 2, config)
+        teacher = ctx.snapshot(ctx.student, f"self:{domain}")
+        for other in others:
+            grpo_phase(ctx, ctx.student, f"stage:{other}", [other], stages / 2 / len(others), config)
+        if ctx.should_stop():
+            return
+        target = self._target(ctx, teacher, domain)
+        cap = (1 - config.stage_fraction) / 2 * ctx.budget_flops
+        # The clone is taken from the lost student before OPD changes it (a resumed run gets it back).
+        grpo_policy = ctx.clone(ctx.student, "recover:grpo")
+        grpo_sampler, opd_sampler = ctx.sampler("recover:grpo", [domain]), ctx.sampler("recover:opd", [domain])
+        grpo_flops = recover_until(ctx, "recover:grpo", grpo_policy,
+                                   lambda: grpo_step(ctx, grpo_policy, grpo_sampler, config),
+                                   target, cap, config, domain)
+        opd_flops = recover_until(ctx, "recover:opd", ctx.student,
+                                  lambda: distill_step(ctx, ctx.student, {domain: teacher}, opd_sampler, config),
+                                  target, cap, config, domain)
+        ctx.state["recovery"] = {"domain": domain, "target": target, "grpo_flops": grpo_flops, "opd_flops": opd_flops}
+
+    def _domains(self, ctx: RunContext) -> tuple[str, list[str]]:
+        domain = self.config.domain or ctx.domains[0]
+        if domain not in ctx.domains:
+            raise ValueError(f"domain {domain!r} is not in the suite; its domains: {', '.join(ctx.domains)}")
+        others = [d for d in ctx.domains if d != domain]
+        if not others:
+            raise ValueError("recover needs a suite with at least two domains (one to lose, one to train on)")
+        return domain, others
+
+    def _target(self, ctx: RunContext, teacher: Policy, domain: str) -> float:
+        """The recovery target, measured once from the self-teacher and the lost student (counted)."""
+        if "recovery_target" not in ctx.state:
+            with ctx.phase("recover:target"):
+                teacher_acc = heldout_accuracy(ctx, teacher, domain, self.config.check_size)
+                lost_acc = heldout_accuracy(ctx, ctx.student, domain, self.config.check_size)
+            target = self.config.target or lost_acc + self.config.target_fraction * (teacher_acc - lost_acc)
+            ctx.state["recovery_target"] = {"teacher": teacher_acc, "lost": lost_acc, "target": target}
+        return ctx.state["recovery_target"]["target"]

@@ -1,0 +1,56 @@
+"""Helpers for the method tests: run a method on the fast test profile and check its record."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+# Small batches so that a few steps of each phase fit a test's budget in seconds.
+SMALL_GRPO = {"prompts_per_step": "8", "group_size": "4"}
+SMALL_DISTILL = {"distill_prompts_per_step": "8", "distill_samples": "4"}
+
+
+def run_config(profile, runs_dir: Path, method: str, budget: float, eval_every: float = 0.25, **overrides):
+    from bench.runner import RunConfig
+
+    return RunConfig(
+        method=method, profile=profile.name, budget_flops=budget, runs_dir=runs_dir, eval_size=16,
+        eval_every=eval_every, overrides=tuple((k, str(v)) for k, v in overrides.items()),
+    )
+
+
+def run_method(profile, runs_dir: Path, method: str, budget: float, **overrides) -> dict:
+    """Run `method` to completion on the fast profile; returns summary.json's record."""
+    from bench.runner import Runner
+
+    return Runner(run_config(profile, runs_dir, method, budget, **overrides), progress=False).run()
+
+
+def phase_flops(summary: dict, phase: str, kind: str | None = None, model: str | None = None) -> float:
+    return sum(r["flops"] for r in summary["ledger"] if r["category"] == "counted" and r["phase"] == phase
+               and (kind is None or r["kind"] == kind) and (model is None or r["model"] == model))
+
+
+def ledger_keys(summary: dict) -> set[tuple[str, str, str]]:
+    """(phase, kind, model) of every counted ledger row."""
+    return {(r["phase"], r["kind"], r["model"]) for r in summary["ledger"] if r["category"] == "counted"}
+
+
+def check_curve(summary: dict) -> None:
+    """Starts at 0 FLOPs, FLOPs never decrease, accuracies and lengths are sane."""
+    curve = summary["curve"]
+    assert curve[0]["flops"] == 0.0 and curve[0]["phase"] == "start"
+    flops = [p["flops"] for p in curve]
+    assert flops == sorted(flops)
+    assert flops[-1] == pytest.approx(summary["flops"]["counted"])
+    for point in curve:
+        assert 0.0 <= point["accuracy"] <= 1.0
+        assert all(0.0 <= a <= 1.0 for a in point["domain_accuracy"].values())
+        assert set(point["domain_accuracy"]) == set(summary["domains"])
+        assert math.isfinite(point["mean_length"]) and point["mean_length"] >= 0
+
+
+def spent_budget(summary: dict) -> bool:
+    return summary["flops"]["counted"] >= summary["budget_flops"]

@@ -1,0 +1,52 @@
+"""opd-multi: per-domain GRPO experts, then multi-teacher OPD into the student, on real tiny models."""
+
+from __future__ import annotations
+
+import pytest
+
+from methods.opd_multi import OPDMultiConfig
+from tests.methods.conftest import SMALL_DISTILL, SMALL_GRPO, check_curve, ledger_keys, phase_flops, run_method, spent_budget
+
+BUDGET = 8e10
+
+
+def test_experts_then_distillation_until_the_budget(fast_profile, tmp_path):
+    summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6,
+                         use_reward_rule="false", kl_threshold=0.0, **SMALL_GRPO, **SMALL_DISTILL)
+    keys = ledger_keys(summary)
+    for domain in ("math", "code"):
+        expert = f"expert:{domain}"
+        assert {(expert, "rollout", expert), (expert, "update", expert)} <= keys
+        # Each expert trains only in its own phase, on its own budget share (overshoot < one step).
+        assert not any(model == expert and kind != "score" and phase != expert for phase, kind, model in keys)
+        assert 0.3 * BUDGET <= phase_flops(summary, expert) < 0.3 * BUDGET + 0.1 * BUDGET
+        # In distillation the experts only score the student's samples.
+        assert ("distill", "score", expert) in keys
+        assert ("distill", "update", expert) not in keys
+    assert {("distill", "rollout", "student"), ("distill", "update", "student")} <= keys
+    assert not any(model == "student" and phase != "distill" for phase, _, model in keys)
+    assert spent_budget(summary)
+    check_curve(summary)
+    # The student does not train before distillation: every point before it equals the base.
+    first_distill = summary["flops"]["counted"] - phase_flops(summary, "distill")
+    before = [p for p in summary["curve"] if p["flops"] <= first_distill]
+    assert all(p["domain_accuracy"] == summary["curve"][0]["domain_accuracy"] for p in before)
+
+
+def test_distillation_stops_when_converged(fast_profile, tmp_path):
+    # A KL threshold no batch can miss: the rule fires after `patience` distillation steps.
+    summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.5,
+                         kl_threshold=1e9, patience=2, **SMALL_GRPO, **SMALL_DISTILL)
+    update_calls = [r["calls"] for r in summary["ledger"]
+                    if r["phase"] == "distill" and r["kind"] == "update" and r["model"] == "student"]
+    assert update_calls == [4]  # 2 steps x (forward + backward)
+    assert not spent_budget(summary)
+    assert phase_flops(summary, "distill") < 0.25 * BUDGET
+    check_curve(summary)
+
+
+@pytest.mark.parametrize("bad", [{"expert_fraction": 1.0}, {"expert_fraction": 0.0}, {"patience": 0},
+                                 {"distill_loss_type": "ppo"}, {"group_size": 1}, {"distill_lr": 0.0}])
+def test_config_rejects_bad_values(bad):
+    with pytest.raises(ValueError):
+        OPDMultiConfig(**bad)

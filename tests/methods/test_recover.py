@@ -1,0 +1,58 @@
+"""recover: learn a domain, lose it, recover it by GRPO and by OPD from the earlier self; FLOPs of each."""
+
+from __future__ import annotations
+
+import pytest
+
+from methods.recover import RecoverConfig
+from tests.methods.conftest import SMALL_DISTILL, SMALL_GRPO, check_curve, ledger_keys, phase_flops, run_method, spent_budget
+
+BUDGET = 6e10
+
+
+def _check_phases(summary: dict) -> None:
+    recovery = summary["recovery"]
+    assert set(recovery) == {"domain", "target", "grpo_flops", "opd_flops"}
+    assert recovery["domain"] == "code" and 0.0 <= recovery["target"] <= 1.0
+    keys = ledger_keys(summary)
+    assert {("stage:code", "update", "student"), ("stage:math", "update", "student")} <= keys
+    assert {("recover:target", "rollout", "self:code"), ("recover:target", "rollout", "student")} <= keys
+    for how, model in (("grpo", "recover:grpo"), ("opd", "student")):
+        # Every recovery starts with a counted held-out check of its policy.
+        assert (f"recover:{how}", "rollout", model) in keys
+        if recovery[f"{how}_flops"] is not None:
+            # Reached: the phase stopped right there, so its FLOPs are the recorded ones.
+            assert recovery[f"{how}_flops"] == pytest.approx(phase_flops(summary, f"recover:{how}"))
+    assert not any(m == "recover:grpo" and p != "recover:grpo" for p, _, m in keys)
+    check_curve(summary)
+
+
+def test_unreachable_target_trains_both_ways_to_the_cap(fast_profile, tmp_path):
+    summary = run_method(fast_profile, tmp_path, "recover", BUDGET, domain="code", target=1.0,
+                         check_size=16, check_every=2, **SMALL_GRPO, **SMALL_DISTILL)
+    _check_phases(summary)
+    assert summary["recovery"]["grpo_flops"] is None and summary["recovery"]["opd_flops"] is None
+    keys = ledger_keys(summary)
+    # GRPO recovery trains its own copy of the lost student; OPD trains the student from its self-teacher.
+    assert {("recover:grpo", "update", "recover:grpo"), ("recover:opd", "update", "student"),
+            ("recover:opd", "score", "self:code")} <= keys
+    cap = 0.25 * BUDGET
+    assert phase_flops(summary, "recover:grpo") >= cap
+    assert phase_flops(summary, "recover:opd") >= cap or spent_budget(summary)
+
+
+def test_relative_target_records_flops_where_reached(fast_profile, tmp_path):
+    summary = run_method(fast_profile, tmp_path, "recover", BUDGET, domain="code", check_size=16,
+                         **SMALL_GRPO, **SMALL_DISTILL)
+    _check_phases(summary)
+
+
+def test_needs_a_second_domain_to_forget_with(fast_profile, tmp_path):
+    with pytest.raises(ValueError, match="not in the suite"):
+        run_method(fast_profile, tmp_path, "recover", BUDGET, domain="logic")
+
+
+@pytest.mark.parametrize("bad", [{"target_fraction": 0.0}, {"stage_fraction": 1.0}, {"check_every": 0}, {"target": 1.5}])
+def test_config_rejects_bad_values(bad):
+    with pytest.raises(ValueError):
+        RecoverConfig(**bad)

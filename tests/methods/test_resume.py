@@ -1,0 +1,75 @@
+"""A multi-phase method killed mid-run and resumed ends with the ledger and curve of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.runner import Runner
+from methods.opd_multi import OPDMulti
+from tests.methods.conftest import SMALL_DISTILL, SMALL_GRPO, run_config
+
+# Experts on 60% of the budget, then distillation that never converges: every phase gets steps.
+SETTINGS = dict(expert_fraction=0.6, kl_threshold=0.0, use_reward_rule="false", **SMALL_GRPO, **SMALL_DISTILL)
+BUDGET = 8e10
+
+
+class Killed(Exception):
+    """Stands in for the process dying."""
+
+
+def counting(steps: list, run_dir=None) -> type:
+    """OPDMulti that appends to `steps` at each step; with `run_dir`, it dies in distillation after a
+    checkpoint there, at a step that wrote none (so the resumed run has work to redo)."""
+    state_file = run_dir / "checkpoints" / "latest" / "state.json" if run_dir else None
+
+    def stamp():
+        return state_file.stat().st_mtime_ns if state_file and state_file.exists() else None
+
+    class Counted(OPDMulti):
+        def run(self, ctx):
+            done = ctx.step_done
+
+            def step_done(**stats):
+                before = stamp()
+                done(**stats)
+                steps.append(1)
+                if before is not None and stamp() == before and "distill" in json.loads(state_file.read_text())["state"]:
+                    raise Killed
+
+            ctx.step_done = step_done
+            super().run(ctx)
+
+    return Counted
+
+
+def comparable(summary: dict) -> dict:
+    """What must not depend on the interruption: the ledger, the FLOP totals and the curve (less wall time)."""
+    curve = [{k: v for k, v in p.items() if k != "wall_s"} for p in summary["curve"]]
+    return {"ledger": summary["ledger"], "flops": summary["flops"], "curve": curve, "recovery": summary["recovery"]}
+
+
+@pytest.mark.slow
+def test_killed_in_distillation_resumes_to_the_same_record(fast_profile, tmp_path):
+    whole_steps, killed_steps, resumed_steps = [], [], []
+    runner = Runner(run_config(fast_profile, tmp_path / "a", "opd-multi", BUDGET, eval_every=0.1, **SETTINGS),
+                    progress=False)
+    runner.method_cls = counting(whole_steps)
+    whole = runner.run()
+    config = run_config(fast_profile, tmp_path / "b", "opd-multi", BUDGET, eval_every=0.1, **SETTINGS)
+    runner = Runner(config, progress=False)
+    runner.method_cls = counting(killed_steps, runner.dir)
+    with pytest.raises(Killed):
+        runner.run()
+    state = json.loads((runner.dir / "checkpoints" / "latest" / "state.json").read_text())
+    assert state["state"]["distill"]["steps"] >= 1  # the checkpoint is inside distillation
+    assert not (runner.dir / "summary.json").exists()
+    runner = Runner(config, resume=True, progress=False)
+    runner.method_cls = counting(resumed_steps)
+    resumed = runner.run()
+    assert comparable(resumed) == comparable(whole)
+    assert resumed["curve"][-1]["flops"] >= BUDGET
+    # It continued from the checkpoint (a fresh start would redo every step), redoing the lost ones.
+    assert len(killed_steps) < len(whole_steps) and len(resumed_steps) > len(whole_steps) - len(killed_steps)
+    assert len(resumed_steps) < len(whole_steps)

@@ -1,0 +1,34 @@
+"""sft: supervised training of the student on the external teacher's samples (counted)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.api import Rollouts
+from methods.sft import SFTConfig, ended_with_eos
+from tests.methods.conftest import check_curve, ledger_keys, run_method, spent_budget
+
+
+def test_trains_on_teacher_samples_until_the_budget(fast_profile, tmp_path):
+    summary = run_method(fast_profile, tmp_path, "sft", 2e10, keep="all", prompts_per_step=8)
+    assert ledger_keys(summary) == {("train", "rollout", "external"), ("train", "update", "student")}
+    assert spent_budget(summary)
+    check_curve(summary)
+
+
+def test_ended_with_eos_spots_truncated_samples():
+    eos, pad = 1, 0
+    ids = torch.tensor([[5, 6, 7, eos, pad], [5, 6, 7, 8, 9], [5, 6, pad, pad, pad]])  # [B, T]
+    attention = (torch.arange(5)[None] < torch.tensor([[4], [5], [2]])).long()
+    completion = attention * (torch.arange(5)[None] >= 2).long()
+    batch = Rollouts(problems=[None] * 3, n=1, input_ids=ids, attention_mask=attention,
+                     completion_mask=completion, completions=["", "", ""], rewards=torch.zeros(3),
+                     lengths=completion.sum(1).float())
+    assert ended_with_eos(batch, eos) == [True, False, False]
+
+
+@pytest.mark.parametrize("bad", [{"keep": "best"}, {"lr": 0.0}, {"samples_per_prompt": 0}, {"teacher": ""}])
+def test_config_rejects_bad_values(bad):
+    with pytest.raises(ValueError):
+        SFTConfig(**bad)
