@@ -1,0 +1,265 @@
+"""TorchRollout against transformers' own generate, a full-sequence forward, and the FLOP ledger.
+
+Tiny random Llama and Qwen2 models built from config classes (no tokenizer: prompts are ids). They are
+initialised with a large weight scale so that next-token distributions are peaked: argmax margins
+are then far above float noise, and greedy comparisons across batch shapes are meaningful.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from bench.flops import FlopSpec
+from bench.ledger import Ledger
+from bench.losses import token_logprobs
+from bench.metering import meter, unmeter
+from bench.rollout import RolloutBatch, RolloutBackend, TorchRollout, padded_logprobs, sample_next, to_padded
+
+VOCAB = 300
+SMALL_VOCAB = 12
+EOS = 1
+PROMPT_LENGTHS = (3, 5, 5, 8, 2, 8, 11, 5)
+
+
+def _build(family: str, vocab: int = VOCAB) -> torch.nn.Module:
+    shape = dict(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        bos_token_id=None,
+        eos_token_id=None,  # each test picks its EOS
+    )
+    torch.manual_seed(0)
+    if family == "llama":
+        return LlamaForCausalLM(LlamaConfig(**shape)).eval()
+    return Qwen2ForCausalLM(Qwen2Config(**shape)).eval()
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def model(request):
+    return _build(request.param)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return _build("llama")
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def stopper(request):
+    """A model with a 12-token vocabulary: EOS (id 1) is sampled often, so about half the rows stop early."""
+    return _build(request.param, vocab=SMALL_VOCAB)
+
+
+def _prompts(vocab: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(2, vocab, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return _prompts(VOCAB)
+
+
+@pytest.fixture(scope="module")
+def short_prompts():
+    return _prompts(SMALL_VOCAB)
+
+
+def _hf_greedy(model, prompt, max_new, eos_id) -> list[int]:
+    """transformers' greedy decoding of one prompt (no padding), cut after the first EOS."""
+    ids = torch.tensor([prompt])
+    out = model.generate(
+        ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
+        eos_token_id=eos_id if eos_id >= 0 else None, pad_token_id=0,
+    )[0, len(prompt):].tolist()  # fmt: skip
+    return out[: out.index(eos_id) + 1] if eos_id in out else out
+
+
+@pytest.mark.parametrize("max_pad_tokens", [0, 16])
+def test_greedy_equals_transformers_generate(model, prompts, max_pad_tokens):
+    free = [_hf_greedy(model, p, 12, eos_id=-1) for p in prompts]
+    eos = free[0][4]  # greedy emits it mid-way for at least one prompt: EOS stopping is compared too
+    batch = TorchRollout(max_pad_tokens=max_pad_tokens).generate(
+        model, prompts, n=2, max_new_tokens=12, eos_id=eos, pad_id=0, greedy=True
+    )
+    for i, p in enumerate(prompts):
+        expected = _hf_greedy(model, p, 12, eos)
+        assert batch.completion_ids[2 * i] == expected, f"prompt {i}"
+        assert batch.completion_ids[2 * i + 1] == expected
+        assert batch.finished[2 * i] == (expected[-1] == eos)
+    assert any(batch.finished) and not all(batch.finished)
+
+
+@pytest.mark.parametrize("max_pad_tokens", [0, 16])
+def test_logprobs_equal_full_sequence_forward(stopper, short_prompts, max_pad_tokens):
+    """At temperature 0.7 / top_p 0.9 the log-probs are still those of the unscaled model distribution."""
+    model = stopper
+    batch = TorchRollout(max_pad_tokens=max_pad_tokens).generate(
+        model, short_prompts, n=3, max_new_tokens=10, temperature=0.7, top_p=0.9, eos_id=EOS, pad_id=0,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    input_ids, attention_mask, completion_mask = to_padded(batch, pad_id=0)
+    with torch.no_grad():
+        full = token_logprobs(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids)  # [B, T]
+    ours = padded_logprobs(batch)  # [B, T]
+    assert ours.shape == full.shape
+    assert torch.allclose(ours * completion_mask, full * completion_mask, atol=1e-4)
+    assert int(completion_mask.sum()) == batch.total_tokens
+    assert 4 <= sum(batch.finished) < len(batch.finished) - 4
+    assert not batch.logprobs[0].is_inference()  # usable in a later autograd graph
+
+
+def test_same_seed_same_samples(llama, prompts):
+    def run(seed):
+        return TorchRollout().generate(
+            llama, prompts, n=4, max_new_tokens=8, eos_id=1, pad_id=0, generator=torch.Generator().manual_seed(seed)
+        )
+
+    a, b, c = run(7), run(7), run(8)
+    assert a.completion_ids == b.completion_ids
+    assert all(torch.equal(x, y) for x, y in zip(a.logprobs, b.logprobs))
+    assert a.completion_ids != c.completion_ids
+
+
+def _expected_flops(spec: FlopSpec, batch: RolloutBatch) -> tuple[int, int]:
+    """One prefill per prompt (last logit only), then one cached step per fed token; and tokens fed."""
+    flops = sum(spec.forward_flops(len(p), logit_tokens=1) for p in batch.prompt_ids)
+    tokens = sum(len(p) for p in batch.prompt_ids)
+    for k, g in enumerate(batch.lengths):
+        plen = len(batch.prompt_ids[k // batch.n])
+        flops += sum(spec.forward_flops(1, past_tokens=plen + s - 1) for s in range(1, g))  # last token not fed
+        tokens += g - 1
+    return flops, tokens
+
+
+@pytest.mark.parametrize("max_pad_tokens", [0, 16])
+def test_ledger_charges_one_prefill_per_prompt_and_no_finished_rows(stopper, short_prompts, max_pad_tokens):
+    model, ledger = stopper, Ledger()
+    meter(model, "policy", ledger)
+    try:
+        engine = TorchRollout(max_pad_tokens=max_pad_tokens)
+        batch = engine.generate(
+            model, short_prompts, n=4, max_new_tokens=10, eos_id=EOS, pad_id=0,
+            generator=torch.Generator().manual_seed(3),
+        )  # fmt: skip
+    finally:
+        unmeter(model)
+    spec = FlopSpec.from_config(model.config)
+    flops, tokens = _expected_flops(spec, batch)
+    pad_keys = engine.last_stats["pad_keys"]
+    assert (pad_keys == 0) == (max_pad_tokens == 0)
+    # padded keys are attended (and charged) only in decode: 4 L H d_h FLOPs each
+    flops += 4 * spec.layers * spec.heads * spec.head_dim * pad_keys
+    rows = ledger.rows()
+    assert [r["kind"] for r in rows] == ["rollout"]
+    assert rows[0]["flops"] == flops
+    assert rows[0]["tokens"] == tokens == engine.last_stats["prefill_tokens"] + engine.last_stats["decode_tokens"]
+    assert 4 <= sum(batch.finished) < len(batch.finished) - 4  # rows did leave the batch early
+
+
+def test_eos_stops_a_sequence(stopper, short_prompts):
+    eos = EOS
+    batch = TorchRollout().generate(
+        stopper, short_prompts, n=4, max_new_tokens=10, eos_id=eos, pad_id=0, generator=torch.Generator().manual_seed(2)
+    )
+    for ids, lp, g, done in zip(batch.completion_ids, batch.logprobs, batch.lengths, batch.finished):
+        assert len(ids) == g == lp.numel()
+        assert eos not in ids[:-1]
+        assert done == (ids[-1] == eos)
+        assert done or g == 10
+    assert 0 < sum(batch.finished) < len(batch.finished)
+
+
+def test_tiny_top_p_is_greedy(model, prompts):
+    engine = TorchRollout()
+    greedy = engine.generate(model, prompts, n=2, max_new_tokens=8, eos_id=1, pad_id=0, greedy=True)
+    nucleus = engine.generate(
+        model, prompts, n=2, max_new_tokens=8, top_p=1e-6, eos_id=1, pad_id=0, generator=torch.Generator().manual_seed(0)
+    )
+    assert nucleus.completion_ids == greedy.completion_ids
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_temperature_is_respected(llama, temperature):
+    """The mean of log p_T(y) over 4000 first tokens matches its expectation under p_T = softmax(z / T)
+    within 4 standard errors, and would be far off had the engine sampled from softmax(z)."""
+    prompt, draws = [5, 17, 42], 4000
+    batch = TorchRollout().generate(
+        llama, [prompt], n=draws, max_new_tokens=1, temperature=temperature, eos_id=-1, pad_id=0,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    with torch.no_grad():
+        logits = llama(input_ids=torch.tensor([prompt])).logits[0, -1].double()
+    log_pt = torch.log_softmax(logits / temperature, -1)
+    pt, p1 = log_pt.exp(), torch.softmax(logits, -1)
+    expected = (pt * log_pt).sum()
+    stderr = (((pt * log_pt**2).sum() - expected**2) / draws).sqrt()
+    observed = log_pt[torch.tensor([c[0] for c in batch.completion_ids])].mean()
+    assert abs(observed - expected) < 4 * stderr
+    assert abs((p1 * log_pt).sum() - expected) > 10 * stderr  # the check can tell T from 1
+
+
+def test_sample_next_top_p_keeps_the_smallest_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).expand(2000, 4)
+    tokens, logp = sample_next(logits, top_p=0.75, generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(tokens, minlength=4)
+    assert counts[2:].sum() == 0  # 0.5 + 0.3 reaches 0.75: tokens 2 and 3 are cut
+    assert 0.55 < counts[0] / 2000 < 0.70  # renormalised: 0.5 / 0.8 = 0.625
+    assert torch.allclose(logp, torch.log(torch.tensor([0.5, 0.3]))[tokens])
+
+
+def test_chunking_and_greedy_copies_do_not_change_results(llama, prompts):
+    small = TorchRollout(max_rows=3).generate(llama, prompts, n=3, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
+    big = TorchRollout().generate(llama, prompts, n=3, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
+    assert small.completion_ids == big.completion_ids
+    assert small.prompt_ids == prompts and small.n == 3
+
+
+def test_to_padded_layout():
+    batch = RolloutBatch(
+        prompt_ids=[[5, 6], [7]],
+        completion_ids=[[8], [9, 1], [10, 11, 12], [1]],
+        logprobs=[torch.tensor([-0.1]), torch.tensor([-0.2, -0.3]), torch.tensor([-1.0, -2.0, -3.0]), torch.tensor([-0.5])],
+        lengths=[1, 2, 3, 1],
+        finished=[False, True, False, True],
+    )
+    input_ids, attention_mask, completion_mask = to_padded(batch, pad_id=0)
+    assert input_ids.tolist() == [[5, 6, 8, 0], [5, 6, 9, 1], [7, 10, 11, 12], [7, 1, 0, 0]]
+    assert attention_mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]]
+    assert completion_mask.tolist() == [[0, 0, 1, 0], [0, 0, 1, 1], [0, 1, 1, 1], [0, 1, 0, 0]]
+    assert padded_logprobs(batch).tolist()[2] == [0.0, -1.0, -2.0, -3.0]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(n=0), "n and max_new_tokens"),
+        (dict(max_new_tokens=0), "n and max_new_tokens"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(prompts=[[1, 2], []]), "prompt 1 is empty"),
+        (dict(prompts=[[1, VOCAB]]), "outside"),
+    ],
+)
+def test_bad_arguments_are_rejected(llama, bad, message):
+    args = dict(prompts=[[1, 2]], n=1, max_new_tokens=2, eos_id=1, pad_id=0) | bad
+    with pytest.raises(ValueError, match=message):
+        TorchRollout().generate(llama, args.pop("prompts"), **args)
+
+
+def test_training_mode_is_restored_and_protocol_met(llama):
+    llama.train()
+    try:
+        TorchRollout().generate(llama, [[3, 4]], n=1, max_new_tokens=2, eos_id=1, pad_id=0)
+        assert llama.training
+    finally:
+        llama.eval()
+    assert isinstance(TorchRollout(), RolloutBackend)
