@@ -1,0 +1,56 @@
+"""Task suites for OPD-Bench: domains, generators, verifiers, splits (DESIGN section 4).
+
+    from tasks import get_suite
+    suite = get_suite("four_domain", "easy", "tiny")
+
+`DOMAINS` is the registry: domain name -> lazy "module:Class". A domain module holds its generators
+for both prompt formats and its verifier; `tasks.suites` turns domains into suites with seeded train
+samplers, fixed held-out splits and content hashes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.base import DIFFICULTIES, FORMATS, Domain, Problem, UnknownSuiteError, as_messages, check_choice
+from tasks.suites import HELDOUT_PER_DOMAIN, SUITES, Suite, get_domain, get_suite, list_suites
+
+DOMAINS: dict[str, str] = {
+    "math": "tasks.math:MathDomain",
+    "code": "tasks.code:CodeDomain",
+    "logic": "tasks.logic:LogicDomain",
+    "strings": "tasks.strings:StringsDomain",
+}
+
+__all__ = [
+    "DIFFICULTIES", "DOMAINS", "FORMATS", "HELDOUT_PER_DOMAIN", "SUITES", "Domain", "Problem", "Suite",
+    "UnknownSuiteError", "as_messages", "describe_suites", "get_domain", "get_suite", "list_suites",
+]
+
+
+def describe_suites(fmt: str = "tiny", difficulties: tuple[str, ...] = DIFFICULTIES) -> list[dict[str, Any]]:
+    """One row per (suite, difficulty): domains, split sizes, version, content hash and an example.
+
+    Generates every held-out split involved (seconds in the tiny format; cached per process).
+    """
+    check_choice("format", fmt, FORMATS)
+    rows = []
+    for name in list_suites():
+        for difficulty in difficulties:
+            suite = get_suite(name, check_choice("difficulty", difficulty, DIFFICULTIES), fmt)
+            heldout = suite.heldout()
+            example = heldout[0]
+            rows.append({
+                "suite": name,
+                "difficulty": difficulty,
+                "format": fmt,
+                "domains": list(suite.domains),
+                "version": suite.version,
+                "heldout_size": len(heldout),
+                "heldout_per_domain": len(heldout) // len(suite.domains),
+                "train_size": None,  # endless sampler
+                "content_hash": suite.content_hash,
+                "example_prompt": example.prompt,
+                "example_answer": example.answer,
+            })
+    return rows

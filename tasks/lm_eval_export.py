@@ -1,0 +1,136 @@
+"""Export a suite's held-out split as an lm-evaluation-harness task, scored by our own verifiers.
+
+    from tasks import get_suite
+    from tasks.lm_eval_export import export
+    export(get_suite("math_code", "easy", "hf"), "lm_eval_tasks/")
+    # lm_eval --model hf --model_args pretrained=/path/to/model --include_path lm_eval_tasks \
+    #         --tasks opd_bench_math_code_easy_hf [--apply_chat_template]
+
+Writes, into `out_dir`:
+- `<task>_<domain>.jsonl`: the held-out problems of each domain (`meta` as a JSON string);
+- `<task>_<domain>.yaml`: one `generate_until` task per domain, greedy decoding, absolute
+  `data_files` paths, and `process_results: !function utils.process_results`;
+- `<task>.yaml`: the group; its `acc` is the unweighted mean over domains, the suite accuracy of
+  DESIGN section 3 (every domain has the same number of held-out prompts anyway);
+- `utils.py`: `process_results`, which rebuilds the `Problem` and calls the domain's verifier, so
+  lm-eval's number and ours come from the same code. It imports this checkout's `tasks` package.
+
+hf-format suites are chat prompts: pass `--apply_chat_template` for chat models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tasks.suites import Suite
+
+_MAX_GEN_TOKS = {"tiny": 128, "hf": 1024}
+
+_UTILS = '''"""lm-eval hooks for OPD-Bench suites (written by tasks.lm_eval_export; regenerate, do not edit)."""
+
+import functools
+import sys
+
+_REPO = {repo!r}
+if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+
+from tasks.suites import get_domain, problem_from_record  # noqa: E402
+
+
+@functools.lru_cache(maxsize=None)
+def _domain(name):
+    return get_domain(name)
+
+
+def process_results(doc, results):
+    """lm-eval hook: 1.0 if the generated text answers the problem, by our own verifier."""
+    problem = problem_from_record(doc)
+    completion = results[0] if results else ""
+    return {{"acc": _domain(problem.domain).score(completion, problem)}}
+'''
+
+
+def task_name(suite: Suite) -> str:
+    """The lm-eval group name of a suite, e.g. `opd_bench_math_code_easy_tiny`."""
+    return f"opd_bench_{suite.name}_{suite.difficulty}_{suite.fmt}"
+
+
+def _q(value: str) -> str:
+    """A YAML double-quoted scalar (JSON strings are valid YAML)."""
+    return json.dumps(value)
+
+
+def _task_yaml(name: str, data_path: Path, suite: Suite) -> str:
+    until = '["\\n"]' if suite.fmt == "tiny" else "[]"
+    return f"""# OPD-Bench {suite.id} (suite version {suite.version}, hash {suite.content_hash}); generated, do not edit
+task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {_q(str(data_path))}
+  cache_dir: {_q(str(data_path.parent / ".hf-datasets-cache"))}
+test_split: test
+output_type: generate_until
+num_fewshot: 0
+doc_to_text: prompt
+doc_to_target: answer
+generation_kwargs:
+  until: {until}
+  do_sample: false
+  temperature: 0.0
+  max_gen_toks: {_MAX_GEN_TOKS[suite.fmt]}
+process_results: !function utils.process_results
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: {float(suite.version)}
+  suite_hash: {_q(suite.content_hash)}
+"""
+
+
+def _group_yaml(name: str, tasks: list[str], suite: Suite) -> str:
+    listed = "\n".join(f"  - {t}" for t in tasks)
+    return f"""# OPD-Bench {suite.id}: suite accuracy = mean over domains; generated, do not edit
+group: {name}
+task:
+{listed}
+aggregate_metric_list:
+  - metric: acc
+    aggregation: mean
+    weight_by_size: false
+metadata:
+  version: {float(suite.version)}
+  suite_hash: {_q(suite.content_hash)}
+"""
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def export(suite: Suite, out_dir: str | os.PathLike) -> Path:
+    """Write the suite as an lm-eval task group into `out_dir`; returns the group YAML's path."""
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    group = task_name(suite)
+    records = suite.heldout_records()
+    subtasks = []
+    for domain in suite.domains:
+        name = f"{group}_{domain}"
+        data_path = out / f"{name}.jsonl"
+        rows = [r for r in records if r["domain"] == domain]
+        _write(data_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        _write(out / f"{name}.yaml", _task_yaml(name, data_path, suite))
+        subtasks.append(name)
+    repo_root = str(Path(__file__).resolve().parent.parent)
+    _write(out / "utils.py", _UTILS.format(repo=repo_root))
+    group_path = out / f"{group}.yaml"
+    _write(group_path, _group_yaml(group, subtasks, suite))
+    return group_path

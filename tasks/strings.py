@@ -1,0 +1,137 @@
+"""Strings domain: reverse, sort and count letters (tiny); reasoning-gym string tasks (hf).
+
+Tiny prompt: an operation code, the input, then the separator `>`:
+- reverse `r:qwzx>` -> `xzwq`, worked `x,z,w,q#xzwq`;
+- sort `s:qwzx>` -> `qwxz`, worked `q1w1x1z1#qwxz` (letter counts in alphabetical order);
+- count `c:a:abaca>` -> `3`, worked `a1b1a2c2a3#3` (running count after each letter).
+Counting draws its text from a small alphabet (`count_alphabet` letters) so counts are not all 0/1.
+
+hf prompt: reasoning-gym `spell_backward`, `letter_counting` and `number_sorting`, plus our reverse and
+sort in words. Normalisation (own generators): extract the final answer and drop spaces and quotes;
+reverse and sort compare case-insensitively, counts as plain ASCII integers. reasoning-gym problems
+use its verifier, except `number_sorting`, whose numbers must match exactly (see `tasks.rg`).
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from collections import Counter
+from typing import Any
+
+from tasks.base import Problem, extract_answer, final_form, hf_prompt, parse_int, pick
+from tasks.rg import sample_rg, score_rg
+
+SEPARATOR = ">"
+
+TINY_LEVELS: dict[str, dict[str, Any]] = {
+    "easy": {"ops": "rsc", "length": [3, 4], "alphabet": 26, "count_alphabet": 3},
+    "medium": {"ops": "rsc", "length": [5, 5], "alphabet": 26, "count_alphabet": 4},
+    "hard": {"ops": "rsc", "length": [6, 6], "alphabet": 26, "count_alphabet": 4},
+}
+
+HF_LEVELS: dict[str, list[tuple[str, float, dict[str, Any]]]] = {
+    "easy": [
+        ("text", 1.0, {"ops": "rs", "length": [5, 7], "alphabet": 26, "count_alphabet": 4}),
+        ("rg:spell_backward", 1.0, {"min_word_len": 3, "max_word_len": 6}),
+        ("rg:letter_counting", 1.0, {"min_words": 3, "max_words": 6}),
+        ("rg:number_sorting", 1.0, {"min_numbers": 3, "max_numbers": 5, "min_decimals": 0,
+                                    "max_decimals": 0}),
+    ],
+    "medium": [
+        ("text", 1.0, {"ops": "rs", "length": [8, 10], "alphabet": 26, "count_alphabet": 4}),
+        ("rg:spell_backward", 1.0, {"min_word_len": 6, "max_word_len": 9}),
+        ("rg:letter_counting", 1.0, {"min_words": 6, "max_words": 12}),
+        ("rg:number_sorting", 1.0, {"min_numbers": 5, "max_numbers": 8, "min_decimals": 0,
+                                    "max_decimals": 1}),
+    ],
+    "hard": [
+        ("text", 1.0, {"ops": "rs", "length": [12, 16], "alphabet": 26, "count_alphabet": 4}),
+        ("rg:spell_backward", 1.0, {"min_word_len": 8, "max_word_len": 10}),
+        ("rg:letter_counting", 1.0, {"min_words": 12, "max_words": 20}),
+        ("rg:number_sorting", 1.0, {"min_numbers": 8, "max_numbers": 12, "min_decimals": 1,
+                                    "max_decimals": 2}),
+    ],
+}
+
+_HF_OPS = {"r": "Reverse the string", "s": "Sort the letters of the string in alphabetical order"}
+
+
+def _draw(rng: random.Random, level: dict[str, Any]) -> tuple[str, str, str]:
+    """(op, target letter or "", text)."""
+    op = rng.choice(level["ops"])
+    n = rng.randint(*level["length"])
+    if op == "c":
+        letters = rng.sample(string.ascii_lowercase, level["count_alphabet"])
+        return op, rng.choice(letters), "".join(rng.choice(letters) for _ in range(n))
+    letters = string.ascii_lowercase[: level["alphabet"]]
+    return op, "", "".join(rng.choice(letters) for _ in range(n))
+
+
+def _answer_and_steps(op: str, target: str, text: str) -> tuple[str, str]:
+    if op == "r":
+        answer = text[::-1]
+        return answer, ",".join(answer)
+    if op == "s":
+        counts = sorted(Counter(text).items())
+        return "".join(sorted(text)), "".join(f"{ch}{n}" for ch, n in counts)
+    running, steps = 0, []
+    for ch in text:
+        running += ch == target
+        steps.append(f"{ch}{running}")
+    return str(running), "".join(steps)
+
+
+def _problem(rng: random.Random, level: dict[str, Any], difficulty: str, fmt: str) -> Problem:
+    op, target, text = _draw(rng, level)
+    answer, steps = _answer_and_steps(op, target, text)
+    meta = {"generator": "text", "op": op, "difficulty": difficulty, "fmt": fmt}
+    if fmt == "tiny":
+        head = f"c:{target}:" if op == "c" else f"{op}:"
+        return Problem("strings", f"{head}{text}{SEPARATOR}", answer, steps + final_form(answer, fmt), meta)
+    if op == "c":
+        body = f'How many times does the letter "{target}" appear in the string "{text}"?'
+    else:
+        body = f'{_HF_OPS[op]} "{text}". Answer with the resulting string only, without quotes.'
+    solution = f"Step by step: {steps}\n{final_form(answer, fmt)}"
+    return Problem("strings", hf_prompt(body), answer, solution, meta)
+
+
+def _normalise(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return text.replace(" ", "").strip("\"'`").removesuffix(".").lower()
+
+
+class StringsDomain:
+    """Reversing, sorting and counting letters; hf adds reasoning-gym string tasks."""
+
+    name = "strings"
+
+    def config(self, difficulty: str, fmt: str) -> dict[str, Any]:
+        if fmt == "tiny":
+            return {"tiny": TINY_LEVELS[difficulty], "separator": SEPARATOR}
+        return {"hf": [list(entry) for entry in HF_LEVELS[difficulty]]}
+
+    def sample(self, rng: random.Random, difficulty: str, fmt: str) -> Problem:
+        if fmt == "tiny":
+            return _problem(rng, TINY_LEVELS[difficulty], difficulty, fmt)
+        mix = HF_LEVELS[difficulty]
+        generator = pick(rng, [(name, weight) for name, weight, _ in mix])
+        settings = next(s for name, _, s in mix if name == generator)
+        if generator == "text":
+            return _problem(rng, settings, difficulty, fmt)
+        return sample_rg(generator.removeprefix("rg:"), settings, rng, self.name, difficulty)
+
+    def score(self, completion: str, problem: Problem) -> float:
+        try:
+            if problem.meta.get("generator", "").startswith("rg:"):
+                return score_rg(completion, problem)
+            got = _normalise(extract_answer(completion, problem.meta.get("fmt", "tiny")))
+            if got is None:
+                return 0.0
+            if problem.meta.get("op") == "c":
+                return 1.0 if parse_int(got) is not None and parse_int(got) == parse_int(problem.answer) else 0.0
+            return 1.0 if got == problem.answer.lower() else 0.0
+        except Exception:  # hostile text must never crash an evaluation
+            return 0.0

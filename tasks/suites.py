@@ -1,0 +1,216 @@
+"""Suites: named sets of domains at one difficulty and format, with their train and held-out splits.
+
+    suite = get_suite("math_code", "easy", "tiny")
+    problems = suite.train_sampler(seed=0)          # endless, seeded, never yields a held-out prompt
+    heldout = suite.heldout()                       # 1,000 prompts per domain, the same for everyone
+    suite.score(problem, completion)                # 0.0 or 1.0
+
+The split (DESIGN section 4): a prompt belongs to the held-out space when a hash of its text falls in
+one fixed bucket (`tasks.base.in_heldout_bucket`, 1/8 of prompt space). The train sampler draws from
+the generators and rejects that bucket; the held-out split is drawn from a fixed seed per
+(domain, difficulty, format), keeps only that bucket and drops duplicate prompts. Both come from one
+distribution, neither depends on the method or run seed, and a domain's held-out split is the same in
+every suite that contains it. `content_hash` pins the held-out prompts, answers and generator settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tasks.base import DIFFICULTIES, FORMATS, Domain, Problem, check_choice, in_heldout_bucket
+
+if TYPE_CHECKING:
+    import datasets
+
+# Bump when a generator, prompt format or verifier changes what a suite means.
+SUITE_VERSION = "1"
+HELDOUT_PER_DOMAIN = 1000
+# Held-out generation gives up after this many draws per kept problem (a sign of a tiny prompt space).
+_MAX_DRAWS_PER_KEPT = 200
+
+SUITES: dict[str, tuple[str, ...]] = {
+    "math": ("math",),
+    "code": ("code",),
+    "logic": ("logic",),
+    "strings": ("strings",),
+    "math_code": ("math", "code"),
+    "four_domain": ("math", "code", "logic", "strings"),
+}
+
+_HELDOUT_CACHE: dict[tuple[str, str, str, int], list[Problem]] = {}
+
+
+def list_suites() -> list[str]:
+    """Names of the registered suites."""
+    return list(SUITES)
+
+
+def get_domain(name: str) -> Domain:
+    """Instantiate a domain from the registry in `tasks/__init__.py` (lazy `module:Class`)."""
+    import importlib
+
+    import tasks
+
+    check_choice("domain", name, list(tasks.DOMAINS))
+    module_name, _, class_name = tasks.DOMAINS[name].partition(":")
+    domain = getattr(importlib.import_module(module_name), class_name)()
+    if not isinstance(domain, Domain) or domain.name != name:
+        raise TypeError(f"{tasks.DOMAINS[name]} does not implement the Domain protocol as {name!r}")
+    return domain
+
+
+def get_suite(name: str, difficulty: str = "easy", fmt: str = "tiny") -> Suite:
+    """A registered suite at one difficulty and format; unknown values raise `UnknownSuiteError`."""
+    check_choice("suite", name, list(SUITES))
+    check_choice("difficulty", difficulty, DIFFICULTIES)
+    check_choice("format", fmt, FORMATS)
+    return Suite(name, difficulty, fmt, SUITES[name])
+
+
+def cache_dir() -> Path:
+    """Where materialised splits live: $OPD_BENCH_CACHE, default ~/.cache/opd-bench."""
+    return Path(os.environ.get("OPD_BENCH_CACHE") or Path.home() / ".cache" / "opd-bench")
+
+
+def generate_heldout(domain: Domain, difficulty: str, fmt: str, n: int = HELDOUT_PER_DOMAIN) -> list[Problem]:
+    """The fixed held-out split of one domain: `n` distinct prompts from the held-out bucket."""
+    rng = random.Random(f"opd-bench/heldout/{domain.name}/{difficulty}/{fmt}")
+    seen: set[str] = set()
+    out: list[Problem] = []
+    for _ in range(n * _MAX_DRAWS_PER_KEPT):
+        problem = domain.sample(rng, difficulty, fmt)
+        if problem.prompt in seen or not in_heldout_bucket(problem.prompt):
+            continue
+        seen.add(problem.prompt)
+        out.append(problem)
+        if len(out) == n:
+            return out
+    raise RuntimeError(
+        f"{domain.name}/{difficulty}/{fmt}: only {len(out)} distinct held-out prompts after "
+        f"{n * _MAX_DRAWS_PER_KEPT} draws; the generator's prompt space is too small"
+    )
+
+
+class Suite:
+    """A list of domains at one difficulty and prompt format."""
+
+    def __init__(self, name: str, difficulty: str, fmt: str, domains: Sequence[str]):
+        self.name = name
+        self.difficulty = difficulty
+        self.fmt = fmt
+        self.domains = tuple(domains)
+        self.version = SUITE_VERSION
+        self._domains = {d: get_domain(d) for d in self.domains}
+
+    def __repr__(self) -> str:
+        return f"Suite({self.name!r}, {self.difficulty!r}, {self.fmt!r}, domains={self.domains})"
+
+    @property
+    def id(self) -> str:
+        """`name-difficulty-fmt`, e.g. `math_code-easy-tiny`."""
+        return f"{self.name}-{self.difficulty}-{self.fmt}"
+
+    def domain(self, name: str) -> Domain:
+        return self._domains[check_choice(f"domain of suite {self.name}", name, self.domains)]
+
+    def config(self) -> dict[str, Any]:
+        """The generator settings of every domain (part of the content hash)."""
+        return {d: dom.config(self.difficulty, self.fmt) for d, dom in self._domains.items()}
+
+    def train_sampler(
+        self,
+        seed: int,
+        domains: Sequence[str] | None = None,
+        weights: Mapping[str, float] | None = None,
+    ) -> Iterator[Problem]:
+        """Endless seeded stream of training problems, none from the held-out bucket.
+
+        Args:
+            seed: run seed; the same seed gives the same stream.
+            domains: restrict to these domains of the suite (default: all).
+            weights: relative domain frequencies (default: uniform).
+        """
+        chosen = tuple(self.domains if domains is None else domains)
+        for d in chosen:
+            check_choice(f"domain of suite {self.name}", d, self.domains)
+        if not chosen:
+            raise ValueError("train_sampler needs at least one domain")
+        w = [float((weights or {}).get(d, 1.0)) for d in chosen]
+        if any(x < 0 for x in w) or sum(w) <= 0:
+            raise ValueError(f"domain weights must be >= 0 with a positive sum, got {dict(zip(chosen, w))}")
+        return self._train_stream(random.Random(f"opd-bench/train/{seed}"), chosen, w)
+
+    def _train_stream(self, rng: random.Random, domains: tuple[str, ...], w: list[float]) -> Iterator[Problem]:
+        while True:
+            d = rng.choices(domains, weights=w, k=1)[0]
+            problem = self._domains[d].sample(rng, self.difficulty, self.fmt)
+            if not in_heldout_bucket(problem.prompt):
+                yield problem
+
+    def heldout(self, domain: str | None = None) -> list[Problem]:
+        """The held-out split (cached): one domain's, or all domains' concatenated in suite order."""
+        names = self.domains if domain is None else (self.domain(domain).name,)
+        out: list[Problem] = []
+        for d in names:
+            key = (d, self.difficulty, self.fmt, HELDOUT_PER_DOMAIN)
+            if key not in _HELDOUT_CACHE:
+                _HELDOUT_CACHE[key] = generate_heldout(self._domains[d], self.difficulty, self.fmt)
+            out.extend(_HELDOUT_CACHE[key])
+        return out
+
+    def score(self, problem: Problem, completion: str) -> float:
+        """1.0 if `completion` answers `problem` correctly, else 0.0; never raises on hostile text."""
+        if problem.domain not in self._domains:
+            return 0.0
+        return self._domains[problem.domain].score(completion, problem)
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 over the version, generator settings and held-out prompts + answers."""
+        h = hashlib.sha256()
+        header = {"version": self.version, "difficulty": self.difficulty, "fmt": self.fmt,
+                  "domains": self.domains, "config": self.config()}
+        h.update(json.dumps(header, sort_keys=True).encode())
+        for p in self.heldout():
+            h.update(json.dumps([p.domain, p.prompt, p.answer]).encode())
+        return h.hexdigest()
+
+    def heldout_records(self) -> list[dict[str, Any]]:
+        """Held-out problems as flat JSON-friendly rows (`meta` as a JSON string)."""
+        return [
+            {"id": f"{self.id}/{d}/{i}", "domain": p.domain, "prompt": p.prompt,
+             "answer": p.answer, "solution": p.solution, "meta": json.dumps(p.meta, sort_keys=True)}
+            for d in self.domains
+            for i, p in enumerate(self.heldout(d))
+        ]
+
+    def heldout_dataset(self) -> datasets.Dataset:
+        """The held-out split as a `datasets.Dataset`, materialised once as parquet in `cache_dir()`."""
+        import datasets
+
+        path = cache_dir() / "suites" / f"{self.id}-v{self.version}-{self.content_hash[:16]}.parquet"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            datasets.Dataset.from_list(self.heldout_records()).to_parquet(str(tmp))
+            os.replace(tmp, path)  # atomic: a reader never sees half a file
+        return datasets.Dataset.from_parquet(str(path), cache_dir=str(cache_dir() / "hf-datasets"))
+
+
+def problem_from_record(record: Mapping[str, Any]) -> Problem:
+    """Rebuild a `Problem` from a `heldout_records()` row (as read back from parquet or jsonl)."""
+    meta = record.get("meta") or "{}"
+    return Problem(
+        domain=str(record["domain"]),
+        prompt=str(record["prompt"]),
+        answer=str(record["answer"]),
+        solution=str(record["solution"]),
+        meta=json.loads(meta) if isinstance(meta, str) else dict(meta),
+    )

@@ -1,0 +1,64 @@
+"""lm-eval export: the written YAML loads in lm-eval's TaskManager, reads our documents, and scores
+completions exactly as our own verifier does."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks import get_suite
+from tasks.lm_eval_export import export, task_name
+
+lm_eval_tasks = pytest.importorskip("lm_eval.tasks")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lm_eval_tasks")
+    suite = get_suite("math_code", "easy", "tiny")
+    group_yaml = export(suite, out)
+    manager = lm_eval_tasks.TaskManager(include_path=str(out), include_defaults=False)
+    return suite, out, group_yaml, manager
+
+
+def test_export_writes_group_tasks_data_and_hook(exported):
+    suite, out, group_yaml, _ = exported
+    name = task_name(suite)
+    assert group_yaml == out / f"{name}.yaml"
+    for domain in suite.domains:
+        text = (out / f"{name}_{domain}.yaml").read_text()
+        assert f'test: "{out / f"{name}_{domain}.jsonl"}"' in text  # absolute data path
+        assert "output_type: generate_until" in text and "do_sample: false" in text
+        assert "process_results: !function utils.process_results" in text
+        assert suite.content_hash in text
+        assert len((out / f"{name}_{domain}.jsonl").read_text().splitlines()) == 1000
+    assert "weight_by_size: false" in group_yaml.read_text()
+    assert (out / "utils.py").exists()
+
+
+def test_task_manager_loads_group_and_reads_documents(exported):
+    suite, _, _, manager = exported
+    name = task_name(suite)
+    assert {name, f"{name}_math", f"{name}_code"} <= set(manager.all_tasks)
+    loaded = manager.load([name])
+    assert name in loaded["groups"]
+    assert set(loaded["group_map"][name]) == {f"{name}_math", f"{name}_code"}
+    for domain in suite.domains:
+        task = loaded["tasks"][f"{name}_{domain}"]
+        docs = list(task.eval_docs)
+        heldout = suite.heldout(domain)
+        assert len(docs) == len(heldout)
+        assert [task.doc_to_text(d) for d in docs] == [p.prompt for p in heldout]
+        assert task.config.generation_kwargs["do_sample"] is False
+
+
+def test_lm_eval_metric_is_our_verifier(exported):
+    suite, _, _, manager = exported
+    name = task_name(suite)
+    loaded = manager.load([name])
+    for domain in suite.domains:
+        task = loaded["tasks"][f"{name}_{domain}"]
+        docs = list(task.eval_docs)[:100]
+        for doc, problem in zip(docs, suite.heldout(domain)):
+            for completion in (problem.answer, problem.solution, problem.answer + "0", "", "#__import__('os')"):
+                got = task.process_results(doc, [completion])["acc"]
+                assert got == suite.score(problem, completion)
