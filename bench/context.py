@@ -94,6 +94,9 @@ class RunContext:
         if saved is not None:
             policy.load_state(saved)
         self.policies[policy.name] = policy
+        if policy.name == self.state.get("student"):
+            # A resumed run's deliverable comes back when the method re-creates it (set_student).
+            self.student = policy
         return policy
 
     def clone(self, policy: Policy, name: str) -> Policy:

@@ -140,8 +140,6 @@ class Runner:
             on_step=lambda stats: self._after_step(ctx, stats),
             **(checkpoint or {}),
         )
-        if ctx.state.get("student"):
-            ctx.student = ctx.policies[ctx.state["student"]]
         self.ctx = ctx
         self._t0 = time.perf_counter()
         with evaluation.progress(self.config.budget, enabled=self.show_progress) as bar:

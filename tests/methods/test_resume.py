@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from bench.runner import Runner
+from bench.api import RunContext
+from methods.grpo import GRPOStepConfig, grpo_step
 from methods.opd_multi import OPDMulti
 from tests.methods.conftest import SMALL_DISTILL, SMALL_GRPO, run_config
 
@@ -19,15 +22,15 @@ class Killed(Exception):
     """Stands in for the process dying."""
 
 
-def counting(steps: list, run_dir=None) -> type:
-    """OPDMulti that appends to `steps` at each step; with `run_dir`, it dies in distillation after a
-    checkpoint there, at a step that wrote none (so the resumed run has work to redo)."""
+def counting(steps: list, run_dir=None, base: type = OPDMulti, phase: str = "distill") -> type:
+    """`base` that appends to `steps` at each step; with `run_dir`, it dies in `phase` after a checkpoint
+    there (one whose method state has `phase`), at a step that wrote none (so the resumed run has work to redo)."""
     state_file = run_dir / "checkpoints" / "latest" / "state.json" if run_dir else None
 
     def stamp():
         return state_file.stat().st_mtime_ns if state_file and state_file.exists() else None
 
-    class Counted(OPDMulti):
+    class Counted(base):
         def run(self, ctx):
             done = ctx.step_done
 
@@ -35,7 +38,7 @@ def counting(steps: list, run_dir=None) -> type:
                 before = stamp()
                 done(**stats)
                 steps.append(1)
-                if before is not None and stamp() == before and "distill" in json.loads(state_file.read_text())["state"]:
+                if before is not None and stamp() == before and phase in json.loads(state_file.read_text())["state"]:
                     raise Killed
 
             ctx.step_done = step_done
@@ -73,3 +76,40 @@ def test_killed_in_distillation_resumes_to_the_same_record(fast_profile, tmp_pat
     # It continued from the checkpoint (a fresh start would redo every step), redoing the lost ones.
     assert len(killed_steps) < len(whole_steps) and len(resumed_steps) > len(whole_steps) - len(killed_steps)
     assert len(resumed_steps) < len(whole_steps)
+
+
+class SwitchesStudent:
+    """A plugin-style method whose deliverable is a clone (`set_student`), trained with GRPO."""
+
+    name = "switches-student"
+    Config = GRPOStepConfig
+
+    def __init__(self, config: GRPOStepConfig) -> None:
+        self.config = config
+
+    def run(self, ctx: RunContext) -> None:
+        ctx.set_student(ctx.clone(ctx.student, "alt"))
+        sampler = ctx.sampler("train")
+        with ctx.phase("train"):
+            while not ctx.should_stop():
+                grpo_step(ctx, ctx.student, sampler, self.config)
+                ctx.state["alt_steps"] = ctx.state.get("alt_steps", 0) + 1
+                ctx.step_done()
+
+
+def test_a_clone_declared_the_student_is_evaluated_again_after_resume(fast_profile, tmp_path):
+    config = run_config(fast_profile, tmp_path, "grpo", 4e10, eval_every=0.1, **SMALL_GRPO)
+    whole_steps, killed_steps, resumed_steps = [], [], []
+    runner = Runner(dataclasses.replace(config, run_name="whole"), progress=False)
+    runner.method_cls = counting(whole_steps, base=SwitchesStudent)
+    whole = runner.run()
+    runner = Runner(config, progress=False)
+    runner.method_cls = counting(killed_steps, runner.dir, base=SwitchesStudent, phase="alt_steps")
+    with pytest.raises(Killed):
+        runner.run()
+    runner = Runner(config, resume=True, progress=False)
+    runner.method_cls = counting(resumed_steps, base=SwitchesStudent)
+    resumed = runner.run()
+    assert 0 < len(resumed_steps) < len(whole_steps)
+    assert comparable(resumed) == comparable(whole)
+    assert runner.ctx.student.name == "alt" and {r["model"] for r in resumed["ledger"] if r["phase"] == "train"} == {"alt"}
