@@ -11,6 +11,10 @@ the generators and rejects that bucket; the held-out split is drawn from a fixed
 (domain, difficulty, format), keeps only that bucket and drops duplicate prompts. Both come from one
 distribution, neither depends on the method or run seed, and a domain's held-out split is the same in
 every suite that contains it. `content_hash` pins the held-out prompts, answers and generator settings.
+
+Held-out splits are cached in memory and as JSON lines under `cache_dir()` (keyed by the generator
+settings, the source of the code that draws them and the reasoning-gym version), and materialised
+as parquet for `datasets` on demand.
 """
 
 from __future__ import annotations
@@ -98,6 +102,53 @@ def generate_heldout(domain: Domain, difficulty: str, fmt: str, n: int = HELDOUT
     )
 
 
+def _source_key(domain: Domain, difficulty: str, fmt: str) -> str:
+    """Everything a held-out split depends on: settings, the code that draws and splits, versions."""
+    import importlib.metadata
+    import inspect
+
+    files = {inspect.getfile(type(domain)), __file__}
+    files |= {str(Path(__file__).with_name(name)) for name in ("base.py", "rg.py")}
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(Path(path).read_bytes())
+    try:
+        rg_version = importlib.metadata.version("reasoning-gym")
+    except importlib.metadata.PackageNotFoundError:
+        rg_version = "none"
+    header = [SUITE_VERSION, domain.name, difficulty, fmt, HELDOUT_PER_DOMAIN, rg_version,
+              domain.config(difficulty, fmt)]
+    h.update(json.dumps(header, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def load_heldout(domain: Domain, difficulty: str, fmt: str) -> list[Problem]:
+    """`generate_heldout`, through a JSON-lines cache in `cache_dir()/heldout` keyed by `_source_key`.
+
+    The hf splits take ~20 s to draw (reasoning-gym), the tiny ones ~0.5 s a domain; a run, a
+    listing and an export should not pay that each time. A file that does not read back whole is
+    drawn again.
+    """
+    path = cache_dir() / "heldout" / f"{domain.name}-{difficulty}-{fmt}-{_source_key(domain, difficulty, fmt)}.jsonl"
+    try:
+        problems = [problem_from_record(json.loads(line)) for line in path.read_text("utf-8").splitlines()]
+        if len(problems) == HELDOUT_PER_DOMAIN and all(p.domain == domain.name for p in problems):
+            return problems
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    problems = generate_heldout(domain, difficulty, fmt)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        rows = ({"domain": p.domain, "prompt": p.prompt, "answer": p.answer, "solution": p.solution,
+                 "meta": json.dumps(p.meta, sort_keys=True)} for p in problems)
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except OSError:
+        pass  # a read-only cache only costs time
+    return problems
+
+
 class Suite:
     """A list of domains at one difficulty and prompt format."""
 
@@ -161,15 +212,16 @@ class Suite:
         for d in names:
             key = (d, self.difficulty, self.fmt, HELDOUT_PER_DOMAIN)
             if key not in _HELDOUT_CACHE:
-                _HELDOUT_CACHE[key] = generate_heldout(self._domains[d], self.difficulty, self.fmt)
+                _HELDOUT_CACHE[key] = load_heldout(self._domains[d], self.difficulty, self.fmt)
             out.extend(_HELDOUT_CACHE[key])
         return out
 
     def score(self, problem: Problem, completion: str) -> float:
-        """1.0 if `completion` answers `problem` correctly, else 0.0; never raises on hostile text."""
-        if problem.domain not in self._domains:
-            return 0.0
-        return self._domains[problem.domain].score(completion, problem)
+        """1.0 if `completion` answers `problem` correctly, else 0.0; never raises on hostile text.
+
+        A problem from a domain outside the suite is a caller's bug and raises `UnknownSuiteError`.
+        """
+        return self.domain(problem.domain).score(completion, problem)
 
     @cached_property
     def content_hash(self) -> str:

@@ -15,7 +15,7 @@ import pytest
 import tasks
 from tasks import DIFFICULTIES, HELDOUT_PER_DOMAIN, UnknownSuiteError, describe_suites, get_suite, list_suites
 from tasks.base import HELDOUT_BUCKETS, in_heldout_bucket
-from tasks.suites import get_domain, generate_heldout, problem_from_record
+from tasks.suites import generate_heldout, get_domain, load_heldout, problem_from_record
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,13 +137,32 @@ def test_content_hash_is_stable_and_sensitive():
     assert a.content_hash != get_suite("code", "easy").content_hash
 
 
-def test_heldout_and_hash_do_not_depend_on_the_process():
+def test_heldout_and_hash_do_not_depend_on_the_process(tmp_path):
     """Different PYTHONHASHSEED, fresh process: the same held-out split and hash."""
     code = "from tasks import get_suite; print(get_suite('math', 'easy').content_hash)"
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO), "OPD_BENCH_CACHE": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=REPO, timeout=120, check=True)
     assert out.stdout.strip() == get_suite("math", "easy").content_hash
+
+
+def test_heldout_disk_cache_round_trips_and_recovers(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path))
+    dom = get_domain("strings")
+    fresh = load_heldout(dom, "easy", "tiny")
+    [path] = (tmp_path / "heldout").glob("strings-easy-tiny-*.jsonl")
+    assert load_heldout(dom, "easy", "tiny") == fresh == generate_heldout(dom, "easy", "tiny")
+    # It really reads the file: an edit shows up ...
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0].replace('"answer": "', '"answer": "Z')] + lines[1:]) + "\n")
+    assert load_heldout(dom, "easy", "tiny")[0].answer.startswith("Z")
+    # ... and a truncated or garbled file is drawn again.
+    path.write_text("\n".join(lines[:10]) + "\n{not json")
+    assert load_heldout(dom, "easy", "tiny") == fresh
+    assert path.read_text().splitlines() == lines
+    # Another difficulty or format is another file.
+    load_heldout(dom, "medium", "tiny")
+    assert len(list((tmp_path / "heldout").glob("*.jsonl"))) == 2
 
 
 def test_heldout_generation_is_fast():
