@@ -1,0 +1,200 @@
+"""The report's figures as SVG text: curves, Pareto frontier, FLOPs by phase and kind, length, domains.
+
+Each function takes plain lists and dicts (no pandas) and returns one SVG document, drawn by
+`reports.svgplot` (see there for why not matplotlib). Colours are seaborn's colour-blind palette,
+in the board's method order, the same as the swatches in the site's tables (CSS classes c0..c9).
+Names on figures come from records: svgplot escapes and truncates every one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from reports.svgplot import HEIGHT, WIDTH, LegendEntry, LinearScale, LogScale, Panel, legend, render
+
+# seaborn.color_palette("colorblind").as_hex(), written out so that building a site imports no plotting library
+COLOURBLIND = ("#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494",
+               "#ece133", "#56b4e9")
+PARTS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")  # seaborn "deep", for stacked parts
+KINDS = ("rollout", "score", "update")
+_MAIN = (70, 34, WIDTH - 70 - 190, HEIGHT - 34 - 52)  # plot box leaving room for a legend on the right
+
+
+def palette(names: Sequence[str]) -> dict[str, str]:
+    """A colour per name, in order; more than ten names reuse colours."""
+    return {n: COLOURBLIND[i % len(COLOURBLIND)] for i, n in enumerate(names)}
+
+
+def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats on both fewer FLOPs and higher accuracy, by increasing FLOPs."""
+    best, out = -math.inf, []
+    for f, a in sorted(points, key=lambda p: (p[0], -p[1])):
+        if a > best:
+            out.append((f, a))
+            best = a
+    return out
+
+
+def _positive(xs, *columns):
+    """Rows of (x, *columns) with x > 0: a log axis has no place for the 0-FLOP base point."""
+    return [row for row in zip(xs, *columns) if row[0] > 0]
+
+
+def accuracy_curves(series: list[dict], base_accuracy: float | None, title: str) -> str:
+    """Accuracy against counted FLOPs (log x), one line and 95% band per method.
+
+    series: [{"name", "colour", "grid", "mid", "band_grid", "low" | None, "high" | None, "reference": bool}].
+    The base accuracy (0 FLOPs) is a dotted line.
+    """
+    xs = [f for s in series for f in s["grid"] if f > 0]
+    ys = [v for s in series for v in s["mid"] + (s["low"] or []) + (s["high"] or [])] + [base_accuracy or 0.0]
+    p = Panel(LogScale.nice(xs), LinearScale.nice(ys, floor=0.0), _MAIN, "counted training FLOPs", "held-out accuracy")
+    legend = []
+    for s in series:
+        if s["low"] is not None:
+            rows = _positive(s["band_grid"], s["low"], s["high"])
+            if rows:
+                p.band(*zip(*rows), s["colour"])
+    for s in series:
+        rows = _positive(s["grid"], s["mid"])
+        if not rows:
+            continue
+        ref = bool(s.get("reference"))
+        p.line(*zip(*rows), s["colour"], width=2.4 if ref else 1.7, dash="6 3" if ref else "")
+        legend.append(LegendEntry(s["name"] + (" (ref.)" if ref else ""), s["colour"], "dash" if ref else "line"))
+    if base_accuracy is not None:
+        p.hline(base_accuracy)
+        legend.append(LegendEntry("base model", "#888888", "dot"))
+    return render([p], f"Accuracy against FLOPs: {title}", legend,
+                  "Held-out accuracy of each method's aggregate curve against counted training FLOPs, with 95% bands.")
+
+
+def pareto(points: list[dict]) -> str:
+    """Final accuracy against counted FLOPs per method (interval), runs as dots, the Pareto frontier dashed.
+
+    points: [{"name", "colour", "flops", "acc", "acc_low", "acc_high", "run_flops": [...], "run_acc": [...]}].
+    """
+    xs = [f for p in points for f in p["run_flops"] + [p["flops"]] if f]
+    ys = [a for p in points for a in p["run_acc"] + [p["acc"], p["acc_low"], p["acc_high"]] if a is not None]
+    panel = Panel(LogScale.nice(xs), LinearScale.nice(ys), _MAIN, "counted training FLOPs", "final held-out accuracy")
+    for p in points:
+        panel.points(p["run_flops"], p["run_acc"], p["colour"])
+    frontier = pareto_frontier([(p["flops"], p["acc"]) for p in points if p["flops"] and p["acc"] is not None])
+    if len(frontier) > 1:
+        fx, fy = [], []
+        for (f0, a0), (f1, _) in zip(frontier, frontier[1:]):
+            fx += [f0, f1]
+            fy += [a0, a0]
+        panel.line(fx + [frontier[-1][0]], fy + [frontier[-1][1]], "#333333", width=1.1, dash="5 3")
+    legend = []
+    for p in points:
+        if p["flops"] and p["acc"] is not None:
+            yerr = (p["acc_low"], p["acc_high"]) if p["acc_low"] is not None else None
+            panel.errorbar(p["flops"], p["acc"], p["colour"], yerr=yerr)
+            legend.append(LegendEntry(p["name"], p["colour"], "marker"))
+    legend.append(LegendEntry("Pareto frontier", "#333333", "dash"))
+    return render([panel], "Final accuracy against counted FLOPs", legend,
+                  "Each method's final accuracy and mean counted FLOPs; dots are single runs.")
+
+
+def flops_breakdown(bars: list[dict], groups: Sequence[str]) -> str:
+    """Mean counted FLOPs per method as stacked horizontal bars: by phase group (left), by kind (right).
+
+    bars: [{"name", "by_group": {group: flops}, "by_kind": {kind: flops}}].
+    """
+    n = max(len(bars), 1)
+    height = 130 + 28 * n
+    total = max([sum(b["by_group"].values()) for b in bars] + [1.0])
+    panels, legends = [], []
+    for i, (key, parts, title) in enumerate((("by_group", groups, "by phase"), ("by_kind", KINDS, "by kind"))):
+        x_scale = LinearScale(0, total * 1.02, fmt=lambda v: "0" if v == 0 else f"{v:.1e}".replace("e+", "e"))
+        panel = Panel(x_scale, LinearScale(-0.5, n - 0.5), (140 + i * 280, 36, 230, 28 * n), f"counted FLOPs {title}",
+                      y_ticks=False)
+        used = [(part, PARTS[j % len(PARTS)]) for j, part in enumerate(parts) if any(b[key].get(part) for b in bars)]
+        for row, b in enumerate(bars):
+            y, left = n - 1 - row, 0.0
+            for part, colour in used:
+                v = b[key].get(part, 0.0)
+                if v:
+                    panel.rect(left, left + v, y - 0.32, y + 0.32, colour, f"{b['name']}: {part}, {v:.3g} FLOPs")
+                    left += v
+            if i == 0:
+                panel.text(0, y, b["name"] + " ", limit=20)
+        panels.append(panel)
+        legends.append([LegendEntry(part, colour, "box") for part, colour in used])
+    rows = legend(legends[0], 20, height - 38, horizontal=True) + legend(legends[1], 20, height - 18, horizontal=True)
+    return render(panels, "Counted FLOPs by phase and by kind (mean over seeds)", (),
+                  "Stacked bars of each method's counted FLOPs by phase group and by kind.", height=height, extra=rows)
+
+
+def length_accuracy(points: list[dict]) -> str:
+    """Mean response length against final accuracy, per method (intervals) and per run (dots).
+
+    points: [{"name", "colour", "length", "length_low", "length_high", "acc", "acc_low", "acc_high",
+    "run_length": [...], "run_acc": [...]}].
+    """
+    xs = [v for p in points for v in p["run_length"] + [p["length_low"], p["length_high"], p["length"]]
+          if v is not None]
+    ys = [v for p in points for v in p["run_acc"] + [p["acc_low"], p["acc_high"], p["acc"]] if v is not None]
+    panel = Panel(LinearScale.nice(xs), LinearScale.nice(ys), _MAIN, "mean response length (tokens)",
+                  "final held-out accuracy")
+    legend = []
+    for p in points:
+        panel.points(p["run_length"], p["run_acc"], p["colour"])
+    for p in points:
+        if p["length"] is None or p["acc"] is None:
+            continue
+        xerr = (p["length_low"], p["length_high"]) if p["length_low"] is not None else None
+        yerr = (p["acc_low"], p["acc_high"]) if p["acc_low"] is not None else None
+        panel.errorbar(p["length"], p["acc"], p["colour"], xerr=xerr, yerr=yerr)
+        legend.append(LegendEntry(p["name"], p["colour"], "marker"))
+    return render([panel], "Response length against accuracy", legend,
+                  "Each method's mean response length and final accuracy; dots are single runs.")
+
+
+def domain_accuracy(methods: list[dict], domains: Sequence[str]) -> str:
+    """Final accuracy per domain, grouped bars, one colour per method.
+
+    methods: [{"name", "colour", "values": {domain: accuracy}}].
+    """
+    k = max(len(domains), 1)
+    panel = Panel(LinearScale(-0.5, k - 0.5), LinearScale(0, 1), _MAIN, "domain", "final held-out accuracy",
+                  categories=list(domains))
+    width = 0.8 / max(len(methods), 1)
+    for i, m in enumerate(methods):
+        for j, d in enumerate(domains):
+            if d in m["values"]:
+                x0 = j - 0.4 + i * width
+                value = m["values"][d]
+                panel.rect(x0, x0 + width * 0.92, 0, value, m["colour"], f"{m['name']}, {d}: {value:.3f}")
+    legend = [LegendEntry(m["name"], m["colour"], "box") for m in methods]
+    return render([panel], "Final accuracy per domain", legend, "Grouped bars of final accuracy per domain and method.")
+
+
+def method_curves(name: str, colour: str, runs: list[dict], series: dict, fit: dict | None) -> str:
+    """One method's curves: each seed thin grey, the aggregate with its band, the ScaleRL fit dashed.
+
+    runs: [{"seed", "flops": [...], "acc": [...]}]; series: {"grid", "mid", "band_grid", "low", "high"};
+    fit: {"flops": [...], "acc": [...]} sampled from the fitted curve, or None.
+    """
+    xs = [f for r in runs for f in r["flops"] if f > 0] + [f for f in series["grid"] if f > 0]
+    ys = [a for r in runs for a in r["acc"]] + list(series["mid"])
+    p = Panel(LogScale.nice(xs), LinearScale.nice(ys, floor=0.0), _MAIN, "counted training FLOPs", "held-out accuracy")
+    for r in runs:
+        rows = _positive(r["flops"], r["acc"])
+        if rows:
+            p.line(*zip(*rows), "#9a9a9a", width=0.8, opacity=0.7)
+    if series["low"] is not None:
+        rows = _positive(series["band_grid"], series["low"], series["high"])
+        if rows:
+            p.band(*zip(*rows), colour)
+    rows = _positive(series["grid"], series["mid"])
+    if rows:
+        p.line(*zip(*rows), colour, width=2.4)
+    legend = [LegendEntry(f"aggregate of {len(runs)} seeds", colour), LegendEntry("single seeds", "#9a9a9a")]
+    if fit is not None:
+        p.line(fit["flops"], fit["acc"], "#222222", width=1.1, dash="5 3")
+        legend.append(LegendEntry("ScaleRL fit", "#222222", "dash"))
+    return render([p], f"{name}: accuracy against FLOPs", legend,
+                  "Held-out accuracy against counted FLOPs for every seed, the aggregate and its 95% band.")

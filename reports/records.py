@@ -1,0 +1,150 @@
+"""Find, validate and tabulate result records (docs/records.md); nothing else is read by the report.
+
+    records, skipped = load_records(Path("runs"))     # runs/*/summary.json, or a folder of *.json
+    frames = to_frames(records)                        # pandas: runs, curves, ledger, domains
+
+A record that cannot be parsed, fails the schema, is not a complete run, or repeats a run id already
+loaded is skipped, and every skip comes back with its path and reason: nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reports.metrics import accuracy_per_pflop, distillation_share, self_teacher_reduction
+from reports.schema import RecordParseError, parse_record_text, validate_record
+
+MAX_RECORD_BYTES = 64 * 1024 * 1024  # a result record is kilobytes; anything this big is not one
+REPORTED_STATUSES = ("complete",)
+SOURCE_KEY = "_source"  # where a loaded record came from; added by load_records, not part of the schema
+
+
+def record_paths(runs_dir: Path) -> list[Path]:
+    """Candidate record files: `<dir>/*/summary.json`, `<dir>/*.json`, `<dir>/records/*.json`."""
+    runs_dir = Path(runs_dir)
+    found = [*runs_dir.glob("*/summary.json"), *runs_dir.glob("*.json"), *runs_dir.glob("records/*.json")]
+    # site.json / results.json of a site built into the same folder are not records
+    return sorted({p for p in found if p.is_file() and p.name not in ("site.json", "results.json")})
+
+
+def _read(path: Path) -> dict[str, Any]:
+    size = path.stat().st_size
+    if size > MAX_RECORD_BYTES:
+        raise RecordParseError(f"file is {size} bytes; a record is at most {MAX_RECORD_BYTES}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordParseError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    return parse_record_text(text)
+
+
+def load_records(runs_dir: Path | str) -> tuple[list[dict[str, Any]], list[tuple[Path, str]]]:
+    """Load every valid result record under `runs_dir`.
+
+    Args:
+        runs_dir: a runs folder (`<run_id>/summary.json` inside) or a folder of record JSON files.
+    Returns:
+        (records, skipped): valid records in path order, each with `_source` set to its path; and
+        (path, reason) for every candidate file that was not used.
+    """
+    return load_many([Path(runs_dir)])
+
+
+def load_many(runs_dirs: Iterable[Path | str]) -> tuple[list[dict[str, Any]], list[tuple[Path, str]]]:
+    """load_records over several folders; a run id seen in an earlier file is skipped as a duplicate."""
+    records: list[dict[str, Any]] = []
+    skipped: list[tuple[Path, str]] = []
+    seen: dict[str, Path] = {}
+    for runs_dir in runs_dirs:
+        runs_dir = Path(runs_dir)
+        if not runs_dir.is_dir():
+            skipped.append((runs_dir, "not a directory"))
+            continue
+        for path in record_paths(runs_dir):
+            try:
+                record = _read(path)
+            except (OSError, RecordParseError) as exc:
+                skipped.append((path, str(exc)))
+                continue
+            reasons = validate_record(record)
+            if not reasons and record["status"] not in REPORTED_STATUSES:
+                reasons = [f"status is {record['status']!r}; only {', '.join(REPORTED_STATUSES)} runs are reported"]
+            if not reasons and record["run_id"] in seen:
+                reasons = [f"duplicate run_id; already loaded from {seen[record['run_id']]}"]
+            if reasons:
+                skipped.append((path, "; ".join(reasons)))
+                continue
+            seen[record["run_id"]] = path
+            records.append({**record, SOURCE_KEY: str(path)})
+    return records, skipped
+
+
+BOARD_COLUMNS = ["profile", "suite", "difficulty", "suite_version", "budget_flops"]
+RUN_COLUMNS = [
+    "run_id", "method", "suite", "difficulty", "profile", "suite_version", "suite_hash", "budget_flops", "seed",
+    "status", "n_domains", "base_accuracy", "final_accuracy", "final_mean_length", "counted_flops",
+    "shared_flops", "external_flops", "eval_flops", "accuracy_per_pflop", "distillation_share",
+    "self_teacher_reduction", "wall_s", "source",
+]
+
+
+@dataclass(frozen=True)
+class Frames:
+    """The records as tables.
+
+    runs: one row per run (identity, board key, final numbers, per-run metrics).
+    curves: one row per evaluation (run_id, point, flops, accuracy, mean_length, wall_s, phase).
+    ledger: one row per ledger row (run_id, category, phase, kind, model, flops, tokens, calls).
+    domains: one row per run and domain (run_id, domain, base_accuracy, final_accuracy).
+    """
+
+    runs: pd.DataFrame
+    curves: pd.DataFrame
+    ledger: pd.DataFrame
+    domains: pd.DataFrame
+
+
+def _run_row(r: dict[str, Any]) -> dict[str, Any]:
+    flops = r["flops"]
+    return {
+        "run_id": r["run_id"], "method": r["method"], "suite": r["suite"], "difficulty": r["difficulty"],
+        "profile": r["profile"], "suite_version": r["suite_version"], "suite_hash": r["suite_hash"],
+        "budget_flops": float(r["budget_flops"]), "seed": r["seed"], "status": r["status"],
+        "n_domains": len(r["domains"]),
+        "base_accuracy": r["base_accuracy"], "final_accuracy": r["final_accuracy"],
+        "final_mean_length": r["final_mean_length"],
+        "counted_flops": float(flops["counted"]), "shared_flops": float(flops.get("shared", 0.0)),
+        "external_flops": float(flops.get("external", 0.0)), "eval_flops": float(flops.get("eval", 0.0)),
+        "accuracy_per_pflop": accuracy_per_pflop(r["final_accuracy"], r["base_accuracy"], flops["counted"]),
+        "distillation_share": distillation_share(r["ledger"]),
+        "self_teacher_reduction": self_teacher_reduction(r.get("recovery")),
+        "wall_s": r.get("wall_s"), "source": r.get(SOURCE_KEY),
+    }
+
+
+def to_frames(records: list[dict[str, Any]]) -> Frames:
+    """Tabulate validated records (load_records' first return value)."""
+    runs, curves, ledger, domains = [], [], [], []
+    for r in records:
+        runs.append(_run_row(r))
+        rid = r["run_id"]
+        for i, p in enumerate(r["curve"]):
+            curves.append((rid, i, float(p["flops"]), p["accuracy"], p["mean_length"], p.get("wall_s"), p.get("phase")))
+        for row in r["ledger"]:
+            ledger.append((rid, row["category"], row["phase"], row["kind"], row["model"], float(row["flops"]),
+                           row["tokens"], row["calls"]))
+        base = r.get("base_domain_accuracy") or {}
+        for domain, acc in (r.get("final_domain_accuracy") or {}).items():
+            domains.append((rid, domain, base.get(domain), acc))
+    return Frames(
+        runs=pd.DataFrame(runs, columns=RUN_COLUMNS),
+        curves=pd.DataFrame(curves, columns=["run_id", "point", "flops", "accuracy", "mean_length", "wall_s", "phase"]),
+        ledger=pd.DataFrame(
+            ledger, columns=["run_id", "category", "phase", "kind", "model", "flops", "tokens", "calls"]),
+        domains=pd.DataFrame(domains, columns=["run_id", "domain", "base_accuracy", "final_accuracy"]),
+    )

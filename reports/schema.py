@@ -1,0 +1,181 @@
+"""The versioned JSON Schema of a result record (docs/records.md) and the checks a schema cannot say.
+
+`validate_record(record)` returns a list of human-readable reasons; empty means the record may go on
+the leaderboard. Structure and types come from JSON Schema (draft-07, compiled by `fastjsonschema`: about ten times
+faster than `jsonschema`, which matters at a thousand records; it names the first error only); the
+cross-field rules (curve starts at 0 FLOPs and never goes back, final accuracy equals the last
+evaluation, the counted total equals the ledger's counted rows) are checked by hand afterwards.
+Non-finite numbers (NaN, Infinity) are rejected when the JSON is parsed (`parse_record_text`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import fastjsonschema
+
+SCHEMA_VERSION = 1
+MAX_NAME_CHARS = 200  # longer names would be unreadable in a table; rejected, not truncated
+_TOL = 1e-6
+
+_number = {"type": "number"}
+_nonneg = {"type": "number", "minimum": 0}
+_fraction = {"type": "number", "minimum": 0, "maximum": 1}
+_name = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS}
+_fraction_map = {"type": "object", "additionalProperties": _fraction}
+_nonneg_map = {"type": "object", "additionalProperties": _nonneg}
+
+_CURVE_POINT = {
+    "type": "object",
+    "required": ["flops", "accuracy", "mean_length"],
+    "properties": {
+        "flops": _nonneg,
+        "accuracy": _fraction,
+        "mean_length": _nonneg,
+        "domain_accuracy": _fraction_map,
+        "domain_mean_length": _nonneg_map,
+        "wall_s": _nonneg,
+        "phase": {"type": "string", "maxLength": MAX_NAME_CHARS},
+    },
+}
+
+_LEDGER_ROW = {
+    "type": "object",
+    "required": ["category", "phase", "kind", "model", "flops", "tokens", "calls"],
+    "properties": {
+        "category": {"enum": ["counted", "shared", "external", "eval"]},
+        "phase": _name,
+        "kind": {"enum": ["rollout", "score", "update"]},
+        "model": _name,
+        "flops": _nonneg,
+        "tokens": {"type": "integer", "minimum": 0},
+        "calls": {"type": "integer", "minimum": 0},
+        "audit_flops": _nonneg,
+    },
+}
+
+_RECOVERY = {
+    "type": ["object", "null"],
+    "required": ["domain", "grpo_flops", "opd_flops"],
+    "properties": {
+        "domain": _name,
+        "target": _fraction,
+        "grpo_flops": {"type": ["number", "null"], "minimum": 0},
+        "opd_flops": {"type": ["number", "null"], "minimum": 0},
+    },
+}
+
+RECORD_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "$id": "https://opd-bench.invalid/schemas/result-record-v1.json",
+    "title": "OPD-Bench result record, schema version 1",
+    "type": "object",
+    "required": [
+        "schema_version", "run_id", "method", "method_config", "suite", "difficulty", "domains",
+        "suite_version", "suite_hash", "profile", "seed", "budget_flops", "status", "base_accuracy",
+        "final_accuracy", "final_mean_length", "curve", "ledger", "flops", "provenance",
+    ],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "run_id": _name,
+        "method": _name,
+        "method_config": {"type": "object"},
+        "suite": _name,
+        "difficulty": _name,
+        "domains": {"type": "array", "minItems": 1, "items": _name},
+        "suite_version": {"type": "string", "maxLength": MAX_NAME_CHARS},
+        "suite_hash": {"type": "string", "maxLength": MAX_NAME_CHARS},
+        "profile": _name,
+        "seed": {"type": "integer"},
+        "budget_flops": {"type": "number", "exclusiveMinimum": 0},
+        "status": {"type": "string", "maxLength": MAX_NAME_CHARS},
+        "base_accuracy": _fraction,
+        "final_accuracy": _fraction,
+        "base_domain_accuracy": _fraction_map,
+        "final_domain_accuracy": _fraction_map,
+        "final_mean_length": _nonneg,
+        "curve": {"type": "array", "minItems": 1, "items": _CURVE_POINT},
+        "ledger": {"type": "array", "items": _LEDGER_ROW},
+        "flops": {
+            "type": "object",
+            "required": ["counted"],
+            "properties": {k: _nonneg for k in ("counted", "shared", "external", "eval")},
+        },
+        "recovery": _RECOVERY,
+        "provenance": {"type": "object"},
+        "wall_s": _nonneg,
+    },
+}
+
+_validate = fastjsonschema.compile(RECORD_SCHEMA)
+
+
+class RecordParseError(ValueError):
+    """The file is not a JSON object with finite numbers."""
+
+
+def _reject_constant(token: str) -> float:
+    raise RecordParseError(f"non-finite number {token} (NaN and Infinity are not allowed)")
+
+
+def parse_record_text(text: str) -> dict[str, Any]:
+    """Parse one record's JSON text; raises RecordParseError with a reason on anything but an object."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise RecordParseError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
+    if not isinstance(value, dict):
+        raise RecordParseError(f"top level is a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _consistency(record: dict[str, Any]) -> list[str]:
+    """Cross-field rules of docs/records.md, run only on a structurally valid record."""
+    reasons = []
+    curve = record["curve"]
+    if curve[0]["flops"] != 0:
+        reasons.append(f"curve[0].flops is {curve[0]['flops']!r}; the first evaluation is the base model at 0")
+    flops = [p["flops"] for p in curve]
+    if any(b < a for a, b in zip(flops, flops[1:])):
+        reasons.append("curve FLOPs go backwards; evaluations must be in order of cumulative FLOPs")
+    if not math.isclose(record["base_accuracy"], curve[0]["accuracy"], abs_tol=_TOL):
+        reasons.append("base_accuracy differs from curve[0].accuracy")
+    if not math.isclose(record["final_accuracy"], curve[-1]["accuracy"], abs_tol=_TOL):
+        reasons.append("final_accuracy differs from the last curve point's accuracy")
+    counted = sum(r["flops"] for r in record["ledger"] if r["category"] == "counted")
+    if not math.isclose(record["flops"]["counted"], counted, rel_tol=_TOL, abs_tol=1.0):
+        reasons.append(
+            f"flops.counted ({record['flops']['counted']:.6g}) differs from the ledger's counted rows ({counted:.6g})"
+        )
+    return reasons
+
+
+def validate_record(record: Any) -> list[str]:
+    """Reasons the record is not a valid schema-version-1 result record; [] when it is.
+
+    Args:
+        record: a parsed JSON value (untrusted).
+    Returns:
+        reasons, each one line naming the offending field (the first schema error, or every
+        cross-field rule broken).
+    """
+    if not isinstance(record, dict):
+        return [f"top level is a JSON {type(record).__name__}, not an object"]
+    version = record.get("schema_version")
+    if version != SCHEMA_VERSION:
+        return [f"schema_version is {version!r}; this report reads version {SCHEMA_VERSION}"]
+    try:
+        _validate(record)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        # "data.curve[0].accuracy must be ..." -> "curve[0].accuracy must be ..."
+        message = exc.message
+        message = message[5:] if message.startswith("data.") else "record" + message[4:]
+        return [_short(message)]
+    return _consistency(record)
+
+
+def _short(message: str, limit: int = 160) -> str:
+    # an error may quote the offending value, which may be a megabyte of untrusted text
+    return message if len(message) <= limit else message[: limit - 1] + "…"

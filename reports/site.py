@@ -1,0 +1,193 @@
+"""Build the static leaderboard site from result records: `bench report --runs DIR --out leaderboard/`.
+
+    summary = build_site([Path("runs")], Path("leaderboard"))
+
+Writes, under out_dir: index.html (a tab per board, sortable tables, figures), methods/<board>/<method>.html
+(one page per method and board), findings.html (the paper's claims beside ours), plots/**.svg,
+static/ (CSS and JS), results.csv, results.json and site.json (every page and file written). Fully
+static: no network, no CDN, works from file://. Every string from a record is autoescaped by Jinja
+and every path is made of slugs. Files listed in a previous build's site.json are removed first, so
+pages of methods that left the leaderboard do not linger; nothing else in out_dir is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from reports import plots
+from reports.boards import Board, curves_by_run, build_boards
+from reports.findings import PAPER, findings
+from reports.formatting import Slugs, csv_safe, is_safe_slug
+from reports.records import load_many, to_frames
+from reports.views import COLUMNS, board_view, claims_view, method_href, method_view, plot_jobs
+
+_HERE = Path(__file__).parent
+SITE_SCHEMA = "opd-bench-site/1"
+RESULTS_SCHEMA = "opd-bench-results/1"
+
+
+@dataclass
+class SiteSummary:
+    """What build_site wrote: paths are relative to out_dir, skipped records come with reasons."""
+
+    out_dir: Path
+    n_records: int
+    skipped: list[tuple[Path, str]]
+    boards: list[str]
+    pages: list[str]
+    files: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def n_skipped(self) -> int:
+        return len(self.skipped)
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_HERE / "templates"),
+        autoescape=True,  # every template, whatever its extension: record strings are untrusted
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+    )
+
+
+class _Writer:
+    """Writes files under one root, refusing any path that is not made of safe slugs."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.written: list[str] = []
+
+    def write(self, rel: str, text: str) -> None:
+        parts = rel.split("/")
+        stems = [p.rsplit(".", 1)[0] for p in parts]
+        if not all(is_safe_slug(s) for s in stems) or ".." in parts:
+            raise ValueError(f"refusing to write unsafe path {rel!r}")
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        self.written.append(rel)
+
+
+def _remove_previous(root: Path) -> None:
+    """Delete the files a previous build listed in site.json (only those, only inside root)."""
+    index = root / "site.json"
+    try:
+        previous = json.loads(index.read_text(encoding="utf-8")).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return
+    root = root.resolve()
+    for rel in previous if isinstance(previous, list) else []:
+        path = (root / str(rel)).resolve()
+        if path.is_relative_to(root) and path.is_file():
+            path.unlink()
+
+
+def _results_json(boards: list[Board], slugs: dict, claims, skipped, generated: str) -> dict[str, Any]:
+    out = []
+    for b in boards:
+        methods = [{
+            "method": m.method, "is_reference": m.is_reference, "n_seeds": m.n_seeds, "seeds": m.seeds,
+            "run_ids": m.run_ids,
+            "metrics": {a: getattr(m, a).to_dict() for a in [c[0] for c in COLUMNS] +
+                        ["counted_flops", "base_accuracy", "self_teacher_reduction"]},
+            "fit": None if m.fit is None else {"asymptote": m.fit.asymptote, "efficiency": m.fit.efficiency,
+                                               "midpoint_flops": m.fit.midpoint_flops, "rmse": m.fit.rmse},
+            "domain_accuracy": m.domain_accuracy,
+        } for m in b.methods]
+        out.append({**{k: v for k, v in vars(b.key).items()}, "slug": slugs[tuple(vars(b.key).values())],
+                    "n_domains": b.n_domains, "reference": b.reference, "target": b.target,
+                    "warnings": b.warnings, "methods": methods})
+    claims_out = [{"number": c.number, "title": c.title, "paper": c.paper, "verdict": c.verdict, "rows": [
+        {"board": r.board, "measure": r.measure, "paper": r.paper, "estimate": r.estimate.to_dict(),
+         "verdict": r.verdict, "note": r.note} for r in c.rows]} for c in claims]
+    return {"schema": RESULTS_SCHEMA, "generated": generated, "boards": out, "findings": claims_out,
+            "skipped": [{"path": str(p), "reason": r} for p, r in skipped]}
+
+
+def _results_csv(results: dict[str, Any]) -> str:
+    rows = []
+    for b in results["boards"]:
+        for m in b["methods"]:
+            row = {k: b[k] for k in ("profile", "suite", "difficulty", "suite_version", "budget_flops")}
+            row.update(method=m["method"], is_reference=m["is_reference"], n_seeds=m["n_seeds"])
+            for name, est in m["metrics"].items():
+                row.update({name: est["value"], f"{name}_low": est["low"], f"{name}_high": est["high"]})
+                row[f"{name}_stat"] = est["stat"]
+            rows.append({k: csv_safe(v) for k, v in row.items()})
+    return pd.DataFrame(rows).to_csv(index=False)
+
+
+def _render_plots(jobs: list[tuple[str, str, dict]], writer: _Writer) -> None:
+    for rel, func, kwargs in jobs:
+        writer.write(rel, getattr(plots, func)(**kwargs))
+
+
+def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = None) -> SiteSummary:
+    """Build the leaderboard from every valid record under `runs_dirs` into `out_dir`.
+
+    Args:
+        runs_dirs: runs folders (`<run>/summary.json`) or folders of record JSON files.
+        out_dir: the site folder; created if missing.
+        generated: the build time shown on pages (default: now, UTC, ISO 8601).
+    Returns:
+        a SiteSummary; invalid records are listed there, in site.json and on the index page.
+    """
+    t0 = time.perf_counter()
+    generated = generated or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    records, skipped = load_many(runs_dirs)
+    frames = to_frames(records)
+    boards = build_boards(frames)
+    claims = findings(boards)
+    by_id = {r["run_id"]: r for r in records}
+    curves = curves_by_run(frames.curves)
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _remove_previous(out_dir)
+    writer, env = _Writer(out_dir), _environment()
+    board_slugs, method_slugs = Slugs(), Slugs()
+    slug_of = {tuple(vars(b.key).values()): board_slugs(f"{b.key.suite}-{b.key.difficulty}-{b.key.profile}")
+               for b in boards}
+    common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER}
+    pages: list[dict[str, Any]] = []
+    views = []
+    for b in boards:
+        slug = slug_of[tuple(vars(b.key).values())]
+        ms = {m.method: method_slugs(m.method) for m in b.methods}
+        colours = plots.palette([m.method for m in b.methods])
+        views.append(board_view(b, slug, ms))
+        _render_plots(plot_jobs(b, slug, ms, colours, curves), writer)
+        for m in b.methods:
+            rel = method_href(slug, ms[m.method])
+            view = method_view(b, m, [by_id[r] for r in m.run_ids], f"../../plots/{slug}/m-{ms[m.method]}.svg")
+            writer.write(rel, env.get_template("method.html").render(
+                root="../../", m=view, board_href=f"../../index.html#{slug}", **common))
+            pages.append({"path": rel, "kind": "method", "title": f"{m.method} on {b.key.label}",
+                          "board": slug, "method": m.method})
+    writer.write("index.html", env.get_template("index.html").render(
+        root="", boards=views, columns=COLUMNS, skipped=[(str(p), r) for p, r in skipped], **common))
+    writer.write("findings.html", env.get_template("findings.html").render(
+        root="", claims=claims_view(claims, slug_of), **common))
+    pages[:0] = [{"path": "index.html", "kind": "index", "title": "Leaderboard"},
+                 {"path": "findings.html", "kind": "findings", "title": "Findings"}]
+    results = _results_json(boards, slug_of, claims, skipped, generated)
+    writer.write("results.json", json.dumps(results, indent=1, ensure_ascii=False))
+    writer.write("results.csv", _results_csv(results))
+    for name in ("site.css", "site.js"):
+        writer.write(f"static/{name}", (_HERE / "static" / name).read_text(encoding="utf-8"))
+    files = writer.written + ["site.json"]
+    site = {"schema": SITE_SCHEMA, "generated": generated, "records": len(records), "skipped": len(skipped),
+            "boards": [v["slug"] for v in views], "pages": pages, "downloads": ["results.csv", "results.json"],
+            "files": files}
+    writer.write("site.json", json.dumps(site, indent=1, ensure_ascii=False))
+    return SiteSummary(out_dir=out_dir, n_records=len(records), skipped=skipped, boards=[b.key.label for b in boards],
+                       pages=[p["path"] for p in pages], files=files, wall_s=time.perf_counter() - t0)

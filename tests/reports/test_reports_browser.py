@@ -1,0 +1,124 @@
+"""The leaderboard in a real browser (Debian's chromium via playwright), opened over file://.
+
+Screenshots go to test-artifacts/reports/ (gitignored) for a person to look at.
+"""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reports.site import build_site
+from tests.reports.factory import make_record, make_sweep, write_runs
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "reports"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(),
+                       reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"),
+]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("browser")
+    records = make_sweep(2 * 3 * 6, suites=("math_code", "four_domain"), difficulties=("easy",))
+    records.append(make_record("<script>alert(1)</script>", seed=0))
+    build_site([write_runs(records, root / "runs")], root / "out")
+    return root / "out"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    problems = []
+    page.on("console", lambda m: m.type in ("error", "warning") and problems.append(f"console {m.type}: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+    yield page
+    page.close()
+    assert problems == []
+
+
+def _column(page, panel: str, index: int) -> list[str]:
+    return page.eval_on_selector_all(f"#panel-{panel} table.board tbody tr",
+                                     f"rows => rows.map(r => r.cells[{index}].getAttribute('data-sort'))")
+
+
+def test_sort_switch_tabs_follow_a_link(site, page):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.goto((site / "index.html").as_uri())
+    assert page.is_visible("#panel-math_code-easy-tiny") and not page.is_visible("#panel-four_domain-easy-tiny")
+    # CSS and JS both load under the page's Content-Security-Policy from file://
+    assert "system-ui" in page.evaluate("getComputedStyle(document.body).fontFamily")
+    assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
+
+    # sort by final accuracy (column 2): ascending, then descending
+    header = "#panel-math_code-easy-tiny th:nth-child(3) button"
+    before = _column(page, "math_code-easy-tiny", 2)
+    page.click(header)
+    asc = [float(x) for x in _column(page, "math_code-easy-tiny", 2)]
+    assert asc == sorted(asc) and asc != [float(x) for x in before]
+    page.click(header)
+    desc = [float(x) for x in _column(page, "math_code-easy-tiny", 2)]
+    assert desc == sorted(desc, reverse=True)
+    assert page.get_attribute("#panel-math_code-easy-tiny th:nth-child(3)", "aria-sort") == "descending"
+    # FLOPs to target (column 3): methods that never reach it sort last in both directions
+    page.click("#panel-math_code-easy-tiny th:nth-child(4) button")
+    ftt = _column(page, "math_code-easy-tiny", 3)
+    assert "" in ftt and ftt.index("") > max(i for i, x in enumerate(ftt) if x)
+    page.screenshot(path=str(ARTIFACTS / "index-sorted.png"), full_page=True)
+
+    # switch tab: the other board shows, the first hides, the URL names the tab
+    page.click("#tab-four_domain-easy-tiny")
+    assert page.is_visible("#panel-four_domain-easy-tiny") and not page.is_visible("#panel-math_code-easy-tiny")
+    assert page.url.endswith("#four_domain-easy-tiny")
+    assert page.get_attribute("#tab-four_domain-easy-tiny", "aria-selected") == "true"
+
+    # the hostile method name is text in the table, and its page opens
+    page.click("#tab-math_code-easy-tiny")
+    link = page.locator("#panel-math_code-easy-tiny a", has_text="<script>alert(1)</script>")
+    assert link.count() == 1
+    page.click("#panel-math_code-easy-tiny a >> text=opd-multi")
+    page.wait_for_load_state("load")
+    assert page.url.endswith("methods/math_code-easy-tiny/opd-multi.html")
+    assert page.inner_text("h1").startswith("opd-multi")
+    assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
+    page.screenshot(path=str(ARTIFACTS / "method.png"), full_page=True)
+
+    # its back link returns to the board's tab
+    page.click(".crumbs a")
+    page.wait_for_load_state("load")
+    assert page.is_visible("#panel-math_code-easy-tiny")
+
+
+def test_findings_page(site, page):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.goto((site / "findings.html").as_uri())
+    assert page.locator("section.claim").count() == 4
+    assert page.locator("section.claim h2 .verdict").all_inner_texts() == ["holds"] * 4
+    page.screenshot(path=str(ARTIFACTS / "findings.png"), full_page=True)
+
+
+def test_a_copied_site_works_anywhere(site, page, tmp_path):
+    # every link is relative: a copy of the folder elsewhere is the same site
+    copy = tmp_path / "copy"
+    shutil.copytree(site, copy)
+    page.goto((copy / "index.html").as_uri() + "#four_domain-easy-tiny")
+    assert page.is_visible("#panel-four_domain-easy-tiny")
+    page.click("text=results.json")
+    assert "opd-bench-results/1" in page.content()

@@ -1,0 +1,140 @@
+"""The DESIGN section 3 metrics on hand-made curves whose answers are known."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reports.metrics import (
+    accuracy_per_pflop, carry_flat, distillation_share, final_accuracy, fit_scaling_curve, flops_to_target,
+    flops_to_target_batch, interpolate_curve, length_ratio, savings_at_matched_accuracy, self_teacher_reduction,
+)
+
+F = [0.0, 1e12, 1e14]
+A = [0.2, 0.4, 0.8]
+
+
+def test_carry_flat_extends_a_curve_that_stopped_early_to_the_budget():
+    f, a = carry_flat([0, 1e12, 2e12], [0.2, 0.5, 0.6], budget_flops=1e13)
+    assert f.tolist() == [0, 1e12, 2e12, 1e13] and a.tolist() == [0.2, 0.5, 0.6, 0.6]
+    f, a = carry_flat([0, 1e13], [0.2, 0.5], budget_flops=1e13)
+    assert f.tolist() == [0, 1e13]
+    assert final_accuracy([0, 1e12], [0.2, 0.55], 1e14) == 0.55
+
+
+def test_carry_flat_rejects_mismatched_curves():
+    with pytest.raises(ValueError):
+        carry_flat([0, 1], [0.1], 10)
+
+
+def test_flops_to_target_interpolates_in_log_flops():
+    # 0.6 is halfway from 0.4 to 0.8, and halfway from 1e12 to 1e14 in log10 is 1e13
+    assert flops_to_target(F, A, 0.6) == pytest.approx(1e13, rel=1e-12)
+    assert flops_to_target(F, A, 0.4) == pytest.approx(1e12)  # exactly on an evaluation
+    assert flops_to_target(F, A, 0.8) == pytest.approx(1e14)
+
+
+def test_flops_to_target_on_the_segment_from_zero_is_linear_in_flops():
+    # log10(0) is undefined: from the base point the interpolation is linear in FLOPs
+    assert flops_to_target([0, 1e12], [0.2, 0.6], 0.4) == pytest.approx(5e11)
+
+
+def test_flops_to_target_base_reaching_tau_costs_zero_and_never_is_none():
+    assert flops_to_target(F, A, 0.1) == 0.0
+    assert flops_to_target(F, A, 0.2) == 0.0
+    assert flops_to_target(F, A, 0.81) is None
+
+
+def test_flops_to_target_takes_the_first_crossing_of_a_curve_that_dips():
+    f = [0, 1e12, 1e13, 1e14]
+    a = [0.2, 0.7, 0.3, 0.9]
+    assert flops_to_target(f, a, 0.6) < 1e12
+    assert flops_to_target(f, a, 0.8) == pytest.approx(10 ** (13 + 0.5 / 0.6))
+
+
+def test_batch_form_matches_scalar_and_marks_unreached_as_nan():
+    curves = np.array([A, [0.2, 0.3, 0.5], [0.5, 0.6, 0.7]])
+    out = flops_to_target_batch(np.array(F), curves, np.array([0.6, 0.6, 0.45]))
+    assert out[0] == pytest.approx(1e13) and math.isnan(out[1]) and out[2] == 0.0
+
+
+def test_interpolate_curve_is_the_inverse_of_flops_to_target():
+    grid = [0, 5e11, 1e12, 1e13, 1e14, 1e15]
+    got = interpolate_curve(F, A, grid)
+    assert got.tolist() == pytest.approx([0.2, 0.3, 0.4, 0.6, 0.8, 0.8])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=2, max_size=12), st.floats(0, 1))
+def test_flops_to_target_reads_back_tau_wherever_the_curve_reaches_it(acc, tau):
+    flops = [0.0] + [10.0 ** (10 + i) for i in range(1, len(acc))]
+    f = flops_to_target(flops, acc, tau)
+    if max(acc) < tau - 1e-12:
+        assert f is None
+    else:
+        assert f is not None and 0 <= f <= flops[-1]
+        assert interpolate_curve(flops, acc, [f])[0] == pytest.approx(tau, abs=1e-6) or f in flops
+
+
+def test_savings_at_matched_accuracy():
+    assert savings_at_matched_accuracy(5e12, 1e13) == pytest.approx(0.5)
+    assert savings_at_matched_accuracy(2e13, 1e13) == pytest.approx(-1.0)
+    assert savings_at_matched_accuracy(None, 1e13) is None  # never reached the target
+    assert savings_at_matched_accuracy(5e12, 0.0) is None  # the reference's base model already did
+
+
+def test_accuracy_per_pflop():
+    assert accuracy_per_pflop(0.5, 0.3, 2e15) == pytest.approx(0.1)
+    assert accuracy_per_pflop(0.5, 0.3, 0.0) is None
+
+
+def _row(phase, flops, category="counted", kind="update"):
+    return {"category": category, "phase": phase, "kind": kind, "model": "m", "flops": flops, "tokens": 1, "calls": 1}
+
+
+def test_distillation_share_uses_counted_distill_over_expert_or_stage_rows():
+    ledger = [_row("expert:math", 50.0), _row("expert:code", 30.0, kind="rollout"), _row("expert:code", 20.0),
+              _row("distill", 4.0), _row("distill", 1.0, kind="score"), _row("distill", 99.0, category="eval")]
+    assert distillation_share(ledger) == pytest.approx(0.05)
+    assert distillation_share([_row("stage:math", 10.0), _row("distill", 1.0)]) == pytest.approx(0.1)
+    assert distillation_share([_row("train", 10.0)]) is None
+    assert distillation_share([_row("distill", 10.0)]) is None
+
+
+def test_length_ratio_and_self_teacher_reduction():
+    assert length_ratio(6.0, 4.0) == pytest.approx(1.5)
+    assert length_ratio(6.0, 0.0) is None and length_ratio(None, 4.0) is None
+    assert self_teacher_reduction({"domain": "math", "grpo_flops": 1e13, "opd_flops": 4e11}) == pytest.approx(25.0)
+    assert self_teacher_reduction(None) is None
+    assert self_teacher_reduction({"domain": "math", "grpo_flops": None, "opd_flops": 4e11}) is None
+    assert self_teacher_reduction({"domain": "math", "grpo_flops": 1e13, "opd_flops": 0}) is None
+
+
+def test_scalerl_fit_recovers_known_parameters():
+    r0, a, b, cmid = 0.3, 0.8, 1.2, 1e13
+    c = np.logspace(11, 15, 12)
+    acc = r0 + (a - r0) / (1 + (cmid / c) ** b)
+    fit = fit_scaling_curve(np.r_[0.0, c], np.r_[r0, acc], base_accuracy=r0)
+    assert fit is not None
+    assert fit.asymptote == pytest.approx(a, abs=1e-4)
+    assert fit.efficiency == pytest.approx(b, rel=1e-3)
+    assert fit.midpoint_flops == pytest.approx(cmid, rel=1e-3)
+    assert fit.rmse < 1e-6
+    assert fit.predict([cmid])[0] == pytest.approx((r0 + a) / 2, abs=1e-4)
+
+
+def test_scalerl_fit_returns_none_when_it_cannot_fit():
+    assert fit_scaling_curve([0, 1e12, 1e13], [0.3, 0.4, 0.5], 0.3) is None  # two positive points
+    assert fit_scaling_curve([0, 1e12, 1e13, 1e14], [0.3] * 4, 0.3) is None  # flat: B, Cmid meaningless
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=4, max_size=11), st.floats(0, 1))
+def test_scalerl_fit_never_raises_and_is_finite(acc, base):
+    flops = [0.0] + [10.0 ** (11 + 0.3 * i) for i in range(1, len(acc))]
+    fit = fit_scaling_curve(flops, acc, base)
+    if fit is not None:
+        assert all(map(math.isfinite, (fit.asymptote, fit.efficiency, fit.midpoint_flops, fit.rmse)))
+        assert 0 <= fit.asymptote <= 1

@@ -1,0 +1,126 @@
+"""Loading result records: every valid one is used, every other file is skipped with its reason."""
+
+import copy
+import json
+
+import pytest
+
+from reports.records import load_many, load_records, to_frames
+from reports.schema import RECORD_SCHEMA, SCHEMA_VERSION, parse_record_text, validate_record
+from tests.reports.factory import make_record, make_sweep, write_runs
+
+
+def test_factory_records_are_valid():
+    for record in make_sweep(30):
+        assert validate_record(record) == [], record["run_id"]
+    assert RECORD_SCHEMA["properties"]["schema_version"] == {"const": SCHEMA_VERSION}
+
+
+def _broken(**changes):
+    record = make_record()
+    for path, value in changes.items():
+        target = record
+        *parents, leaf = path.split("__")
+        for p in parents:
+            target = target[int(p)] if p.isdigit() else target[p]
+        if value is KeyError:
+            del target[leaf]
+        else:
+            target[int(leaf) if leaf.isdigit() else leaf] = value
+    return record
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"schema_version": 2}, "schema_version is 2"),
+    ({"method": KeyError}, "method"),
+    ({"final_accuracy": 1.5}, "final_accuracy"),
+    ({"curve__0__accuracy": -0.1}, "curve[0].accuracy"),
+    ({"curve__0__flops": 5.0}, "curve[0].flops"),
+    ({"ledger__0__kind": "think"}, "ledger[0].kind"),
+    ({"seed": "zero"}, "seed"),
+    ({"method": "x" * 500}, "method"),
+    ({"curve": []}, "curve"),
+    ({"budget_flops": 0}, "budget_flops"),
+])
+def test_schema_violations_name_the_field(changes, needle):
+    reasons = validate_record(_broken(**changes))
+    assert reasons and needle in reasons[0]
+
+
+def test_cross_field_rules():
+    r = make_record()
+    r["curve"][2]["flops"], r["curve"][3]["flops"] = r["curve"][3]["flops"], r["curve"][2]["flops"]
+    assert any("backwards" in x for x in validate_record(r))
+    r = make_record(final_accuracy=0.99)
+    assert any("final_accuracy differs" in x for x in validate_record(r))
+    r = make_record()
+    r["flops"]["counted"] *= 2
+    assert any("flops.counted" in x for x in validate_record(r))
+    r = make_record(base_accuracy=0.31)
+    r["curve"][0]["accuracy"] = 0.5
+    assert any("base_accuracy differs" in x for x in validate_record(r))
+
+
+def test_parse_rejects_non_finite_numbers_and_non_objects():
+    with pytest.raises(ValueError, match="non-finite"):
+        parse_record_text('{"a": NaN}')
+    with pytest.raises(ValueError, match="JSON list"):
+        parse_record_text("[1, 2]")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        parse_record_text("{")
+
+
+def test_load_records_uses_valid_runs_and_explains_every_skip(tmp_path):
+    runs = write_runs([make_record(seed=s) for s in range(3)], tmp_path / "runs")
+    (runs / "bad1").mkdir()
+    (runs / "bad1" / "summary.json").write_text("{not json", encoding="utf-8")
+    (runs / "bad2").mkdir()
+    (runs / "bad2" / "summary.json").write_text(json.dumps({**make_record(seed=9), "final_accuracy": float("nan")}))
+    (runs / "bad3").mkdir()
+    (runs / "bad3" / "summary.json").write_bytes(b'{"x": "\xff"}')
+    (runs / "zdup").mkdir()  # paths load in order: the later copy of run s0 is the duplicate
+    (runs / "zdup" / "summary.json").write_text(json.dumps(make_record(seed=0)))
+    (runs / "failed").mkdir()
+    (runs / "failed" / "summary.json").write_text(json.dumps(make_record(seed=5, status="failed")))
+    (runs / "no_summary").mkdir()  # a run still in progress: no summary.json, not a candidate
+    records, skipped = load_records(runs)
+    assert sorted(r["seed"] for r in records) == [0, 1, 2]
+    reasons = {p.parent.name: r for p, r in skipped}
+    assert set(reasons) == {"bad1", "bad2", "bad3", "zdup", "failed"}
+    assert "not valid JSON" in reasons["bad1"]
+    assert "non-finite number NaN" in reasons["bad2"]
+    assert "not UTF-8" in reasons["bad3"]
+    assert "duplicate run_id" in reasons["zdup"]
+    assert "status is 'failed'" in reasons["failed"]
+
+
+def test_a_folder_of_record_files_and_several_folders(tmp_path):
+    folder = tmp_path / "leaderboard" / "records"
+    folder.mkdir(parents=True)
+    for s in range(2):
+        (folder / f"r{s}.json").write_text(json.dumps(make_record(seed=s)))
+    (folder / "site.json").write_text("{}")  # a built site's own index is not a record
+    assert len(load_records(folder)[0]) == 2
+    assert len(load_records(tmp_path / "leaderboard")[0]) == 2  # <dir>/records/*.json
+    records, skipped = load_many([folder, tmp_path / "missing"])
+    assert len(records) == 2 and skipped == [(tmp_path / "missing", "not a directory")]
+
+
+def test_frames_have_one_row_per_run_and_per_curve_point():
+    records = [make_record(seed=s) for s in range(3)] + [make_record("opd-multi", seed=0)]
+    frames = to_frames(records)
+    assert len(frames.runs) == 4
+    assert len(frames.curves) == sum(len(r["curve"]) for r in records)
+    assert len(frames.ledger) == sum(len(r["ledger"]) for r in records)
+    assert set(frames.domains["domain"]) == {"math", "code"}
+    opd = frames.runs.set_index("method").loc["opd-multi"]
+    assert opd["distillation_share"] == pytest.approx(0.052)
+    empty = to_frames([])
+    assert list(empty.runs.columns) and empty.runs.empty
+
+
+def test_validation_does_not_mutate_the_record():
+    r = make_record()
+    before = copy.deepcopy(r)
+    validate_record(r)
+    assert r == before

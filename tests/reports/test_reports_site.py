@@ -1,0 +1,143 @@
+"""The static site: files, downloads, escaping of hostile names, safe paths, clean rebuilds, no torch."""
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from reports.formatting import Slugs, csv_safe, is_safe_slug, slugify
+from reports.site import build_site
+from tests.reports.factory import make_record, make_sweep, write_runs
+
+REPORTS = Path(__file__).resolve().parents[2] / "reports"
+XSS = "<script>alert(1)</script>"
+ATTR = '"><img src=x onerror=alert(2)>'
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("site")
+    records = make_sweep(2 * 3 * 6, suites=("math_code", "four_domain"), difficulties=("easy",))
+    records += [make_record(XSS, seed=s, method_config={"note": "</pre>" + XSS, ATTR: ATTR}) for s in range(2)]
+    records.append(make_record("=HYPERLINK(\"http://x\")", seed=0, run_id="formula"))
+    runs = write_runs(records, root / "runs")
+    (runs / "broken").mkdir()
+    (runs / "broken" / "summary.json").write_text('{"schema_version": 1, "method": "' + XSS + '"}')
+    summary = build_site([runs], root / "out", generated="2026-01-01T00:00:00Z")
+    return summary, root / "out"
+
+
+def test_site_files_and_index(site):
+    summary, out = site
+    assert summary.n_records == 39 and summary.n_skipped == 1
+    for rel in ("index.html", "findings.html", "results.csv", "results.json", "site.json", "static/site.css",
+                "static/site.js"):
+        assert (out / rel).is_file(), rel
+    index = json.loads((out / "site.json").read_text())
+    assert index["records"] == 39 and index["skipped"] == 1
+    for page in index["pages"]:
+        assert (out / page["path"]).is_file()
+    assert sorted(index["files"]) == sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    methods = [p for p in index["pages"] if p["kind"] == "method"]
+    assert len(methods) == 2 * 6 + 2  # every method on both boards, and the hostile one on math_code
+    html = (out / "index.html").read_text()
+    assert html.count('role="tabpanel"') == 2 and "math_code · easy · tiny" in html
+    for plot in re.findall(r'<img src="([^"]+)"', html):
+        assert (out / plot).is_file(), plot
+
+
+def test_downloads(site):
+    _, out = site
+    table = pd.read_csv(out / "results.csv")
+    assert len(table) == 14
+    ref = table[(table["method"] == "grpo-joint") & (table["suite"] == "math_code")].iloc[0]
+    assert ref["savings"] == 0.0 and ref["n_seeds"] == 3 and ref["final_accuracy_stat"] == "iqm"
+    assert "'=HYPERLINK(\"http://x\")" in set(table["method"])  # a formula is not run by a spreadsheet
+    results = json.loads((out / "results.json").read_text())
+    assert results["schema"] == "opd-bench-results/1" and len(results["findings"]) == 4
+    assert results["skipped"][0]["reason"].startswith("record must contain")
+
+
+def test_hostile_names_render_as_text_everywhere(site):
+    _, out = site
+    for page in out.rglob("*.html"):
+        text = page.read_text()
+        assert "<script>alert" not in text and "<img src=x" not in text, page
+        assert len(re.findall(r"<script\b", text)) == 1, page  # only the site's own script tag
+    index = (out / "index.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in index
+    for svg in out.rglob("*.svg"):
+        text = svg.read_text()
+        assert "<script" not in text and "<img" not in text
+
+
+def test_every_path_is_a_safe_slug(site):
+    _, out = site
+    for p in out.rglob("*"):
+        rel = p.relative_to(out)
+        for part in rel.parts:
+            assert is_safe_slug(part.rsplit(".", 1)[0]), rel
+
+
+def test_site_is_static_and_offline(site):
+    _, out = site
+    for page in list(out.rglob("*.html")) + [out / "static" / "site.css", out / "static" / "site.js"]:
+        text = page.read_text()
+        assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), page
+        assert "@import" not in text and "url(http" not in text
+
+
+def test_rebuild_removes_stale_pages_and_nothing_else(tmp_path):
+    runs1 = write_runs([make_record("grpo-joint"), make_record("old-method")], tmp_path / "r1")
+    runs2 = write_runs([make_record("grpo-joint")], tmp_path / "r2")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "README.md").write_text("mine")
+    build_site([runs1], out)
+    assert (out / "methods" / "math_code-easy-tiny" / "old-method.html").is_file()
+    summary = build_site([runs2], out)
+    assert not (out / "methods" / "math_code-easy-tiny" / "old-method.html").exists()
+    assert (out / "README.md").read_text() == "mine" and summary.n_records == 1
+
+
+def test_empty_runs_folder_builds_an_empty_site(tmp_path):
+    (tmp_path / "runs").mkdir()
+    summary = build_site([tmp_path / "runs"], tmp_path / "out")
+    assert summary.n_records == 0 and summary.boards == []
+    assert "No valid result records" in (tmp_path / "out" / "index.html").read_text()
+
+
+def test_slugs():
+    assert slugify("opd-multi") == "opd-multi" and slugify("math_code") == "math_code"
+    for name in (XSS, "../../etc/passwd", "CON", "con", "a b", "", "é", "x" * 300, "opd-multi."):
+        s = slugify(name)
+        assert is_safe_slug(s) and s != name, name
+    assert slugify("A b") != slugify("a-b") and slugify("A b") == slugify("A b")
+    slugs = Slugs()
+    assert len({slugs(n) for n in ("a-b", "A b", "a b", "A-B")}) == 4
+    assert slugs("a-b") == "a-b"
+
+
+def test_csv_safe():
+    assert csv_safe("=1+1") == "'=1+1" and csv_safe("-x") == "'-x" and csv_safe("opd") == "opd"
+    assert csv_safe(-1.5) == -1.5
+
+
+def test_reports_does_not_import_torch_or_the_engine():
+    # reports reads records only: no torch, and no edge into bench/, methods/ or tasks/
+    for path in REPORTS.rglob("*.py"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert name.split(".")[0] not in {"torch", "bench", "methods", "tasks", "transformers"}, (path, name)
+    code = ("import sys, reports.site, reports.records, reports.metrics, reports.plots; "
+            "bad = [m for m in ('torch', 'transformers', 'bench') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPORTS.parent, timeout=120)
