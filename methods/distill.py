@@ -49,7 +49,8 @@ class DistillStepConfig:
         if self.distill_prompts_per_step < 1 or self.distill_samples < 1:
             raise ValueError("distill_prompts_per_step and distill_samples must be >= 1")
         if self.distill_loss_type not in LOSS_TYPES:
-            raise ValueError(f"distill_loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.distill_loss_type!r}")
+            allowed = ", ".join(LOSS_TYPES)
+            raise ValueError(f"distill_loss_type must be one of {allowed}, got {self.distill_loss_type!r}")
         if not self.distill_lr > 0 or not self.distill_temperature > 0 or self.distill_warmup_updates < 0:
             raise ValueError("distill_lr and distill_temperature must be > 0, distill_warmup_updates >= 0")
 
@@ -130,7 +131,8 @@ def distill_step(
     """One OPD step: student samples, teachers score, one policy-gradient update on the per-token advantage.
 
     Returns stats: `reverse_kl` (per token, nats, before the update), `reward` (the student's sample
-    accuracy) and `reward:<domain>` / `count:<domain>` for each domain in the batch.
+    accuracy) and, for each domain in the batch, `hits:<domain>` / `count:<domain>` (correct samples,
+    samples).
     """
     batch = ctx.rollout(student, sampler.next(config.distill_prompts_per_step), n=config.distill_samples,
                         temperature=config.distill_temperature)
@@ -144,7 +146,7 @@ def distill_step(
     stats["reward"] = float(batch.rewards.mean())
     for domain in sorted({p.domain for p in batch.problems}):
         rows = torch.tensor([d == domain for d in batch.domains()])
-        stats[f"reward:{domain}"] = float(batch.rewards[rows].sum())
+        stats[f"hits:{domain}"] = float(batch.rewards[rows].sum())
         stats[f"count:{domain}"] = float(rows.sum())
     return stats
 
@@ -201,7 +203,7 @@ def distill(
         stats = distill_step(ctx, student, teachers, sampler, config)
         progress["steps"] += 1
         progress["low_kl_steps"] = progress["low_kl_steps"] + 1 if stats["reverse_kl"] < config.kl_threshold else 0
-        step = {d: [stats[f"reward:{d}"], stats[f"count:{d}"]] for d in teachers if f"count:{d}" in stats}
+        step = {d: [stats[f"hits:{d}"], stats[f"count:{d}"]] for d in teachers if f"count:{d}" in stats}
         progress["window"] = (progress["window"] + [step])[-config.patience :]
         progress["stopped"] = _converged(progress, config, teacher_rewards)
         # The state is final before step_done, which may checkpoint it.

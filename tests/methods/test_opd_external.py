@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from methods.opd_external import OPDExternalConfig
-from tests.methods.conftest import SMALL_DISTILL, check_curve, ledger_keys, phase_flops, run_method, spent_budget
+from tests.methods.support import SMALL_DISTILL, check_curve, ledger_keys, phase_flops, run_method, spent_budget
 
 
 def test_distils_from_the_external_teacher_until_the_budget(fast_profile, tmp_path):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from methods.opd_multi import OPDMultiConfig
-from tests.methods.conftest import SMALL_DISTILL, SMALL_GRPO, check_curve, ledger_keys, phase_flops, run_method, spent_budget
+from tests.methods.support import (
+    SMALL_DISTILL, SMALL_GRPO, check_curve, ledger_keys, phase_flops, run_method, spent_budget,
+)
 
 BUDGET = 8e10
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from methods.recover import RecoverConfig
-from tests.methods.conftest import SMALL_DISTILL, SMALL_GRPO, check_curve, ledger_keys, phase_flops, run_method, spent_budget
+from tests.methods.support import (
+    SMALL_DISTILL, SMALL_GRPO, check_curve, ledger_keys, phase_flops, run_method, spent_budget,
+)
 
 BUDGET = 6e10
 
@@ -52,7 +54,9 @@ def test_needs_a_second_domain_to_forget_with(fast_profile, tmp_path):
         run_method(fast_profile, tmp_path, "recover", BUDGET, domain="logic")
 
 
-@pytest.mark.parametrize("bad", [{"target_fraction": 0.0}, {"stage_fraction": 1.0}, {"check_every": 0}, {"target": 1.5}])
+@pytest.mark.parametrize(
+    "bad", [{"target_fraction": 0.0}, {"stage_fraction": 1.0}, {"check_every": 0}, {"target": 1.5}]
+)
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         RecoverConfig(**bad)

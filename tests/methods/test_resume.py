@@ -11,7 +11,7 @@ from bench.runner import Runner
 from bench.api import RunContext
 from methods.grpo import GRPOStepConfig, grpo_step
 from methods.opd_multi import OPDMulti
-from tests.methods.conftest import SMALL_DISTILL, SMALL_GRPO, run_config
+from tests.methods.support import SMALL_DISTILL, SMALL_GRPO, run_config
 
 # Experts on 60% of the budget, then distillation that never converges: every phase gets steps.
 SETTINGS = dict(expert_fraction=0.6, kl_threshold=0.0, use_reward_rule="false", **SMALL_GRPO, **SMALL_DISTILL)
@@ -112,4 +112,5 @@ def test_a_clone_declared_the_student_is_evaluated_again_after_resume(fast_profi
     resumed = runner.run()
     assert 0 < len(resumed_steps) < len(whole_steps)
     assert comparable(resumed) == comparable(whole)
-    assert runner.ctx.student.name == "alt" and {r["model"] for r in resumed["ledger"] if r["phase"] == "train"} == {"alt"}
+    assert runner.ctx.student.name == "alt"
+    assert {r["model"] for r in resumed["ledger"] if r["phase"] == "train"} == {"alt"}

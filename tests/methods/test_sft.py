@@ -7,7 +7,7 @@ import torch
 
 from bench.api import Rollouts
 from methods.sft import SFTConfig, ended_with_eos
-from tests.methods.conftest import check_curve, ledger_keys, run_method, spent_budget
+from tests.methods.support import check_curve, ledger_keys, run_method, spent_budget
 
 
 def test_trains_on_teacher_samples_until_the_budget(fast_profile, tmp_path):
