@@ -91,6 +91,10 @@ class Board:
     methods: list[MethodResult]
     n_domains: int = 0
     warnings: list[str] = field(default_factory=list)
+    label: str = ""  # key.label, plus version and budget where two boards would share it
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.key.label
 
     def method(self, name: str) -> MethodResult:
         return next(m for m in self.methods if m.method == name)
@@ -259,4 +263,8 @@ def build_boards(frames: Frames) -> list[Board]:
         if len(seeds) > 1:
             board.warnings.append("methods were run on different seeds; intervals are not paired")
         boards.append(board)
+    labels = [b.key.label for b in boards]
+    for b in boards:
+        if labels.count(b.key.label) > 1:
+            b.label = f"{b.key.label} · v{b.key.suite_version} · {b.key.budget_flops:.2g} FLOPs"
     return sorted(boards, key=lambda b: _board_order(b.key))

@@ -91,7 +91,7 @@ def _pairs(boards: list[Board], method: str, suites: tuple[str, ...] | None = No
 
 
 def _row(b: Board, measure: str, paper: str, est: Estimate, unit: str, verdict: str, note: str = "") -> Row:
-    return Row(b.key.label, tuple(vars(b.key).values()), measure, paper, est, unit, verdict, note)
+    return Row(b.label, tuple(vars(b.key).values()), measure, paper, est, unit, verdict, note)
 
 
 def claim_savings(boards: list[Board]) -> Claim:
@@ -135,7 +135,7 @@ def claim_external(boards: list[Board]) -> Claim:
         if ref is None:
             continue
         diff = estimate_pair(m.per_run["accuracy_per_pflop"], ref.per_run["accuracy_per_pflop"],
-                             rng_for(b.key.label, "claim3"), op="difference")
+                             rng_for(b.label, "claim3"), op="difference")
         claim.rows.append(_row(b, "accuracy gain per PFLOP, opd-external minus grpo-joint", "below 0", diff, "num",
                                direction(diff, 0.0, want_above=False)))
         claim.rows.append(_row(b, "mean response length / grpo-joint's", "above 1", m.length_ratio, "ratio",

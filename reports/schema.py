@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import fastjsonschema
@@ -67,6 +68,18 @@ _RECOVERY = {
     },
 }
 
+_PROVENANCE = {
+    "type": "object",
+    "properties": {
+        "code_hash": {"type": "string", "maxLength": MAX_NAME_CHARS},
+        "suite_hash": {"type": "string", "maxLength": MAX_NAME_CHARS},
+        "model_hashes": {"type": "object", "additionalProperties": {"type": "string"}},
+        "packages": {"type": "object", "additionalProperties": {"type": "string", "maxLength": MAX_NAME_CHARS}},
+        "hardware": {"type": "object"},
+        "created": {"type": "string", "maxLength": MAX_NAME_CHARS},
+    },
+}
+
 RECORD_SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-07/schema#",
     "$id": "https://opd-bench.invalid/schemas/result-record-v1.json",
@@ -98,13 +111,9 @@ RECORD_SCHEMA: dict[str, Any] = {
         "final_mean_length": _nonneg,
         "curve": {"type": "array", "minItems": 1, "items": _CURVE_POINT},
         "ledger": {"type": "array", "items": _LEDGER_ROW},
-        "flops": {
-            "type": "object",
-            "required": ["counted"],
-            "properties": {k: _nonneg for k in ("counted", "shared", "external", "eval")},
-        },
+        "flops": {"type": "object", "required": ["counted"], "additionalProperties": _nonneg},
         "recovery": _RECOVERY,
-        "provenance": {"type": "object"},
+        "provenance": _PROVENANCE,
         "wall_s": _nonneg,
     },
 }
@@ -120,14 +129,26 @@ def _reject_constant(token: str) -> float:
     raise RecordParseError(f"non-finite number {token} (NaN and Infinity are not allowed)")
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 def parse_record_text(text: str) -> dict[str, Any]:
-    """Parse one record's JSON text; raises RecordParseError with a reason on anything but an object."""
+    """Parse one record's JSON text; raises RecordParseError with a reason on anything but an object.
+
+    Also rejected: NaN / Infinity, and strings with an unpaired UTF-16 surrogate (`"\\ud800"` is valid
+    JSON but not Unicode text; it breaks pandas' string columns and every file written as UTF-8).
+    """
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise RecordParseError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
     if not isinstance(value, dict):
         raise RecordParseError(f"top level is a JSON {type(value).__name__}, not an object")
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then pay for the full check (pairs are fine)
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RecordParseError("a string holds an unpaired surrogate escape (not Unicode text)") from exc
     return value
 
 

@@ -73,7 +73,7 @@ class _Writer:
             raise ValueError(f"refusing to write unsafe path {rel!r}")
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        path.write_text(text, encoding="utf-8", errors="replace")  # a lone surrogate from JSON "\\ud800"
         self.written.append(rel)
 
 
@@ -171,7 +171,7 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
             view = method_view(b, m, [by_id[r] for r in m.run_ids], f"../../plots/{slug}/m-{ms[m.method]}.svg")
             writer.write(rel, env.get_template("method.html").render(
                 root="../../", m=view, board_href=f"../../index.html#{slug}", **common))
-            pages.append({"path": rel, "kind": "method", "title": f"{m.method} on {b.key.label}",
+            pages.append({"path": rel, "kind": "method", "title": f"{m.method} on {b.label}",
                           "board": slug, "method": m.method})
     writer.write("index.html", env.get_template("index.html").render(
         root="", boards=views, columns=COLUMNS, skipped=[(str(p), r) for p, r in skipped], **common))
@@ -189,5 +189,5 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
             "boards": [v["slug"] for v in views], "pages": pages, "downloads": ["results.csv", "results.json"],
             "files": files}
     writer.write("site.json", json.dumps(site, indent=1, ensure_ascii=False))
-    return SiteSummary(out_dir=out_dir, n_records=len(records), skipped=skipped, boards=[b.key.label for b in boards],
+    return SiteSummary(out_dir=out_dir, n_records=len(records), skipped=skipped, boards=[b.label for b in boards],
                        pages=[p["path"] for p in pages], files=files, wall_s=time.perf_counter() - t0)

@@ -12,6 +12,7 @@ string goes through XML escaping (`_esc`), nothing is executable, and fonts matc
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
@@ -25,9 +26,12 @@ _STYLE = ("text{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # characters XML 1.0 forbids
+
+
 def _esc(text: object, limit: int = 60) -> str:
     """Untrusted text for an SVG text node or attribute: truncated, XML-escaped, quotes included."""
-    s = str(text)
+    s = _NOT_XML.sub("\ufffd", str(text))
     s = s if len(s) <= limit else s[: limit - 1] + "…"
     return escape(s, {'"': "&quot;", "'": "&#39;"})
 

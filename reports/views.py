@@ -59,7 +59,7 @@ def board_view(board: Board, slug: str, method_slugs: dict[str, str]) -> dict[st
             "cells": [_cell(m, attr, unit) for attr, _, unit, _ in COLUMNS],
         })
     return {
-        "slug": slug, "label": board.key.label, "suite": board.key.suite, "difficulty": board.key.difficulty,
+        "slug": slug, "label": board.label, "suite": board.key.suite, "difficulty": board.key.difficulty,
         "profile": board.key.profile, "suite_version": board.key.suite_version,
         "budget": fmt(board.key.budget_flops, "flops"), "reference": board.reference,
         "target": fmt(board.target, "acc") if board.target is not None else None,
@@ -99,7 +99,7 @@ def plot_jobs(board: Board, slug: str, method_slugs: dict[str, str], colours: di
     base = ms[0].base_accuracy.value if ms else None
     jobs = [
         (f"plots/{slug}/curves.svg", "accuracy_curves",
-         {"series": [_series(m, colours[m.method]) for m in ms], "base_accuracy": base, "title": board.key.label}),
+         {"series": [_series(m, colours[m.method]) for m in ms], "base_accuracy": base, "title": board.label}),
         (f"plots/{slug}/pareto.svg", "pareto", {"points": [_point(m, colours[m.method]) for m in ms]}),
         (f"plots/{slug}/flops.svg", "flops_breakdown", {"bars": by_group, "groups": GROUP_NAMES}),
         (f"plots/{slug}/length.svg", "length_accuracy", {"points": [_point(m, colours[m.method]) for m in ms]}),
@@ -174,7 +174,7 @@ def method_view(board: Board, m: MethodResult, records: list[dict], plot_src: st
         fit = {"A": fmt(m.fit.asymptote, "acc"), "B": fmt(m.fit.efficiency, "num"),
                "Cmid": fmt(m.fit.midpoint_flops, "flops"), "R0": fmt(m.fit.base_accuracy, "acc"),
                "rmse": fmt(m.fit.rmse, "num")}
-    return {"method": m.method, "board": board.key.label, "is_reference": m.is_reference,
+    return {"method": m.method, "board": board.label, "is_reference": m.is_reference,
             "n_seeds": m.n_seeds, "seeds": m.seeds, "metrics": metrics, "fit": fit, "plot_src": plot_src,
             "configs": [{"text": k, "seeds": v} for k, v in configs.items()], "ledger": ledger,
             "categories": categories, "runs": runs, "packages": packages,

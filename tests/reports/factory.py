@@ -75,7 +75,7 @@ def make_record(
     **overrides: Any,
 ) -> dict[str, Any]:
     """One schema-valid record; `overrides` replace top-level fields after it is built."""
-    key = f"{method}|{suite}|{difficulty}|{profile}|{seed}".encode()
+    key = f"{method}|{suite}|{difficulty}|{profile}|{seed}".encode("utf-8", "surrogatepass")
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
     domains = SUITES.get(suite, ["math"])
     gain, mid, length_factor = _SHAPE.get(method, (0.2, 0.25, 1.1))

@@ -78,6 +78,8 @@ def test_boards_split_by_suite_difficulty_and_budget():
     boards = build_boards(to_frames(records))
     assert [(b.key.suite, b.key.difficulty) for b in boards][:2] == [("math_code", "easy"), ("math_code", "hard")]
     assert len(boards) == 5
+    labels = [b.label for b in boards]
+    assert len(set(labels)) == 5 and "math · easy · tiny · v1 · 1e+15 FLOPs" in labels
 
 
 def test_phase_groups():

@@ -54,6 +54,13 @@ def page(browser):
     assert problems == []
 
 
+def _images_load(page, scope: str) -> bool:
+    """Every figure under `scope` loads and decodes (lazy ones are switched to eager first)."""
+    page.eval_on_selector_all(f"{scope} img", "imgs => imgs.forEach(i => { i.loading = 'eager'; })")
+    page.wait_for_function(f"Array.from(document.querySelectorAll('{scope} img')).every(i => i.complete)")
+    return page.evaluate(f"Array.from(document.querySelectorAll('{scope} img')).every(i => i.naturalWidth > 0)")
+
+
 def _column(page, panel: str, index: int) -> list[str]:
     return page.eval_on_selector_all(f"#panel-{panel} table.board tbody tr",
                                      f"rows => rows.map(r => r.cells[{index}].getAttribute('data-sort'))")
@@ -65,7 +72,7 @@ def test_sort_switch_tabs_follow_a_link(site, page):
     assert page.is_visible("#panel-math_code-easy-tiny") and not page.is_visible("#panel-four_domain-easy-tiny")
     # CSS and JS both load under the page's Content-Security-Policy from file://
     assert "system-ui" in page.evaluate("getComputedStyle(document.body).fontFamily")
-    assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
+    assert _images_load(page, "main")
 
     # sort by final accuracy (column 2): ascending, then descending
     header = "#panel-math_code-easy-tiny th:nth-child(3) button"
@@ -97,7 +104,7 @@ def test_sort_switch_tabs_follow_a_link(site, page):
     page.wait_for_load_state("load")
     assert page.url.endswith("methods/math_code-easy-tiny/opd-multi.html")
     assert page.inner_text("h1").startswith("opd-multi")
-    assert page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
+    assert _images_load(page, "main")
     page.screenshot(path=str(ARTIFACTS / "method.png"), full_page=True)
 
     # its back link returns to the board's tab
