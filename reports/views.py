@@ -150,7 +150,7 @@ def _provenance(records: list[dict]) -> tuple[list[dict], list[dict]]:
                      "code_hash": str(p.get("code_hash", "—")),
                      "suite_hash": str(p.get("suite_hash", r["suite_hash"])),
                      "created": str(p.get("created", "—")),
-                     "hardware": ", ".join(f"{k}: {v}" for k, v in hw.items()) or "—"})
+                     "hardware": ", ".join(f"{k}: {'—' if v is None else v}" for k, v in hw.items()) or "—"})
         for name, version in (p.get("packages") or {}).items():
             packages[str(name)].add(str(version))
     pk = [{"name": n, "versions": ", ".join(sorted(v)), "differ": len(v) > 1} for n, v in sorted(packages.items())]
