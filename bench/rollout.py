@@ -3,16 +3,15 @@
 `RolloutBackend` is the contract every engine meets (a vLLM backend plugs in through it later);
 `TorchRollout` is the CPU/PyTorch engine, built for tiny models and batches of 64-4096 sequences:
 
-- prompts are bucketed by token length, so no forward pass ever contains padding;
-- the `n` samples of a prompt share one prefill (`logits_to_keep=1`), then the KV cache is expanded;
-- finished sequences leave the running batch (their cache rows are dropped), so they cost nothing;
-- the KV cache is preallocated per bucket and written in place (transformers' `DynamicCache` grows
-  by `torch.cat`, which re-copies the whole cache every step: over half of decode time at this size);
-- sampling is by inverse CDF (one uniform per row) rather than `torch.multinomial`, which draws an
-  exponential per vocabulary entry and cost ~10% of a decode step.
+- prompts are prefilled in buckets of equal token length (no padding), with `logits_to_keep=1`;
+- the `n` samples of a prompt share that one prefill: its KV cache is repeated n times;
+- finished sequences leave the running batch, so they cost nothing more;
+- the KV cache is preallocated and the decode attention is two matmuls (`bench.rollout_kv`);
+- sampling is by inverse CDF (one uniform per row): `torch.multinomial` draws an exponential per
+  vocabulary entry and cost ~10% of a decode step.
 
 Every model call goes through the model's own `forward`, so a metered model (`bench.metering`) is
-charged for exactly the work done, as kind `rollout`. Try it: `python benchmarks/bench_rollout.py`.
+charged for exactly the work done, as kind `rollout`. Speed: `python benchmarks/bench_rollout.py`.
 """
 
 from __future__ import annotations
@@ -23,9 +22,9 @@ from typing import Protocol, runtime_checkable
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from bench.ledger import ledger_context
+from bench.rollout_kv import drop_rows, fast_decode_attention, make_cache
 
 
 @dataclass
@@ -139,8 +138,11 @@ def sample_next(
     if greedy:
         tokens = logits.argmax(dim=-1)
     else:
-        scaled = logits if temperature == 1.0 else logits / temperature
-        weights = torch.exp(scaled - scaled.amax(dim=-1, keepdim=True))  # unnormalised probs [A, V]
+        if temperature == 1.0:
+            weights = logp.exp()  # [A, V]
+        else:
+            scaled = logits / temperature
+            weights = torch.exp(scaled - scaled.amax(dim=-1, keepdim=True))  # unnormalised probs [A, V]
         order = None
         if top_p < 1.0:
             weights, order = torch.sort(weights, dim=-1, descending=True, stable=True)
@@ -155,94 +157,6 @@ def sample_next(
         if order is not None:
             tokens = order.gather(1, tokens[:, None]).squeeze(1)
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
-
-
-class _BufferLayer(DynamicLayer):
-    """A `DynamicLayer` whose keys/values live in a buffer preallocated to `capacity` positions.
-
-    Appending writes in place; `keys` / `values` are views of the filled part, which is what
-    attention reads and what `get_seq_length` (hence metering) reports.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        k, v = key_states, value_states  # [B, H_kv, S, D]
-        shape = (*k.shape[:2], self.capacity)
-        self._set(k.new_empty(*shape, k.shape[3]), v.new_empty(*shape, v.shape[3]), 0)
-
-    def _set(self, k_buffer: torch.Tensor, v_buffer: torch.Tensor, length: int) -> None:
-        self._k, self._v, self.length = k_buffer, v_buffer, length
-        self.keys, self.values = k_buffer[:, :, :length], v_buffer[:, :, :length]
-        self.device, self.is_initialized = k_buffer.device, True
-
-    def load(self, parts: list[tuple[torch.Tensor, torch.Tensor]], repeats: int, length: int) -> None:
-        """Fill with prefilled (keys, values) parts [b, H_kv, P, D], each row repeated `repeats` times
-        and right-aligned to end at `length`; positions before a row's prompt are zeros (padding)."""
-        k0, v0 = parts[0]
-        rows = sum(k.shape[0] for k, _ in parts) * repeats
-        k_buf = k0.new_zeros(rows, k0.shape[1], self.capacity, k0.shape[3])
-        v_buf = v0.new_zeros(rows, v0.shape[1], self.capacity, v0.shape[3])
-        row = 0
-        for k, v in parts:
-            end, start = row + k.shape[0] * repeats, length - k.shape[2]
-            k_buf[row:end, :, start:length] = k.repeat_interleave(repeats, dim=0)
-            v_buf[row:end, :, start:length] = v.repeat_interleave(repeats, dim=0)
-            row = end
-        self._set(k_buf, v_buf, length)
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        if end > self.capacity:
-            raise RuntimeError(f"KV buffer overflow: {end} > capacity {self.capacity}")
-        self._k[:, :, self.length : end] = key_states
-        self._v[:, :, self.length : end] = value_states
-        self._set(self._k, self._v, end)
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def get_max_length(self) -> int:
-        return self.capacity
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.is_initialized:
-            self._set(self._k.index_select(0, indices), self._v.index_select(0, indices), self.length)
-
-    def compact(self, holes: torch.Tensor, fillers: torch.Tensor, rows: int) -> None:
-        """Keep the first `rows` rows after moving rows `fillers` (>= rows) into `holes` (< rows).
-
-        Copies only the moved rows, where `batch_select_indices` would copy the whole cache: with
-        one sequence finishing per step, that copy cost a quarter of decode time.
-        """
-        if holes.numel():
-            self._k[holes] = self._k[fillers]
-            self._v[holes] = self._v[fillers]
-        self._set(self._k[:rows], self._v[:rows], self.length)
-
-
-def _make_cache(model: torch.nn.Module, capacity: int) -> DynamicCache:
-    """The model's own `DynamicCache` layout, every attention layer backed by a preallocated buffer.
-
-    A sliding-window layer whose window covers `capacity` attends exactly like a full one.
-    """
-    cache = DynamicCache(config=model.config)
-    layers = cache.layers or [DynamicLayer() for _ in range(model.config.num_hidden_layers)]
-    for i, layer in enumerate(layers):
-        window = getattr(layer, "sliding_window", None)
-        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer) or (window or capacity) < capacity:
-            raise NotImplementedError(
-                f"TorchRollout needs full-attention KV caches; layer {i} is {type(layer).__name__}"
-                + (f" with a window of {window} < {capacity} positions" if window else "")
-            )
-    cache.layers, cache.layer_class_to_replicate = [_BufferLayer(capacity) for _ in layers], None
-    return cache
 
 
 @dataclass
@@ -263,9 +177,11 @@ class TorchRollout:
     whose lengths differ by at most `max_pad_tokens` share one batch: shorter prompts' caches are
     left-padded with masked zeros. Padding never enters the tokens fed (the matmuls), only the keys
     attended, and metering charges it: 4 x layers x heads x head_dim FLOPs per padded key per step
-    (`last_stats["pad_keys"]` counts them). `max_pad_tokens=0` decodes every length separately
-    (exactly no padding; slower on mixed lengths, where batches get small). `max_rows` caps the
-    sequences decoded together (KV memory).
+    (`last_stats["pad_keys"]` counts them; with prompts of 8-24 tokens that was 0.3-0.9% of the
+    rollout FLOPs). `max_pad_tokens=0` decodes every length separately (exactly no padding; up to
+    ~1.7x slower on mixed lengths, where batches get small). `max_rows` caps the sequences decoded
+    together (KV memory), except that the n samples of one prompt always share a batch.
+    `last_stats` also counts forwards and prefill / decode tokens of the latest call.
     """
 
     def __init__(self, max_rows: int = 1024, max_pad_tokens: int = 16) -> None:
@@ -300,7 +216,7 @@ class TorchRollout:
         was_training = model.training
         model.eval()
         try:
-            with ledger_context(kind="rollout"), torch.inference_mode():
+            with ledger_context(kind="rollout"), torch.inference_mode(), fast_decode_attention(model):
                 chunks = [
                     self._decode(model, prompt_ids, group, width, max_new_tokens, eos_id, sampling)
                     for group in self._plan(prompt_ids, width)
@@ -336,13 +252,13 @@ class TorchRollout:
         parts, logits = [], []
         for unit in group:
             ids = torch.tensor([prompt_ids[i] for i in unit], dtype=torch.long, device=model.device)  # [b, P]
-            part = _make_cache(model, ids.shape[1])
+            part = make_cache(model, ids.shape[1])
             logits.append(model(input_ids=ids, cache=part, use_cache=True, logits_to_keep=1).logits[:, -1])
             parts.append(part)
             self.last_stats["forwards"] += 1
             self.last_stats["prefill_tokens"] += ids.numel()
         longest = max(part.get_seq_length() for part in parts)
-        cache = _make_cache(model, capacity)
+        cache = make_cache(model, capacity)
         for i, layer in enumerate(cache.layers):
             layer.load([(part.layers[i].keys, part.layers[i].values) for part in parts], width, longest)
         return cache, torch.cat(logits).repeat_interleave(width, dim=0)
@@ -378,7 +294,7 @@ class TorchRollout:
                 lengths[alive[stop]], finished[alive[stop]] = step + 1, True
                 if bool(stop.all()) or step + 1 == max_new:
                     break
-                order = _drop_rows(cache, stop)  # finished rows leave the running batch
+                order = drop_rows(cache, stop)  # finished rows leave the running batch
                 alive, tok, plens = alive[order], tok[order], plens[order]
                 mask = mask[order] if mask is not None else None
             if step + 1 == max_new:
@@ -387,7 +303,12 @@ class TorchRollout:
         return _Chunk(index, tokens, logprobs, lengths, finished)
 
     def _step(
-        self, model: torch.nn.Module, cache: DynamicCache, tok: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None
+        self,
+        model: torch.nn.Module,
+        cache: DynamicCache,
+        tok: torch.Tensor,
+        pos: torch.Tensor,
+        mask: torch.Tensor | None,
     ) -> torch.Tensor:
         """Feed tokens [A] at positions [A] after the cache; `mask` [A, >= cache + 1] marks real keys.
 
@@ -395,29 +316,13 @@ class TorchRollout:
         """
         kwargs = {}
         if mask is not None:
-            width = cache.get_seq_length() + 1
-            kwargs["attention_mask"] = mask[:, :width]
-            self.last_stats["pad_keys"] += tok.numel() * width - int(mask[:, :width].sum())
+            keys = cache.get_seq_length() + 1
+            kwargs["attention_mask"] = mask[:, :keys]
+            self.last_stats["pad_keys"] += tok.numel() * keys - int(mask[:, :keys].sum())
         self.last_stats["forwards"] += 1
         self.last_stats["decode_tokens"] += tok.numel()
         out = model(input_ids=tok[:, None], cache=cache, use_cache=True, position_ids=pos[:, None], **kwargs)
         return out.logits[:, -1]
-
-
-def _drop_rows(cache: DynamicCache, stop: torch.Tensor) -> torch.Tensor:
-    """Remove the rows where `stop` [A] is True from every cache layer, filling holes from the end.
-
-    Returns order [A'] (int64): new row r is old row order[r].
-    """
-    keep = ~stop
-    rows = int(keep.sum())
-    holes = stop[:rows].nonzero().squeeze(1)
-    fillers = keep[rows:].nonzero().squeeze(1) + rows
-    for layer in cache.layers:
-        layer.compact(holes, fillers, rows)
-    order = torch.arange(rows, device=stop.device)
-    order[holes] = fillers
-    return order
 
 
 def _check_args(

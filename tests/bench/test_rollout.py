@@ -10,12 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from bench.flops import FlopSpec
 from bench.ledger import Ledger
 from bench.losses import token_logprobs
 from bench.metering import meter, unmeter
 from bench.rollout import RolloutBatch, RolloutBackend, TorchRollout, padded_logprobs, sample_next, to_padded
+from bench.rollout_kv import decode_attention, drop_rows, make_cache
 
 VOCAB = 300
 SMALL_VOCAB = 12
@@ -182,8 +184,9 @@ def test_tiny_top_p_is_greedy(model, prompts):
     engine = TorchRollout()
     greedy = engine.generate(model, prompts, n=2, max_new_tokens=8, eos_id=1, pad_id=0, greedy=True)
     nucleus = engine.generate(
-        model, prompts, n=2, max_new_tokens=8, top_p=1e-6, eos_id=1, pad_id=0, generator=torch.Generator().manual_seed(0)
-    )
+        model, prompts, n=2, max_new_tokens=8, top_p=1e-6, eos_id=1, pad_id=0,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
     assert nucleus.completion_ids == greedy.completion_ids
 
 
@@ -227,7 +230,7 @@ def test_to_padded_layout():
     batch = RolloutBatch(
         prompt_ids=[[5, 6], [7]],
         completion_ids=[[8], [9, 1], [10, 11, 12], [1]],
-        logprobs=[torch.tensor([-0.1]), torch.tensor([-0.2, -0.3]), torch.tensor([-1.0, -2.0, -3.0]), torch.tensor([-0.5])],
+        logprobs=[torch.tensor(x) for x in ([-0.1], [-0.2, -0.3], [-1.0, -2.0, -3.0], [-0.5])],
         lengths=[1, 2, 3, 1],
         finished=[False, True, False, True],
     )
@@ -255,11 +258,36 @@ def test_bad_arguments_are_rejected(llama, bad, message):
         TorchRollout().generate(llama, args.pop("prompts"), **args)
 
 
-def test_training_mode_is_restored_and_protocol_met(llama):
+def test_model_state_is_restored_and_protocol_met(llama):
     llama.train()
     try:
         TorchRollout().generate(llama, [[3, 4]], n=1, max_new_tokens=2, eos_id=1, pad_id=0)
-        assert llama.training
+        assert llama.training and llama.config._attn_implementation == "sdpa"
     finally:
         llama.eval()
     assert isinstance(TorchRollout(), RolloutBackend)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_decode_attention_equals_sdpa(llama, masked):
+    attention = llama.model.layers[0].self_attn  # 4 query heads share 2 KV heads
+    g = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(3, h, s, 16, generator=g) for h, s in ((4, 1), (2, 6), (2, 6)))
+    mask = torch.rand(3, 1, 1, 6, generator=g) > 0.3 if masked else None
+    if masked:
+        mask[..., -1] = True  # every row attends to at least its own key
+    ours, _ = decode_attention(attention, query, key, value, mask, scaling=0.25)
+    theirs, _ = sdpa_attention_forward(attention, query, key, value, mask, scaling=0.25)
+    assert ours.shape == theirs.shape == (3, 1, 4, 16)
+    assert torch.allclose(ours, theirs, atol=1e-5)
+
+
+def test_drop_rows_moves_running_rows_into_the_gaps(llama):
+    cache = make_cache(llama, capacity=6)
+    with torch.no_grad():
+        llama(input_ids=torch.arange(10, 25).view(5, 3), cache=cache, use_cache=True)
+    before = cache.layers[1].keys.clone()  # [5, H_kv, 3, D]
+    order = drop_rows(cache, torch.tensor([True, False, True, False, False]))
+    assert order.tolist() == [3, 1, 4]  # rows 3 and 4 fill the gaps left by 0 and 2
+    assert torch.equal(cache.layers[1].keys, before[order])
+    assert cache.get_seq_length() == 3 and cache.layers[1].capacity == 6
