@@ -150,7 +150,9 @@ def sample_next(
             # keep token i iff the mass before it is < top_p of the total (the first one always)
             weights = weights.masked_fill(cdf - weights >= top_p * cdf[:, -1:], 0.0)
         cdf = weights.cumsum(dim=-1)  # [A, V]
-        draw = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]
+        # drawn where the generator lives (a CPU generator can drive a CUDA model)
+        uniform = torch.rand(cdf.shape[0], 1, generator=generator, device=generator.device if generator else cdf.device)
+        draw = uniform.to(cdf.device) * cdf[:, -1:]
         # right=True skips zero-mass entries; cdf.argmax is the last one with mass, which a draw
         # rounded up to the total would otherwise overshoot
         tokens = torch.minimum(torch.searchsorted(cdf, draw, right=True).squeeze(1), cdf.argmax(dim=-1))
