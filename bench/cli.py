@@ -4,6 +4,9 @@
     bench prepare [--profile tiny]
     bench list methods|suites|profiles
     bench flops MODEL_OR_SPEC
+    bench report [--runs runs/] [--out leaderboard/]
+    bench check-adapter PLUGIN
+    bench export-lm-eval SUITE --out DIR
 
 Bad input gets one line on stderr saying what was wrong and what is allowed, and exit status 2.
 """
@@ -151,6 +154,68 @@ def flops(model: str = typer.Argument(..., help="tiny spec name or local HF mode
     except _user_errors() as exc:
         _fail(str(exc))
     console.print(audit.format_audit(audit.flops_report(loaded)))
+
+
+@app.command()
+def report(
+    runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),
+    out: Path = typer.Option(Path("leaderboard"), help="where the static site is written"),
+) -> None:
+    """Build the static HTML leaderboard from run records."""
+    from reports.site import build_site
+
+    missing = [str(r) for r in runs if not r.is_dir()]
+    if missing:
+        _fail(f"no such runs folder: {', '.join(missing)}")
+    summary = build_site(runs, out)
+    for path, reason in summary.skipped:
+        err.print(f"skipped {path}: {reason}", highlight=False, soft_wrap=True)
+    console.print(
+        f"leaderboard: {summary.n_records} records, {summary.n_skipped} skipped, "
+        f"{len(summary.pages)} pages -> {out / 'index.html'} ({summary.wall_s:.1f} s)"
+    )
+    if summary.n_records == 0:
+        _fail("no valid run records found", code=1)
+
+
+@app.command("check-adapter")
+def check_adapter(
+    plugin: str = typer.Argument(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
+    suite: str = typer.Option("math_code"),
+) -> None:
+    """Run a method briefly under the instrumented FLOP counter; fail if any compute went unmetered."""
+    from bench.conformance import check_adapter as check
+
+    try:
+        result = check(plugin, suite=suite)
+    except _user_errors() as exc:
+        _fail(str(exc))
+    verdict = "[green]PASS[/green]" if result.ok else "[red]FAIL[/red]"
+    console.print(
+        f"{verdict} {result.method}: metered {result.metered_flops:.4e} FLOPs, instrumented "
+        f"{result.instrumented_flops:.4e} ({100 * result.rel_diff:+.2f}%), counted {result.steps_flops:.3e}"
+    )
+    if not result.ok:
+        why = "it spent no counted FLOPs" if result.steps_flops <= 0 else "compute outside the ledger"
+        _fail(f"{result.method} is not conformant: {why}", code=1)
+
+
+@app.command("export-lm-eval")
+def export_lm_eval(
+    suite: str = typer.Argument(..., help="suite name"),
+    out: Path = typer.Option(..., help="folder for the lm-eval task files"),
+    difficulty: str = typer.Option("easy"),
+    fmt: str = typer.Option("hf", "--format", help="prompt format: hf (chat, real models) or tiny"),
+) -> None:
+    """Write a suite's held-out split as an lm-eval task (`lm_eval --include_path OUT`)."""
+    from bench.registry import get_suite
+    from tasks.lm_eval_export import export
+
+    try:
+        path = export(get_suite(suite, difficulty, fmt), out)
+    except _user_errors() as exc:
+        _fail(str(exc))
+    console.print(f"wrote {path}; score a model with: lm_eval --include_path {out} --tasks {path.stem}")
 
 
 def main() -> None:

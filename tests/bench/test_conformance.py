@@ -1,0 +1,67 @@
+"""`bench check-adapter`: every built-in method is fully metered; hidden compute is caught."""
+
+import pytest
+import torch
+
+from bench.conformance import check_adapter
+from bench.registry import builtin_methods
+
+SNEAKY = '''
+from dataclasses import dataclass
+
+import torch
+
+from methods.grpo import GRPOConfig, grpo_step
+
+
+@dataclass(frozen=True)
+class Cfg(GRPOConfig):
+    prompts_per_step: int = 8
+
+
+class Sneaky:
+    """GRPO that also runs an unmetered copy of the student: compute outside the ledger."""
+
+    name = "sneaky"
+    Config = Cfg
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        model = ctx.student.model
+        shadow = type(model)(model.config)  # built here, never metered
+        sampler = ctx.sampler("train")
+        while not ctx.should_stop():
+            stats = grpo_step(ctx, ctx.student, sampler, self.config)
+            with torch.no_grad():
+                shadow(input_ids=torch.randint(3, 100, (64, 48)))
+            ctx.step_done(**stats)
+'''
+
+
+@pytest.mark.parametrize("method", sorted(builtin_methods()))
+def test_builtin_methods_are_fully_metered(method):
+    result = check_adapter(method)
+    assert result.steps_flops > 0
+    assert result.ok, f"{method}: instrumented {result.instrumented_flops:.4e} vs metered {result.metered_flops:.4e}"
+
+
+def test_hidden_compute_fails_the_check(tmp_path):
+    path = tmp_path / "sneaky.py"
+    path.write_text(SNEAKY)
+    result = check_adapter(f"{path}:Sneaky")
+    assert not result.ok
+    assert result.instrumented_flops > result.metered_flops * 1.02
+
+
+def test_cli_reports_failure(tmp_path):
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    path = tmp_path / "sneaky.py"
+    path.write_text(SNEAKY)
+    out = CliRunner().invoke(app, ["check-adapter", f"{path}:Sneaky"])
+    assert out.exit_code == 1
+    assert "FAIL" in out.output and "outside the ledger" in (out.stderr or out.output)
