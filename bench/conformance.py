@@ -12,30 +12,20 @@ through, so the two differ slightly on mixed-length batches; agreement within 2%
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench import prepare as prep
 from bench.audit import TOLERANCE, count_flops
-from bench.profiles import PROFILES, Profile, WarmupConfig
+from bench.profiles import PROFILES, Profile
 from bench.registry import get_method
 from bench.runner import RunConfig, Runner
 
 
 def smoke_profile() -> Profile:
-    """The tiny profile shrunk for checks: a short warm-up, small budget and evaluation."""
-    profile = dataclasses.replace(
-        PROFILES["tiny"],
-        name="smoke",
-        budget_flops=2e11,
-        eval_size=32,
-        description="checks and CI: tiny models after a 30-step warm-up, a 2e11-FLOP budget",
-        warmup=WarmupConfig(student_steps=30, teacher_steps=30, batch_size=32),
-    )
-    PROFILES.setdefault(profile.name, profile)
-    return PROFILES[profile.name]
+    """The `smoke` profile (`bench/profiles.py`): tiny models, a short warm-up, small budget and evaluation."""
+    return PROFILES["smoke"]
 
 
 @dataclass

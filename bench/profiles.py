@@ -47,3 +47,16 @@ PROFILES: dict[str, Profile] = {
         description="CPU, minutes: ~0.4M-parameter student, ~1.8M external teacher, built locally",
     ),
 }
+
+# `smoke`: `tiny` shrunk for checks and CI (`bench check-adapter`, the plugin and lm-eval tests). Built
+# from `tiny` so that it follows any change to tiny's models and token limits.
+from dataclasses import replace as _replace  # noqa: E402
+
+PROFILES["smoke"] = _replace(
+    PROFILES["tiny"],
+    name="smoke",
+    budget_flops=2e11,
+    eval_size=32,
+    description="checks and CI: tiny models after a 30-step warm-up, a 2e11-FLOP budget",
+    warmup=WarmupConfig(student_steps=30, teacher_steps=30, batch_size=32),
+)
