@@ -156,6 +156,84 @@ def flops(model: str = typer.Argument(..., help="tiny spec name or local HF mode
     console.print(audit.format_audit(audit.flops_report(loaded)))
 
 
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _seeds(value: int) -> int:
+    if value < 1:
+        _fail(f"--seeds must be at least 1, got {value}")
+    return value
+
+
+@app.command()
+def sweep(
+    methods: str = typer.Option(..., help="comma-separated method names"),
+    suites: str = typer.Option("math_code", help="comma-separated suites"),
+    seeds: int = typer.Option(3, help="seeds 0..N-1"),
+    difficulty: str = typer.Option("easy"),
+    budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
+    profile: str = typer.Option("tiny"),
+    runs: Path = typer.Option(Path("runs")),
+    jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores)"),
+) -> None:
+    """Run methods x suites x seeds (skips complete runs, resumes interrupted ones)."""
+    from bench.runner import RunConfig
+    from bench.sweep import plan, run_sweep
+
+    try:
+        base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
+                         budget_flops=_budget(budget), runs_dir=runs)
+        configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
+        _validate(configs)
+        result = run_sweep(configs, jobs, console)
+    except _user_errors() as exc:
+        _fail(str(exc))
+    _sweep_outcome(result)
+
+
+@app.command()
+def reproduce(
+    profile: str = typer.Option("tiny"),
+    seeds: int = typer.Option(1, help="seeds 0..N-1 per method and suite"),
+    runs: Path = typer.Option(Path("runs")),
+    out: Path = typer.Option(Path("leaderboard"), help="site folder; records are copied to OUT/records"),
+    jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores)"),
+) -> None:
+    """Every method on math_code and four_domain at one budget, the recovery protocol, then the report."""
+    from bench.runner import RunConfig
+    from bench.sweep import copy_records, reproduce_plan, run_sweep
+    from reports.site import build_site
+
+    try:
+        base = RunConfig(method="", suite="", profile=profile, runs_dir=runs)
+        configs = reproduce_plan(_seeds(seeds), base)
+        _validate(configs)
+        result = run_sweep(configs, jobs, console)
+    except _user_errors() as exc:
+        _fail(str(exc))
+    copy_records(runs, out / "records")
+    summary = build_site([out / "records"], out)
+    console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; findings: {out / 'findings.html'}")
+    _sweep_outcome(result)
+
+
+def _validate(configs: list) -> None:
+    """Resolve every method and suite before any run starts, so a typo fails fast."""
+    from bench.registry import get_method, get_suite
+    from bench.profiles import PROFILES
+
+    for config in configs:
+        get_method(config.method)
+        get_suite(config.suite, config.difficulty, PROFILES[config.profile].task_format)
+
+
+def _sweep_outcome(result) -> None:
+    console.print(f"{len(result.done)} runs done, {len(result.skipped)} already complete, {len(result.failed)} failed")
+    if result.failed:
+        _fail("; ".join(f"{name}: {why}" for name, why in result.failed), code=1)
+
+
 @app.command()
 def report(
     runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),

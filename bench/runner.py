@@ -103,15 +103,21 @@ class Runner:
         self.method_config = method_config(self.method_cls, config.overrides)
         self.profile = config.resolved_profile
         self.suite = get_suite(config.suite, config.difficulty, self.profile.task_format)
-        self.run_id = config.run_name or (
-            f"{_slug(self.method_cls.name)}__{config.suite}-{config.difficulty}__{config.profile}__s{config.seed}"
-        )
+        self.run_id = self.run_id_for(config, self.method_cls.name)
         self.dir = Path(config.runs_dir) / self.run_id
         self.resume = resume
         self.show_progress = progress
         self.curve: list[dict] = []
         self._next_milestone = 1
         self._wall_offset = 0.0
+
+    @staticmethod
+    def run_id_for(config: RunConfig, method_name: str | None = None) -> str:
+        """`<method>__<suite>-<difficulty>__<profile>__s<seed>`, or the configured run name."""
+        if config.run_name:
+            return config.run_name
+        name = method_name or get_method(config.method).name
+        return f"{_slug(name)}__{config.suite}-{config.difficulty}__{config.profile}__s{config.seed}"
 
     # -- entry ----------------------------------------------------------------------------------
     def run(self) -> dict:

@@ -1,0 +1,119 @@
+"""Sweeps: many runs (methods x suites x seeds) in parallel local processes, resumable.
+
+    bench sweep --methods grpo-joint,opd-multi --suites math_code --seeds 3 [--jobs 2]
+    bench reproduce [--profile tiny] [--seeds 1]
+
+A sweep skips runs whose `summary.json` is complete, resumes runs that have a checkpoint, and starts
+the rest. Each run is one process with one torch thread (two spin-waiting threads per run on a
+2-core machine are slower than one), so `--jobs` defaults to the number of cores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from rich.console import Console
+
+from bench.runner import RunConfig, RunError
+
+# `bench reproduce`: every method that the paper's findings compare, on both multi-domain suites,
+# plus the single-domain recovery protocol (finding 4) on math_code.
+REPRODUCE_METHODS = ("grpo-joint", "opd-multi", "opd-external", "self-grpo", "sft")
+REPRODUCE_SUITES = ("math_code", "four_domain")
+RECOVERY = ("recover", "math_code")
+
+
+@dataclass
+class SweepResult:
+    done: list[str]
+    skipped: list[str]
+    failed: list[tuple[str, str]]
+
+
+def plan(methods: list[str], suites: list[str], seeds: int, base: RunConfig) -> list[RunConfig]:
+    return [
+        replace(base, method=m, suite=s, seed=seed, run_name=None)
+        for seed in range(seeds)
+        for s in suites
+        for m in methods
+    ]
+
+
+def reproduce_plan(seeds: int, base: RunConfig) -> list[RunConfig]:
+    configs = plan(list(REPRODUCE_METHODS), list(REPRODUCE_SUITES), seeds, base)
+    return configs + plan([RECOVERY[0]], [RECOVERY[1]], seeds, base)
+
+
+def _state(config: RunConfig) -> tuple[str, Path]:
+    """('complete' | 'resume' | 'new', run dir) of a planned run."""
+    from bench.runner import Runner
+
+    run_dir = Path(config.runs_dir) / Runner.run_id_for(config)
+    if (run_dir / "summary.json").exists():
+        return "complete", run_dir
+    if (run_dir / "config.json").exists():
+        return "resume", run_dir
+    return "new", run_dir
+
+
+def _run_one(config: RunConfig, resume: bool) -> str:
+    import torch
+
+    torch.set_num_threads(1)
+    from bench.runner import Runner
+
+    summary = Runner(config, resume=resume, progress=False).run()
+    return f"{summary['run_id']}: {100 * summary['final_accuracy']:.1f}% at {summary['flops']['counted']:.2e} FLOPs"
+
+
+def run_sweep(configs: list[RunConfig], jobs: int | None = None, console: Console | None = None) -> SweepResult:
+    """Run every config not yet complete, `jobs` at a time; failures are collected, not fatal."""
+    console = console or Console()
+    result = SweepResult([], [], [])
+    todo = []
+    for config in configs:
+        state, run_dir = _state(config)
+        if state == "complete":
+            result.skipped.append(run_dir.name)
+        else:
+            todo.append((config, state == "resume"))
+    if not todo:
+        return result
+    # Prepare once, in this process, before the workers start: they would otherwise race to build it.
+    from bench import prepare
+    from bench.profiles import PROFILES
+
+    for profile in {c.profile for c, _ in todo}:
+        prepare.prepare(PROFILES[profile])
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rich.progress import Progress
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool, Progress(console=console) as bar:
+        task = bar.add_task(f"sweep ({jobs} jobs)", total=len(todo))
+        futures = {pool.submit(_run_one, config, resume): config for config, resume in todo}
+        for future in as_completed(futures):
+            config = futures[future]
+            try:
+                line = future.result()
+                result.done.append(line)
+                bar.console.print(line)
+            except (RunError, ValueError, RuntimeError, OSError) as exc:
+                result.failed.append((f"{config.method}/{config.suite}/s{config.seed}", str(exc)))
+                bar.console.print(f"[red]failed[/red] {config.method}/{config.suite}/s{config.seed}: {exc}")
+            bar.advance(task)
+    return result
+
+
+def copy_records(runs_dir: Path, out_dir: Path) -> int:
+    """Copy each complete run's summary.json to out_dir/<run_id>.json (records, not checkpoints)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for summary in sorted(Path(runs_dir).glob("*/summary.json")):
+        shutil.copyfile(summary, out_dir / f"{summary.parent.name}.json")
+        n += 1
+    return n

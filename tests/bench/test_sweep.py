@@ -1,0 +1,30 @@
+"""`bench sweep`: parallel local runs, skipping complete ones; typos fail before any run starts."""
+
+import json
+
+from typer.testing import CliRunner
+
+from bench.cli import app
+from bench.conformance import smoke_profile
+
+
+def test_sweep_runs_in_parallel_then_skips_complete_runs(tmp_path):
+    profile = smoke_profile()
+    args = ["sweep", "--methods", "grpo-joint,sft", "--suites", "math_code", "--seeds", "1",
+            "--profile", profile.name, "--budget", "1e11", "--runs", str(tmp_path), "--jobs", "2"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "2 runs done, 0 already complete, 0 failed" in first.output
+    records = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
+    assert sorted(r["method"] for r in records) == ["grpo-joint", "sft"]
+    assert all(r["budget_flops"] == 1e11 for r in records)
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0
+    assert "0 runs done, 2 already complete, 0 failed" in again.output
+
+
+def test_sweep_with_a_typo_fails_before_running(tmp_path):
+    out = CliRunner().invoke(app, ["sweep", "--methods", "grpo-joint,opd-mult", "--runs", str(tmp_path)])
+    assert out.exit_code == 2
+    assert "did you mean 'opd-multi'" in (out.stderr or out.output)
+    assert not any(tmp_path.iterdir())
