@@ -55,12 +55,24 @@ def _budget(value: Optional[str]) -> Optional[float]:
     return budget
 
 
+def _device(value: str) -> str:
+    import torch
+
+    if value == "cpu":
+        return value
+    if not value.startswith("cuda"):
+        _fail(f"--device must be cpu, cuda or cuda:N, got {value!r}")
+    if not torch.cuda.is_available():
+        _fail(f"--device {value}: no CUDA device is available here")
+    return value
+
+
 def _overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
     out = []
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            _fail(f"--set takes key=value, got {item!r}")
+            _fail(f"expected key=value, got {item!r}")
         out.append((key.strip(), value.strip()))
     return tuple(out)
 
@@ -78,6 +90,11 @@ def run(
     set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
     eval_size: Optional[int] = typer.Option(None, help="held-out prompts per domain at each evaluation"),
     progress: bool = typer.Option(True, help="show the progress bar"),
+    model: Optional[str] = typer.Option(None, help="hf profile: the student, a local HF model folder"),
+    external: Optional[str] = typer.Option(None, help="hf profile: the external teacher's folder"),
+    teacher: list[str] = typer.Option([], help="hf profile: a named teacher DOMAIN=PATH (repeatable)"),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
+    max_new_tokens: Optional[int] = typer.Option(None, help="generation limit (default: the profile's)"),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
     from bench.runner import RunConfig, Runner
@@ -86,6 +103,8 @@ def run(
         config = RunConfig(
             method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
             budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
+            model=model, external=external, teachers=_overrides(teacher), device=_device(device),
+            max_new_tokens=max_new_tokens,
         )
         summary = Runner(config, resume=resume, progress=progress).run()
     except _user_errors() as exc:

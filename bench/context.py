@@ -139,8 +139,11 @@ class RunContext:
         max_new_tokens: int | None = None,
         greedy: bool = False,
     ) -> Rollouts:
-        """Sample `n` completions per problem and score them with the suite's verifiers."""
-        prompts = [policy.encode(p.prompt) for p in problems]
+        """Sample `n` completions per problem and score them with the suite's verifiers.
+
+        The returned tensors live on the CPU whatever the model's device (the update moves them).
+        """
+        prompts = [policy.encode_prompt(p.prompt) for p in problems]
         batch = self.backend.generate(
             policy.model,
             prompts,
@@ -165,17 +168,17 @@ class RunContext:
             completions=completions,
             rewards=rewards,
             lengths=torch.as_tensor(batch.lengths, dtype=torch.float32),
-            logprobs=padded_logprobs(batch) if batch.logprobs else None,
+            logprobs=padded_logprobs(batch).cpu() if batch.logprobs else None,
         )
 
     def score(self, policy: Policy, rollouts: Rollouts) -> torch.Tensor:
-        """Per-token log-probs [B, T] of the rollouts under `policy`, no grad (kind `score`)."""
+        """Per-token log-probs [B, T] (CPU, fp32) of the rollouts under `policy`, no grad (kind `score`)."""
         out = torch.zeros(rollouts.input_ids.shape)  # [B, T]
         with torch.no_grad(), ledger_context(kind="score"):
             for rows, width in length_buckets(rollouts.attention_mask):
                 out[rows, :width] = policy.logprobs(
                     rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width]
-                )
+                ).float().cpu()
         return out
 
     def pg_step(
@@ -197,9 +200,11 @@ class RunContext:
         The first epoch's log-probs (detached) are the old policy: with one epoch the ratio is 1 and
         the loss is plain REINFORCE with group baselines; more epochs clip the ratio at `clip_eps`.
         """
-        mask = rollouts.completion_mask
-        ref_logprobs = self.score(ref, rollouts) if ref is not None and kl_coef else None
-        old_logprobs = torch.zeros(mask.shape)  # [B, T], filled by the first epoch
+        device = policy.device
+        mask = rollouts.completion_mask.to(device)
+        advantages = advantages.to(device)
+        ref_logprobs = self.score(ref, rollouts).to(device) if ref is not None and kl_coef else None
+        old_logprobs = torch.zeros(mask.shape, device=device)  # [B, T], filled by the first epoch
         buckets = length_buckets(rollouts.attention_mask)
         weights = _bucket_weights(buckets, mask, loss_type)
         stats: dict[str, float] = {}
@@ -283,7 +288,7 @@ def sft_step(policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, 
     """Supervised step on prompt -> target + EOS, loss on target tokens only (shared with prepare)."""
     rows, masks = [], []
     for prompt, target in zip(prompts, targets):
-        p, t = policy.encode(prompt), policy.encode(target) + [policy.eos_id]
+        p, t = policy.encode_prompt(prompt), policy.encode(target) + [policy.eos_id]
         rows.append(p + t)
         masks.append([0] * len(p) + [1] * len(t))
     width = max(len(r) for r in rows)
@@ -294,6 +299,6 @@ def sft_step(policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, 
         input_ids[i, : len(r)] = torch.tensor(r)
         attention[i, : len(r)] = 1
         target_mask[i, : len(m)] = torch.tensor(m)
-    loss = sft_loss(policy.logprobs(input_ids, attention), target_mask)
+    loss = sft_loss(policy.logprobs(input_ids, attention), target_mask.to(policy.device))
     policy.step(loss, lr)
     return float(loss.detach())

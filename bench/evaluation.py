@@ -49,7 +49,7 @@ class Evaluator:
             chunk = problems[start : start + self.batch_size]
             batch = self.backend.generate(
                 policy.model,
-                [policy.encode(p.prompt) for p in chunk],
+                [policy.encode_prompt(p.prompt) for p in chunk],
                 n=1,
                 max_new_tokens=self.max_new_tokens,
                 eos_id=policy.eos_id,

@@ -58,6 +58,7 @@ class Policy:
     optimizer: torch.optim.Optimizer | None = None
     updates: int = 0
     extra: dict = field(default_factory=dict)
+    chat: bool = False  # prompts go through the tokenizer's chat template (hf profile)
 
     def __post_init__(self) -> None:
         meter(self.model, self.name, self.ledger)
@@ -74,15 +75,30 @@ class Policy:
     def pad_id(self) -> int:
         return int(self.tokenizer.pad_token_id)
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """A task prompt as model input: one user turn of the chat template where the policy chats."""
+        if self.chat and getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+            )
+            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        return self.encode(prompt)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Per-token log-probs [B, T] of the sequences under this model (with grad if enabled)."""
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        device = self.device
+        input_ids = input_ids.to(device)
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask.to(device)).logits
         return token_logprobs(logits, input_ids)
 
     # -- training -------------------------------------------------------------------------------
@@ -112,7 +128,9 @@ class Policy:
         # Rebuilt from config, not deep-copied: a deep copy would carry this model's meter hooks.
         model = type(self.model)(copy.deepcopy(self.model.config))
         model.load_state_dict(self.model.state_dict())
-        return Policy(name=name, model=model, tokenizer=self.tokenizer, ledger=self.ledger, trainable=trainable)
+        model.to(device=self.device, dtype=next(self.model.parameters()).dtype)
+        return Policy(name=name, model=model, tokenizer=self.tokenizer, ledger=self.ledger, trainable=trainable,
+                      chat=self.chat)
 
     def state(self) -> dict:
         return {

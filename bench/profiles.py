@@ -15,7 +15,8 @@ class WarmupConfig:
     batch_size: int = 64
     student_lr: float = 3e-3
     teacher_lr: float = 2e-3
-    label_noise: float = 0.3  # share of the student's warm-up answers replaced by a wrong one
+    label_noise: float = 0.3  # share of the student's warm-up answers with one random wrong character
+    mistake_rate: float = 0.0  # share with the systematic mistake (last character shifted; bench.prepare)
     difficulty: str = "easy"
     seed: int = 0
 
@@ -59,4 +60,18 @@ PROFILES["smoke"] = _replace(
     eval_size=32,
     description="checks and CI: tiny models after a 30-step warm-up, a 2e11-FLOP budget",
     warmup=WarmupConfig(student_steps=30, teacher_steps=30, batch_size=32),
+)
+
+# `hf`: real models. The student is `--model PATH` (any local HF causal LM folder), teachers come from
+# `--external PATH` / `--teacher DOMAIN=PATH`; prompts are chat-formatted natural language.
+PROFILES["hf"] = Profile(
+    name="hf",
+    task_format="hf",
+    student="",
+    teacher="",
+    max_new_tokens=512,
+    eval_max_new_tokens=512,
+    budget_flops=1e17,
+    eval_size=1000,
+    description="real models: a local HF causal LM (--model), chat prompts, bf16 on CUDA (--device cuda)",
 )

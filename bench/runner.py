@@ -44,10 +44,20 @@ class RunConfig:
     overrides: tuple[tuple[str, str], ...] = ()  # method config key=value
     runs_dir: Path = Path("runs")
     run_name: str | None = None
+    # hf profile: local model folders (student, external teacher, named teachers) and the device
+    model: str | None = None
+    external: str | None = None
+    teachers: tuple[tuple[str, str], ...] = ()
+    device: str = "cpu"
+    max_new_tokens: int | None = None  # None: the profile's
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise unknown("profile", self.profile, list(PROFILES))
+        if PROFILES[self.profile].task_format == "hf" and not self.model:
+            raise RunError(f"the {self.profile} profile needs --model PATH (a local Hugging Face model folder)")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise RunError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
         if self.budget_flops is not None and not (self.budget_flops > 0 and self.budget_flops < float("inf")):
             raise RunError(f"budget must be a positive number of FLOPs, got {self.budget_flops!r}")
         if not 0 < self.eval_every <= 1:
@@ -124,15 +134,18 @@ class Runner:
         from bench import prepare
 
         self._check_dir()
-        prepared = prepare.prepare(self.profile, progress=self.show_progress)
+        prepared = self._models(prepare)
         self._open_dir()
         checkpoint = self._load_checkpoint() if self.resume else None
         if checkpoint is None:
             self.ledger = Ledger(self.dir / "ledger.jsonl")
             self._book_preparation(prepared)
-        student = Policy("student", *prepared.load_student(), ledger=self.ledger)
+        chat = self.profile.task_format == "hf"
+        student = Policy("student", *prepared.load_student(), ledger=self.ledger, chat=chat)
         self.evaluator = evaluation.Evaluator(
-            self.suite, self.config.eval_size or self.profile.eval_size, self.profile.eval_max_new_tokens
+            self.suite,
+            self.config.eval_size or self.profile.eval_size,
+            self.config.max_new_tokens or self.profile.eval_max_new_tokens,
         )
         ctx = RunContext(
             suite=self.suite,
@@ -142,7 +155,7 @@ class Runner:
             student=student,
             backend=TorchRollout(),
             teacher_loader=lambda name: prepared.load_teacher(name, self.ledger),
-            max_new_tokens=self.profile.max_new_tokens,
+            max_new_tokens=self.config.max_new_tokens or self.profile.max_new_tokens,
             on_step=lambda stats: self._after_step(ctx, stats),
             **(checkpoint or {}),
         )
@@ -161,6 +174,15 @@ class Runner:
         summary = self._summary(prepared)
         store.write_json(self.dir / "summary.json", summary)
         return summary
+
+    def _models(self, prepare: Any) -> Any:
+        """The tiny profile builds its models (`bench prepare`); hf runs use the folders given."""
+        if self.profile.task_format == "hf":
+            from bench.hf import local_models
+
+            c = self.config
+            return local_models(c.model, c.external, c.teachers, c.device)
+        return prepare.prepare(self.profile, progress=self.show_progress)
 
     # -- run directory --------------------------------------------------------------------------
     def _check_dir(self) -> None:
@@ -194,6 +216,9 @@ class Runner:
             "budget_flops": self.config.budget,
             "eval_every": self.config.eval_every,
             "eval_size": self.config.eval_size or self.profile.eval_size,
+            "max_new_tokens": self.config.max_new_tokens or self.profile.max_new_tokens,
+            "models": {"student": self.config.model, "external": self.config.external,
+                       "teachers": dict(self.config.teachers)} if self.config.model else None,
         }
         return {
             "run_id": self.run_id,

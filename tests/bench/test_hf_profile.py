@@ -1,0 +1,66 @@
+"""The hf profile on this CPU: a local HF model folder, chat-formatted prompts, the same adapters.
+
+The same code path a GPU user takes (`--profile hf --model DIR`), on tiny random Qwen2-style
+folders that carry a chat template.
+"""
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from bench.cli import app
+from bench.ledger import Ledger
+from bench.models import load_model, tiny_model_dir
+from bench.policy import Policy
+
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def _chat_folder(spec: str, dest):
+    shutil.copytree(tiny_model_dir(spec), dest)
+    _, tokenizer = load_model(dest)
+    tokenizer.chat_template = TEMPLATE
+    tokenizer.save_pretrained(dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    return _chat_folder("tiny-qwen2", root / "student"), _chat_folder("tiny-qwen2", root / "teacher")
+
+
+def test_chat_policies_wrap_prompts_in_the_template(folders):
+    model, tokenizer = load_model(folders[0])
+    policy = Policy("s", model, tokenizer, ledger=Ledger(), chat=True)
+    text = tokenizer.decode(policy.encode_prompt("What is 2+2?"))
+    assert text == "<|user|>What is 2+2?\n<|assistant|>"
+    plain = Policy("p", model, tokenizer, ledger=Ledger())
+    assert tokenizer.decode(plain.encode_prompt("What is 2+2?")) == "What is 2+2?"
+
+
+def test_hf_profile_runs_an_adapter_on_local_folders(folders, tmp_path):
+    student, teacher = folders
+    out = CliRunner().invoke(app, [
+        "run", "--profile", "hf", "--model", str(student), "--external", str(teacher), "--method", "opd-external",
+        "--suite", "math_code", "--budget", "2e9", "--eval-size", "4", "--max-new-tokens", "12",
+        "--runs", str(tmp_path), "--no-progress",
+    ])
+    assert out.exit_code == 0, out.output
+    record = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert record["profile"] == "hf"
+    assert record["flops"]["shared"] == 0 and record["flops"]["external"] == 0  # trained elsewhere
+    kinds = {(r["model"], r["kind"]) for r in record["ledger"] if r["category"] == "counted"}
+    assert ("external", "score") in kinds and ("student", "update") in kinds
+    assert set(record["provenance"]["model_hashes"]) == {"base", "external"}
+
+
+def test_hf_profile_needs_a_model(tmp_path):
+    out = CliRunner().invoke(app, ["run", "--profile", "hf", "--method", "grpo-joint", "--runs", str(tmp_path)])
+    assert out.exit_code == 2
+    assert "--model PATH" in (out.stderr or out.output)
