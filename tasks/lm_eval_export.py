@@ -8,14 +8,19 @@
 
 Writes, into `out_dir`:
 - `<task>_<domain>.jsonl`: the held-out problems of each domain (`meta` as a JSON string);
-- `<task>_<domain>.yaml`: one `generate_until` task per domain, greedy decoding, absolute
-  `data_files` paths, and `process_results: !function utils.process_results`;
+- `<task>_<domain>.yaml`: one `generate_until` task per domain, absolute `data_files` paths, and
+  `process_results: !function utils.process_results`. Decoding is the benchmark's own evaluation
+  (DESIGN section 3): greedy, stopped by the model's EOS token only (no `until` strings: lm-eval adds
+  the EOS), at most `max_gen_toks` new tokens;
 - `<task>.yaml`: the group; its `acc` is the unweighted mean over domains, the suite accuracy of
   DESIGN section 3 (every domain has the same number of held-out prompts anyway);
 - `utils.py`: `process_results`, which rebuilds the `Problem` and calls the domain's verifier, so
   lm-eval's number and ours come from the same code. It imports this checkout's `tasks` package.
 
-hf-format suites are chat prompts: pass `--apply_chat_template` for chat models.
+hf-format suites are chat prompts: pass `--apply_chat_template` for chat models. tiny-format prompts
+are raw text, scored as the benchmark feeds them: no chat template and no BOS
+(`--model_args pretrained=DIR,add_bos_token=False`); then lm-eval's accuracy on the first N documents
+equals `bench.evaluation.Evaluator`'s on the same N (tests/tasks/test_lm_eval_roundtrip.py).
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from pathlib import Path
 
 from tasks.suites import Suite
 
-_MAX_GEN_TOKS = {"tiny": 128, "hf": 1024}
+# Generation limit per prompt format: tiny matches the tiny profile's evaluation (`eval_max_new_tokens`),
+# so that lm-eval and `bench.evaluation.Evaluator` score the same completions.
+MAX_GEN_TOKS = {"tiny": 40, "hf": 1024}
 
 _UTILS = '''"""lm-eval hooks for OPD-Bench suites (written by tasks.lm_eval_export; regenerate, do not edit)."""
 
@@ -63,8 +70,7 @@ def _q(value: str) -> str:
     return json.dumps(value)
 
 
-def _task_yaml(name: str, data_path: Path, suite: Suite) -> str:
-    until = '["\\n"]' if suite.fmt == "tiny" else "[]"
+def _task_yaml(name: str, data_path: Path, suite: Suite, max_gen_toks: int) -> str:
     return f"""# OPD-Bench {suite.id} (suite version {suite.version}, hash {suite.content_hash}); generated, do not edit
 task: {name}
 dataset_path: json
@@ -78,10 +84,10 @@ num_fewshot: 0
 doc_to_text: prompt
 doc_to_target: answer
 generation_kwargs:
-  until: {until}
+  until: []
   do_sample: false
   temperature: 0.0
-  max_gen_toks: {_MAX_GEN_TOKS[suite.fmt]}
+  max_gen_toks: {max_gen_toks}
 process_results: !function utils.process_results
 metric_list:
   - metric: acc
@@ -115,8 +121,15 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def export(suite: Suite, out_dir: str | os.PathLike) -> Path:
-    """Write the suite as an lm-eval task group into `out_dir`; returns the group YAML's path."""
+def export(suite: Suite, out_dir: str | os.PathLike, *, max_gen_toks: int | None = None) -> Path:
+    """Write the suite as an lm-eval task group into `out_dir`; returns the group YAML's path.
+
+    `max_gen_toks` caps each completion (default `MAX_GEN_TOKS[suite.fmt]`); give it the evaluating
+    profile's `eval_max_new_tokens` to reproduce that profile's held-out accuracy.
+    """
+    max_gen_toks = MAX_GEN_TOKS[suite.fmt] if max_gen_toks is None else int(max_gen_toks)
+    if max_gen_toks < 1:
+        raise ValueError(f"max_gen_toks must be >= 1, got {max_gen_toks}")
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     group = task_name(suite)
@@ -127,7 +140,7 @@ def export(suite: Suite, out_dir: str | os.PathLike) -> Path:
         data_path = out / f"{name}.jsonl"
         rows = [r for r in records if r["domain"] == domain]
         _write(data_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        _write(out / f"{name}.yaml", _task_yaml(name, data_path, suite))
+        _write(out / f"{name}.yaml", _task_yaml(name, data_path, suite, max_gen_toks))
         subtasks.append(name)
     repo_root = str(Path(__file__).resolve().parent.parent)
     _write(out / "utils.py", _UTILS.format(repo=repo_root))
