@@ -1,7 +1,7 @@
 """Code domain: trace a short generated Python program to what it prints.
 
 Tiny prompt: the program itself, statements separated by `;`, then the separator `>`:
-`a=3;b=a*2;print(b+1)>` -> `7`. Medium adds a conditional expression
+`a=3;b=a*2;print(b+1)>` -> `7` (easy: two assignments, `+` and `-` only, `a=12;b=a-5;print(b+9)>`). Medium adds a conditional expression
 (`c=b*2 if b>3 else b+1`); hard adds a small for loop, which Python cannot put after a `;`, so hard
 programs put the loop and the final print on their own lines (the only character outside printable ASCII
 in any tiny prompt is that `\\n`). Worked solution: each variable's value after each statement (and
@@ -31,8 +31,10 @@ SEPARATOR = ">"
 _VARS = "abcd"
 
 TINY_LEVELS: dict[str, dict[str, Any]] = {
-    "easy": {"n_assign": [3, 3], "max_const": 9, "ops": "+-*", "conditional": False, "loop": False,
-             "iters": [0, 0], "max_abs_answer": 999},
+    # Calibrated for the tiny profile (issue #4): with `*` and three assignments a 2-layer student
+    # stays near chance after a long warm-up; two assignments of small constants with + and - it learns.
+    "easy": {"n_assign": [2, 2], "max_const": 15, "ops": "+-", "conditional": False, "loop": False,
+             "iters": [0, 0], "max_abs_answer": 999, "bare_print": 0.0},
     "medium": {"n_assign": [2, 2], "max_const": 9, "ops": "+-*", "conditional": True, "loop": False,
                "iters": [0, 0], "max_abs_answer": 999},
     "hard": {"n_assign": [2, 2], "max_const": 9, "ops": "+-*", "conditional": False, "loop": True,
@@ -136,7 +138,8 @@ def _draw_program(rng: random.Random, level: dict[str, Any]) -> list[Statement]:
         out = target
     else:
         out = names[-1]
-    tokens = [out] if rng.random() < 1 / 3 else [out, rng.choice("+-*"), str(rng.randint(1, level["max_const"]))]
+    bare = rng.random() < level.get("bare_print", 1 / 3)  # `print(b)`: few distinct programs in easy
+    tokens = [out] if bare else [out, rng.choice(level["ops"]), str(rng.randint(1, level["max_const"]))]
     program.append(("print", tokens))
     return program
 

@@ -1,7 +1,9 @@
 """Math domain: integer arithmetic chains (tiny and hf), plus reasoning-gym problems in hf.
 
 Tiny prompt: `17+5-9=` (the separator `=` means "answer now"), answer `13`, worked solution
-`17+5=22;22-9=13#13`. Hard levels add one `*`, evaluated first (usual precedence), e.g.
+`17+5=22;22-9=13#13`. Easy is one wide operand and one digit (`347+8=` -> `355`): a large prompt
+space whose answer a 2-layer student can learn in one pass (mostly copying, one carry), calibrated
+for the tiny profile (issue #4); multi-digit chains are far harder for it. Hard levels add one `*`, evaluated first (usual precedence), e.g.
 `3+4*5-2=` -> `4*5=20;3+20=23;23-2=21#21`.
 
 hf prompt: the same chains in words ("Calculate 17 + 5 - 9."), reasoning-gym `chain_sum`,
@@ -24,7 +26,8 @@ SEPARATOR = "="
 
 # Difficulty knobs of the tiny generator (also used by the hf `chain` generator).
 TINY_LEVELS: dict[str, dict[str, Any]] = {
-    "easy": {"n_operands": [3, 3], "max_operand": 20, "ops": "+-", "max_mul": 0, "mul_max_operand": 0},
+    "easy": {"n_operands": [2, 2], "first_max": 999, "max_operand": 9, "ops": "+-", "max_mul": 0,
+             "mul_max_operand": 0},
     "medium": {"n_operands": [4, 4], "max_operand": 20, "ops": "+-", "max_mul": 0, "mul_max_operand": 0},
     "hard": {"n_operands": [5, 5], "max_operand": 20, "ops": "+-*", "max_mul": 1, "mul_max_operand": 12},
 }
@@ -61,7 +64,10 @@ def _draw_chain(rng: random.Random, level: dict[str, Any]) -> tuple[list[int], l
     nums = []
     for i in range(n):
         next_to_mul = (i > 0 and ops[i - 1] == "*") or (i < n - 1 and ops[i] == "*")
-        nums.append(rng.randint(0, level["mul_max_operand"] if next_to_mul else level["max_operand"]))
+        # The first operand may be wider than the rest (`347+8-5=`): a large prompt space whose answer
+        # mostly copies digits, so a 2-layer student can learn it.
+        top = level.get("first_max", level["max_operand"]) if i == 0 else level["max_operand"]
+        nums.append(rng.randint(0, level["mul_max_operand"] if next_to_mul else top))
     return nums, ops
 
 

@@ -1,0 +1,50 @@
+"""`bench prepare`'s imperfect warm-up data and its calibration figures (issue #4)."""
+
+from __future__ import annotations
+
+import random
+
+from bench.prepare import _mistake, _warmup_answer, format_calibration, prepare
+from bench.profiles import WarmupConfig
+from tasks import get_suite
+
+
+def _problems(domain: str, n: int = 200):
+    it = get_suite(domain, "easy", "tiny").train_sampler(seed=3)
+    return [next(it) for _ in range(n)]
+
+
+def test_mistake_is_wrong_plausible_and_systematic():
+    for domain in ("math", "code", "logic", "strings"):
+        dom = get_suite(domain, "easy", "tiny").domain(domain)
+        for p in _problems(domain):
+            wrong = _mistake(p)
+            assert dom.score(wrong, p) == 0.0, (p.prompt, p.answer, wrong)
+            assert len(wrong) == len(p.answer) and wrong[:-1] == p.answer[:-1]
+            assert _mistake(p) == wrong  # the same mistake every time: a habit the base can learn
+            if domain == "logic":
+                assert set(wrong) <= {"0", "1"}
+
+
+def test_warmup_answers_mix_answer_and_mistake_at_the_configured_rate():
+    config = WarmupConfig(mistake_rate=0.5, label_noise=0.0)
+    rng = random.Random(0)
+    problems = _problems("math", 2000)
+    targets = [_warmup_answer(p, config, config.label_noise, rng) for p in problems]
+    right = sum(t == p.answer for t, p in zip(targets, problems))
+    mistaken = sum(t == _mistake(p) for t, p in zip(targets, problems))
+    assert right + mistaken == len(problems)
+    assert 0.45 < mistaken / len(problems) < 0.55
+
+
+def test_prepare_stores_and_formats_calibration_figures(fast_profile):
+    prepared = prepare(fast_profile, progress=False)
+    rows = prepared.info["calibration"]
+    assert [r["domain"] for r in rows] == ["math", "code", "logic", "strings"]
+    for r in rows:
+        for key in ("base_pass1", "base_pass8", "base_sample_acc", "teacher_pass1"):
+            assert 0.0 <= r[key] <= 1.0
+        assert r["base_pass8"] >= r["base_sample_acc"]  # pass@8 is at least the mean of its samples
+        assert r["base_length"] >= 1 and r["teacher_length"] >= 1
+    lines = format_calibration(rows)
+    assert len(lines) == 5 and lines[1].startswith("math")
