@@ -121,8 +121,9 @@ def test_lm_eval_stops_where_bench_stops(suite, exported):
 
 
 def test_export_decodes_like_the_evaluator(suite, exported):
-    """Greedy, EOS-only stop, the profile's token cap; the default cap is the tiny profile's."""
-    assert MAX_GEN_TOKS["tiny"] == PROFILES["tiny"].eval_max_new_tokens
+    """Greedy, EOS-only stop, the profile's token cap; the default caps are the tiny and hf profiles'."""
+    for profile in ("tiny", "hf"):
+        assert MAX_GEN_TOKS[PROFILES[profile].task_format] == PROFILES[profile].eval_max_new_tokens
     for d in suite.domains:
         config = yaml.safe_load(
             (exported / f"{task_name(suite)}_{d}.yaml").read_text().replace("!function ", "")

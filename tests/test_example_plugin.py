@@ -1,0 +1,129 @@
+"""The example third-party method (examples/opd-bench-rloo) installs as its own package and runs
+through the real command line: `bench list methods`, `bench run`, `bench check-adapter`.
+
+The package is built and installed offline (`pip --no-index --no-build-isolation`, the venv's
+setuptools) into a temporary folder that only the `bench` subprocesses see on PYTHONPATH, so the
+test neither needs the network nor touches the environment it runs in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "opd-bench-rloo"
+RLOO_FILE = EXAMPLE / "opd_bench_rloo" / "rloo.py"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """A folder holding the installed example (package + dist-info with its entry point)."""
+    tmp = tmp_path_factory.mktemp("plugin")
+    # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
+    source = shutil.copytree(EXAMPLE, tmp / "src", ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    target = tmp / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--no-cache-dir", "--disable-pip-version-check", "--target", str(target), str(source)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    entry_points = next(target.glob("opd_bench_rloo-*.dist-info")) / "entry_points.txt"
+    assert "[opd_bench.methods]" in entry_points.read_text()
+    return target
+
+
+def bench(site: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`python -m bench.cli ARGS` with the installed plugin importable, as a user would run it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_installed_plugin_is_listed(site):
+    out = bench(site, "list", "methods")
+    assert out.returncode == 0, out.stderr
+    assert "rloo" in out.stdout.split()
+    assert "grpo" in out.stdout.split()  # the built-ins are still there
+
+
+def test_installed_plugin_runs_through_bench_run(site, tmp_path):
+    out = bench(site, "run", "--method", "rloo", "--suite", "math_code", "--profile", "smoke", "--budget", "6e10",
+                "--eval-size", "8", "--set", "prompts_per_step=8", "--runs", str(tmp_path), "--no-progress")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "rloo__math_code-easy__smoke__s0" / "summary.json").read_text())
+    assert summary["method"] == "rloo" and summary["profile"] == "smoke"
+    assert summary["method_config"]["prompts_per_step"] == 8 and summary["method_config"]["samples"] == 4
+    counted = {(r["phase"], r["kind"], r["model"]) for r in summary["ledger"] if r["category"] == "counted"}
+    assert {("train", "rollout", "student"), ("train", "update", "student")} <= counted
+    assert summary["flops"]["counted"] >= summary["budget_flops"] == 6e10
+    curve = summary["curve"]
+    assert len(curve) >= 2 and curve[0]["flops"] == 0.0
+    assert curve[-1]["flops"] == pytest.approx(summary["flops"]["counted"])
+
+
+@pytest.mark.slow  # ~25 s of CPU: a full smoke-budget run under the instrumented counter
+def test_installed_plugin_passes_check_adapter(site):
+    out = bench(site, "check-adapter", "rloo")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "PASS rloo" in out.stdout
+
+
+def test_plugin_loads_from_its_file_and_validates_overrides():
+    from bench.registry import get_method
+    from bench.runner import RunError, method_config
+
+    cls = get_method(f"{RLOO_FILE}:RLOO")
+    assert cls.name == "rloo"
+    assert method_config(cls, (("samples", "8"), ("domains", "math"))).domains == ("math",)
+    with pytest.raises(RunError, match="samples must be >= 2"):
+        method_config(cls, (("samples", "1"),))
+
+
+def test_leave_one_out_baseline():
+    from bench.registry import get_method
+
+    module = sys.modules[get_method(f"{RLOO_FILE}:RLOO").__module__]
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])  # two prompts, k = 4
+    advantages = module.leave_one_out_advantages(rewards, 4)
+    # Sample 0 of prompt 0: 1 - mean(0, 0, 1) = 2/3; an all-correct group gets no signal.
+    assert advantages.tolist()[:4] == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    assert advantages.tolist()[4:] == [0.0] * 4
+    with pytest.raises(ValueError):
+        module.leave_one_out_advantages(rewards, 3)
+
+
+def _bench_imports(source: str) -> set[str]:
+    """Modules of this project (bench, methods, tasks, reports) that `source` imports."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return {n for n in names if n.split(".")[0] in ("bench", "methods", "tasks", "reports")}
+
+
+def test_plugin_and_docs_example_use_only_the_public_api(tmp_path):
+    import re
+
+    from bench.registry import get_method
+
+    for path in (EXAMPLE / "opd_bench_rloo").glob("*.py"):
+        assert _bench_imports(path.read_text()) <= {"bench.api"}, path
+    # The minimal method in docs/plugins.md is a working plugin file as written.
+    doc = (REPO / "docs" / "plugins.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", doc, re.S).group(1)
+    assert _bench_imports(snippet) == {"bench.api"}
+    (tmp_path / "doc_rloo.py").write_text(snippet)
+    cls = get_method(f"{tmp_path / 'doc_rloo.py'}:RLOO")
+    assert cls.name == "rloo" and cls.Config().samples == 4
