@@ -48,11 +48,11 @@ def exported(suite, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trained_model(suite, tmp_path_factory):
-    """The tiny student after 60 SFT steps on the first N held-out answers of each domain."""
+    """The tiny student after 45 SFT steps on the first N held-out answers of each domain."""
     model, tokenizer = build_tiny(TINY_SPECS["tiny-llama"])
     policy = Policy("student", model, tokenizer, ledger=Ledger())
     pool = [p for d in suite.domains for p in suite.heldout(d)[:N]]
-    rng, steps = random.Random(0), 60
+    rng, steps = random.Random(0), 45
     torch.manual_seed(0)
     for step in range(steps):
         batch = rng.sample(pool, 32)
@@ -103,7 +103,8 @@ def score_with_bench(folder, suite) -> tuple[dict, dict[str, list[str]], dict[st
 def test_lm_eval_accuracy_equals_bench_accuracy(trained_model, suite, exported):
     lm_acc, lm_group, lm_texts = score_with_lm_eval(trained_model, suite, exported)
     ours, our_texts, _ = score_with_bench(trained_model, suite)
-    assert 0.1 < ours["accuracy"] < 0.9, f"the trained model should be partly right, got {ours}"
+    right = round(ours["accuracy"] * len(suite.domains) * N)
+    assert 3 <= right <= len(suite.domains) * N - 3, f"the trained model should be partly right, got {ours}"
     for d in suite.domains:
         assert len(lm_texts[d]) == N
         assert lm_texts[d] == our_texts[d], f"{d}: lm-eval and bench generated different completions"
