@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import json
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,7 @@ def prepare(profile: Profile, *, progress: bool = True) -> Prepared:
     info_path = folder / "prepared.json"
     if info_path.exists():
         return Prepared(folder, store.read_json(info_path))
+    started = time.perf_counter()
     ledger = Ledger()
     rng = random.Random(config.seed)
     with ledger_context(category="shared", phase="warmup"):
@@ -99,6 +101,7 @@ def prepare(profile: Profile, *, progress: bool = True) -> Prepared:
         ],
         "model_hashes": {"base": state_digest(student.model), "external": state_digest(teacher.model)},
         "calibration": calibrate(student, teacher, suite, profile),
+        "wall_s": round(time.perf_counter() - started, 1),  # training and calibration, this machine
     }
     store.write_json(info_path, info)
     return Prepared(folder, info)

@@ -97,7 +97,8 @@ def main() -> None:
 
     t0 = time.perf_counter()
     prepared = prepare(PROFILES["tiny"], progress=False)
-    print(f"prepare: {time.perf_counter() - t0:.0f} s (0 if cached) -> {prepared.folder}")
+    built = prepared.info.get("wall_s", "?")
+    print(f"prepare: {time.perf_counter() - t0:.0f} s now, {built} s when built -> {prepared.folder}")
     print("\n".join(format_calibration(prepared.info.get("calibration", []))))
     with tempfile.TemporaryDirectory(prefix="opd-calibrate-") as scratch:
         runs = args.runs or Path(scratch)

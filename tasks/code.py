@@ -1,11 +1,11 @@
 """Code domain: trace a short generated Python program to what it prints.
 
 Tiny prompt: the program itself, statements separated by `;`, then the separator `>`:
-`a=3;b=a*2;print(b+1)>` -> `7` (easy: two assignments, `+` and `-` only, `a=12;b=a-5;print(b+9)>`). Medium adds a conditional expression
-(`c=b*2 if b>3 else b+1`); hard adds a small for loop, which Python cannot put after a `;`, so hard
-programs put the loop and the final print on their own lines (the only character outside printable ASCII
-in any tiny prompt is that `\\n`). Worked solution: each variable's value after each statement (and
-each loop iteration), e.g. `a=3;b=6;print 7#7`.
+`a=3;b=a*2;print(b+1)>` -> `7`; easy has two assignments and `+`, `-` only (`a=12;b=a-5;print(b+9)>`).
+Medium adds a conditional expression (`c=b*2 if b>3 else b+1`); hard adds a small for loop, which
+Python cannot put after a `;`, so hard programs put the loop and the final print on their own lines
+(the only character outside printable ASCII in any tiny prompt is that `\\n`). Worked solution: each
+variable's value after each statement (and each loop iteration), e.g. `a=3;b=6;print 7#7`.
 
 hf prompt: the same programs laid out as ordinary Python in a code block, and reasoning-gym `bf`
 (print the output of a Brainf*ck program; difficulty 1 at every level, difficulty 2 costs ~50 ms a
