@@ -156,7 +156,7 @@ def _curve_estimates(cs: CurveSet, idx: np.ndarray, ref: _Ref | None, same_as_re
 
 
 def _reference(runs: pd.DataFrame, curves: dict, key: BoardKey) -> _Ref | None:
-    ref_runs = runs[runs["method"] == REFERENCE_METHOD].sort_values("seed")
+    ref_runs = runs[runs["method"] == REFERENCE_METHOD].sort_values(["seed", "run_id"])
     if ref_runs.empty:
         return None
     cs = curve_set([curves[r] for r in ref_runs["run_id"]], key.budget_flops)
@@ -175,7 +175,7 @@ def _reference(runs: pd.DataFrame, curves: dict, key: BoardKey) -> _Ref | None:
 
 
 def _method_result(method: str, runs: pd.DataFrame, frames_idx: dict, key: BoardKey, ref: _Ref | None) -> MethodResult:
-    runs = runs.sort_values("seed")
+    runs = runs.sort_values(["seed", "run_id"])  # a fixed order whatever the files are called
     ids = runs["run_id"].tolist()
     rng = rng_for(*map(str, vars(key).values()), method)
     cs = curve_set([frames_idx["curves"][r] for r in ids], key.budget_flops)

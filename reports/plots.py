@@ -1,8 +1,10 @@
-"""The report's figures as SVG text: curves, Pareto frontier, FLOPs by phase and kind, length, domains.
+"""The hand-drawn figures as SVG text: Pareto frontier, FLOPs by phase and kind, length, per-method curves.
 
 Each function takes plain lists and dicts (no pandas) and returns one SVG document, drawn by
-`reports.svgplot` (see there for why not matplotlib). Colours are seaborn's colour-blind palette,
-in the board's method order, the same as the swatches in the site's tables (CSS classes c0..c9).
+`reports.svgplot` (see there for why not matplotlib). The board figures that are statistics over
+seeds (accuracy against FLOPs with bands, accuracy per domain) are seaborn's: `reports.figures`.
+Colours are seaborn's colour-blind palette, in the board's method order, the same as the swatches in
+the site's tables (CSS classes c0..c9) and in reports.figures.
 Names on figures come from records: svgplot escapes and truncates every one.
 """
 
@@ -39,35 +41,6 @@ def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, 
 def _positive(xs, *columns):
     """Rows of (x, *columns) with x > 0: a log axis has no place for the 0-FLOP base point."""
     return [row for row in zip(xs, *columns) if row[0] > 0]
-
-
-def accuracy_curves(series: list[dict], base_accuracy: float | None, title: str) -> str:
-    """Accuracy against counted FLOPs (log x), one line and 95% band per method.
-
-    series: [{"name", "colour", "grid", "mid", "band_grid", "low" | None, "high" | None, "reference": bool}].
-    The base accuracy (0 FLOPs) is a dotted line.
-    """
-    xs = [f for s in series for f in s["grid"] if f > 0]
-    ys = [v for s in series for v in s["mid"] + (s["low"] or []) + (s["high"] or [])] + [base_accuracy or 0.0]
-    p = Panel(LogScale.nice(xs), LinearScale.nice(ys, floor=0.0), _MAIN, "counted training FLOPs", "held-out accuracy")
-    legend = []
-    for s in series:
-        if s["low"] is not None:
-            rows = _positive(s["band_grid"], s["low"], s["high"])
-            if rows:
-                p.band(*zip(*rows), s["colour"])
-    for s in series:
-        rows = _positive(s["grid"], s["mid"])
-        if not rows:
-            continue
-        ref = bool(s.get("reference"))
-        p.line(*zip(*rows), s["colour"], width=2.4 if ref else 1.7, dash="6 3" if ref else "")
-        legend.append(LegendEntry(s["name"] + (" (ref.)" if ref else ""), s["colour"], "dash" if ref else "line"))
-    if base_accuracy is not None:
-        p.hline(base_accuracy)
-        legend.append(LegendEntry("base model", "#888888", "dot"))
-    return render([p], f"Accuracy against FLOPs: {title}", legend,
-                  "Held-out accuracy of each method's aggregate curve against counted training FLOPs, with 95% bands.")
 
 
 def pareto(points: list[dict]) -> str:
@@ -151,25 +124,6 @@ def length_accuracy(points: list[dict]) -> str:
         legend.append(LegendEntry(p["name"], p["colour"], "marker"))
     return render([panel], "Response length against accuracy", legend,
                   "Each method's mean response length and final accuracy; dots are single runs.")
-
-
-def domain_accuracy(methods: list[dict], domains: Sequence[str]) -> str:
-    """Final accuracy per domain, grouped bars, one colour per method.
-
-    methods: [{"name", "colour", "values": {domain: accuracy}}].
-    """
-    k = max(len(domains), 1)
-    panel = Panel(LinearScale(-0.5, k - 0.5), LinearScale(0, 1), _MAIN, "domain", "final held-out accuracy",
-                  categories=list(domains))
-    width = 0.8 / max(len(methods), 1)
-    for i, m in enumerate(methods):
-        for j, d in enumerate(domains):
-            if d in m["values"]:
-                x0 = j - 0.4 + i * width
-                value = m["values"][d]
-                panel.rect(x0, x0 + width * 0.92, 0, value, m["colour"], f"{m['name']}, {d}: {value:.3f}")
-    legend = [LegendEntry(m["name"], m["colour"], "box") for m in methods]
-    return render([panel], "Final accuracy per domain", legend, "Grouped bars of final accuracy per domain and method.")
 
 
 def method_curves(name: str, colour: str, runs: list[dict], series: dict, fit: dict | None) -> str:

@@ -3,8 +3,9 @@
     records, skipped = load_records(Path("runs"))     # runs/*/summary.json, or a folder of *.json
     frames = to_frames(records)                        # pandas: runs, curves, ledger, domains
 
-A record that cannot be parsed, fails the schema, is not a complete run, or repeats a run id already
-loaded is skipped, and every skip comes back with its path and reason: nothing is dropped silently.
+A record that cannot be parsed, fails reports.schema (which also requires a complete run), or
+repeats a run id already loaded is skipped, and every skip comes back with its path and reason:
+nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from reports.metrics import accuracy_per_pflop, distillation_share, self_teacher
 from reports.schema import RecordParseError, parse_record_text, validate_record
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # a result record is kilobytes; anything this big is not one
-REPORTED_STATUSES = ("complete",)
 SOURCE_KEY = "_source"  # where a loaded record came from; added by load_records, not part of the schema
 
 
@@ -72,8 +72,6 @@ def load_many(runs_dirs: Iterable[Path | str]) -> tuple[list[dict[str, Any]], li
                 skipped.append((path, str(exc)))
                 continue
             reasons = validate_record(record)
-            if not reasons and record["status"] not in REPORTED_STATUSES:
-                reasons = [f"status is {record['status']!r}; only {', '.join(REPORTED_STATUSES)} runs are reported"]
             if not reasons and record["run_id"] in seen:
                 reasons = [f"duplicate run_id; already loaded from {seen[record['run_id']]}"]
             if reasons:

@@ -1,10 +1,12 @@
 """The versioned JSON Schema of a result record (docs/records.md) and the checks a schema cannot say.
 
 `validate_record(record)` returns a list of human-readable reasons; empty means the record may go on
-the leaderboard. Structure and types come from JSON Schema (draft-07, compiled by `fastjsonschema`: about ten times
+the leaderboard; it is the source of truth for what a valid record is (docs/records.md lists the
+rules). Structure and types come from JSON Schema (draft-07, compiled by `fastjsonschema`: about ten times
 faster than `jsonschema`, which matters at a thousand records; it names the first error only); the
-cross-field rules (curve starts at 0 FLOPs and never goes back, final accuracy equals the last
-evaluation, the counted total equals the ledger's counted rows) are checked by hand afterwards.
+cross-field rules (status "complete", curve starts at 0 FLOPs and never goes back, base and final
+accuracy equal the first and last evaluations, the counted total equals the ledger's counted rows)
+are checked by hand afterwards.
 Non-finite numbers (NaN, Infinity) are rejected when the JSON is parsed (`parse_record_text`).
 """
 
@@ -18,6 +20,7 @@ from typing import Any
 import fastjsonschema
 
 SCHEMA_VERSION = 1
+REPORTED_STATUSES = ("complete",)  # a result record summarises a finished run; the leaderboard shows no other
 MAX_NAME_CHARS = 200  # longer names would be unreadable in a table; rejected, not truncated
 _TOL = 1e-6
 
@@ -155,6 +158,8 @@ def parse_record_text(text: str) -> dict[str, Any]:
 def _consistency(record: dict[str, Any]) -> list[str]:
     """Cross-field rules of docs/records.md, run only on a structurally valid record."""
     reasons = []
+    if record["status"] not in REPORTED_STATUSES:
+        reasons.append(f"status is {record['status']!r}; only {', '.join(REPORTED_STATUSES)} runs are reported")
     curve = record["curve"]
     if curve[0]["flops"] != 0:
         reasons.append(f"curve[0].flops is {curve[0]['flops']!r}; the first evaluation is the base model at 0")

@@ -4,16 +4,20 @@
 
 Writes, under out_dir: index.html (a tab per board, sortable tables, figures), methods/<board>/<method>.html
 (one page per method and board), findings.html (the paper's claims beside ours), plots/**.svg,
-static/ (CSS and JS), results.csv, results.json and site.json (every page and file written). Fully
-static: no network, no CDN, works from file://. Every string from a record is autoescaped by Jinja
-and every path is made of slugs. Files listed in a previous build's site.json are removed first, so
-pages of methods that left the leaderboard do not linger; nothing else in out_dir is touched.
+static/ (CSS and JS), results.csv, results.json, records/<run>.json (a copy of every record used, so
+`bench report --runs leaderboard/records --out leaderboard/` rebuilds the site from itself) and
+site.json (every page and file written). Fully static: no network, no CDN, works from file://. Every
+string from a record is autoescaped by Jinja and every path is made of slugs. Files listed in a
+previous build's site.json are removed first, except record files this build reads, so pages of
+methods that left the leaderboard do not linger; nothing else in out_dir is touched.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,11 +26,11 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from reports import plots
-from reports.boards import Board, curves_by_run, build_boards
+from reports import figures, plots
+from reports.boards import Board, build_boards, curves_by_run
 from reports.findings import PAPER, findings
 from reports.formatting import Slugs, csv_safe, is_safe_slug
-from reports.records import load_many, to_frames
+from reports.records import SOURCE_KEY, Frames, load_many, to_frames
 from reports.views import COLUMNS, board_view, claims_view, method_href, method_view, plot_jobs
 
 _HERE = Path(__file__).parent
@@ -43,6 +47,7 @@ class SiteSummary:
     skipped: list[tuple[Path, str]]
     boards: list[str]
     pages: list[str]
+    record_files: list[str] = field(default_factory=list)  # records/<slug>.json: the records it was built from
     files: list[str] = field(default_factory=list)
     wall_s: float = 0.0
 
@@ -60,25 +65,58 @@ def _environment() -> jinja2.Environment:
 
 
 class _Writer:
-    """Writes files under one root, refusing any path that is not made of safe slugs."""
+    """Writes files under one root, refusing any path that is not made of safe slugs.
 
-    def __init__(self, root: Path) -> None:
+    Figures go through `draw`: seaborn's to the worker processes when there are any (`finish` writes
+    them), the rest drawn here at once.
+    """
+
+    def __init__(self, root: Path, pool: Executor | None = None) -> None:
         self.root = root.resolve()
+        self.pool = pool
         self.written: list[str] = []
+        self._pending: list[tuple[str, Future, Callable[..., str], dict[str, Any]]] = []
 
-    def write(self, rel: str, text: str) -> None:
+    def _checked(self, rel: str) -> Path:
         parts = rel.split("/")
         stems = [p.rsplit(".", 1)[0] for p in parts]
         if not all(is_safe_slug(s) for s in stems) or ".." in parts:
             raise ValueError(f"refusing to write unsafe path {rel!r}")
-        path = self.root / rel
+        return self.root / rel
+
+    def write(self, rel: str, text: str) -> None:
+        path = self._checked(rel)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8", errors="replace")  # a lone surrogate from JSON "\\ud800"
         self.written.append(rel)
 
+    def keep(self, rel: str) -> None:
+        """List a file that is already in place (a record the site is being rebuilt from)."""
+        self._checked(rel)
+        self.written.append(rel)
 
-def _remove_previous(root: Path) -> None:
-    """Delete the files a previous build listed in site.json (only those, only inside root)."""
+    def draw(self, rel: str, func: Callable[..., str], kwargs: dict[str, Any]) -> None:
+        if self.pool is not None and func in figures.SEABORN_FIGURES:
+            self._pending.append((rel, self.pool.submit(func, **kwargs), func, kwargs))
+        else:
+            self.write(rel, func(**kwargs))
+
+    def finish(self) -> None:
+        """Write the workers' figures; this process, done with the rest, draws those not yet started."""
+        here = {}
+        for rel, future, func, kwargs in reversed(self._pending):  # workers take from the front
+            if future.cancel():
+                here[rel] = func(**kwargs)
+        for rel, future, _, _ in self._pending:
+            self.write(rel, here[rel] if rel in here else future.result())
+        self._pending.clear()
+
+
+def _remove_previous(root: Path, keep: set[Path]) -> None:
+    """Delete the files a previous build listed in site.json (only those, only inside root), except `keep`.
+
+    keep: the record files this build reads (resolved): a site rebuilt from its own records/ keeps them.
+    """
     index = root / "site.json"
     try:
         previous = json.loads(index.read_text(encoding="utf-8")).get("files", [])
@@ -87,8 +125,22 @@ def _remove_previous(root: Path) -> None:
     root = root.resolve()
     for rel in previous if isinstance(previous, list) else []:
         path = (root / str(rel)).resolve()
-        if path.is_relative_to(root) and path.is_file():
+        if path.is_relative_to(root) and path.is_file() and path not in keep:
             path.unlink()
+
+
+def _write_records(records: list[dict[str, Any]], writer: _Writer) -> list[str]:
+    """Copy each record used into records/<slug of its run id>.json, so the site can be rebuilt from itself."""
+    slugs, out = Slugs(), []
+    for r in records:
+        rel = f"records/{slugs(r['run_id'])}.json"
+        if (writer.root / rel).resolve() == Path(r[SOURCE_KEY]).resolve():
+            writer.keep(rel)  # rebuilding from this very file: it is the record
+        else:
+            # compact: json's C encoder only runs without indent, 2.5x faster over a thousand records
+            writer.write(rel, json.dumps({k: v for k, v in r.items() if k != SOURCE_KEY}, ensure_ascii=False))
+        out.append(rel)
+    return out
 
 
 def _results_json(boards: list[Board], slugs: dict, claims, skipped, generated: str) -> dict[str, Any]:
@@ -126,16 +178,38 @@ def _results_csv(results: dict[str, Any]) -> str:
     return pd.DataFrame(rows).to_csv(index=False)
 
 
-def _render_plots(jobs: list[tuple[str, str, dict]], writer: _Writer) -> None:
-    for rel, func, kwargs in jobs:
-        writer.write(rel, getattr(plots, func)(**kwargs))
+def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, Any]], writer: _Writer,
+                  env: jinja2.Environment, common: dict[str, Any]) -> tuple[list[dict], list[dict], dict]:
+    """Every board's figures and method pages; returns (pages, board views, board key -> slug)."""
+    by_id = {r["run_id"]: r for r in records}
+    curves = curves_by_run(frames.curves)
+    board_slugs, method_slugs = Slugs(), Slugs()
+    slug_of = {tuple(vars(b.key).values()): board_slugs(f"{b.key.suite}-{b.key.difficulty}-{b.key.profile}")
+               for b in boards}
+    pages: list[dict[str, Any]] = []
+    views = []
+    for b in boards:
+        slug = slug_of[tuple(vars(b.key).values())]
+        ms = {m.method: method_slugs(m.method) for m in b.methods}
+        views.append(board_view(b, slug, ms))
+        for rel, func, kwargs in plot_jobs(b, slug, ms, plots.palette(list(ms)), curves, frames.domains):
+            writer.draw(rel, func, kwargs)
+        for m in b.methods:
+            rel = method_href(slug, ms[m.method])
+            view = method_view(b, m, [by_id[r] for r in m.run_ids], f"../../plots/{slug}/m-{ms[m.method]}.svg")
+            writer.write(rel, env.get_template("method.html").render(
+                root="../../", m=view, board_href=f"../../index.html#{slug}", **common))
+            pages.append({"path": rel, "kind": "method", "title": f"{m.method} on {b.label}",
+                          "board": slug, "method": m.method})
+    return pages, views, slug_of
 
 
 def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = None) -> SiteSummary:
     """Build the leaderboard from every valid record under `runs_dirs` into `out_dir`.
 
     Args:
-        runs_dirs: runs folders (`<run>/summary.json`) or folders of record JSON files.
+        runs_dirs: runs folders (`<run>/summary.json`) or folders of record JSON files, such as a
+            built site's records/ (a rebuild into the same site keeps the records it reads).
         out_dir: the site folder; created if missing.
         generated: the build time shown on pages (default: now, UTC, ISO 8601).
     Returns:
@@ -147,47 +221,32 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
     frames = to_frames(records)
     boards = build_boards(frames)
     claims = findings(boards)
-    by_id = {r["run_id"]: r for r in records}
-    curves = curves_by_run(frames.curves)
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    _remove_previous(out_dir)
-    writer, env = _Writer(out_dir), _environment()
-    board_slugs, method_slugs = Slugs(), Slugs()
-    slug_of = {tuple(vars(b.key).values()): board_slugs(f"{b.key.suite}-{b.key.difficulty}-{b.key.profile}")
-               for b in boards}
-    common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER}
-    pages: list[dict[str, Any]] = []
-    views = []
-    for b in boards:
-        slug = slug_of[tuple(vars(b.key).values())]
-        ms = {m.method: method_slugs(m.method) for m in b.methods}
-        colours = plots.palette([m.method for m in b.methods])
-        views.append(board_view(b, slug, ms))
-        _render_plots(plot_jobs(b, slug, ms, colours, curves), writer)
-        for m in b.methods:
-            rel = method_href(slug, ms[m.method])
-            view = method_view(b, m, [by_id[r] for r in m.run_ids], f"../../plots/{slug}/m-{ms[m.method]}.svg")
-            writer.write(rel, env.get_template("method.html").render(
-                root="../../", m=view, board_href=f"../../index.html#{slug}", **common))
-            pages.append({"path": rel, "kind": "method", "title": f"{m.method} on {b.label}",
-                          "board": slug, "method": m.method})
-    writer.write("index.html", env.get_template("index.html").render(
-        root="", boards=views, columns=COLUMNS, skipped=[(str(p), r) for p, r in skipped], **common))
-    writer.write("findings.html", env.get_template("findings.html").render(
-        root="", claims=claims_view(claims, slug_of), **common))
+    _remove_previous(out_dir, keep={Path(r[SOURCE_KEY]).resolve() for r in records} |
+                     {Path(p).resolve() for p, _ in skipped})
+    with figures.drawing_pool(n_figures=len(figures.SEABORN_FIGURES) * len(boards)) as pool:
+        writer, env = _Writer(out_dir, pool), _environment()
+        record_files = _write_records(records, writer)
+        common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER}
+        pages, views, slug_of = _write_boards(boards, frames, records, writer, env, common)
+        writer.write("index.html", env.get_template("index.html").render(
+            root="", boards=views, columns=COLUMNS, skipped=[(str(p), r) for p, r in skipped], **common))
+        writer.write("findings.html", env.get_template("findings.html").render(
+            root="", claims=claims_view(claims, slug_of), **common))
+        results = _results_json(boards, slug_of, claims, skipped, generated)
+        writer.write("results.json", json.dumps(results, indent=1, ensure_ascii=False))
+        writer.write("results.csv", _results_csv(results))
+        for name in ("site.css", "site.js"):
+            writer.write(f"static/{name}", (_HERE / "static" / name).read_text(encoding="utf-8"))
+        writer.finish()
     pages[:0] = [{"path": "index.html", "kind": "index", "title": "Leaderboard"},
                  {"path": "findings.html", "kind": "findings", "title": "Findings"}]
-    results = _results_json(boards, slug_of, claims, skipped, generated)
-    writer.write("results.json", json.dumps(results, indent=1, ensure_ascii=False))
-    writer.write("results.csv", _results_csv(results))
-    for name in ("site.css", "site.js"):
-        writer.write(f"static/{name}", (_HERE / "static" / name).read_text(encoding="utf-8"))
     files = writer.written + ["site.json"]
     site = {"schema": SITE_SCHEMA, "generated": generated, "records": len(records), "skipped": len(skipped),
             "boards": [v["slug"] for v in views], "pages": pages, "downloads": ["results.csv", "results.json"],
-            "files": files}
+            "record_files": record_files, "files": files}
     writer.write("site.json", json.dumps(site, indent=1, ensure_ascii=False))
     return SiteSummary(out_dir=out_dir, n_records=len(records), skipped=skipped, boards=[b.label for b in boards],
-                       pages=[p["path"] for p in pages], files=files, wall_s=time.perf_counter() - t0)
+                       pages=[p["path"] for p in pages], record_files=record_files, files=files,
+                       wall_s=time.perf_counter() - t0)

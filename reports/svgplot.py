@@ -1,8 +1,9 @@
 """A small SVG chart writer: axes, ticks, lines, bands, points, error bars, bars and a legend.
 
-Why not matplotlib: a 1,000-record site has ~130 figures and must build in 10 s on two shared cores;
-matplotlib takes 50-100 ms a figure on an idle core and 0.3-1 s under the load of a shared machine
-(measured for issue #5), this writer under 2 ms. Its output is plain, deterministic SVG text: every
+Why not matplotlib for these: a 1,000-record site has ~110 of them (a curve per method page, and
+the board's Pareto, FLOPs and length figures) and must build in 10 s on two shared cores; matplotlib
+takes 0.1-0.3 s a figure on a loaded core, this writer under 2 ms. The board figures that are
+statistics over seeds are seaborn's (`reports.figures`). Its output is plain, deterministic SVG text: every
 string goes through XML escaping (`_esc`), nothing is executable, and fonts match the site's.
 
     p = Panel(x=LogScale(1e12, 3e14), y=LinearScale(0.2, 0.7), box=(60, 20, 420, 300))
@@ -125,9 +126,7 @@ class Panel:
     box: tuple[float, float, float, float]
     xlabel: str = ""
     ylabel: str = ""
-    x_ticks: bool = True
     y_ticks: bool = True
-    categories: Sequence[str] = ()  # categorical x (grouped bars): tick labels at 0, 1, 2, ...
     parts: list[str] = field(default_factory=list)
 
     def px(self, v):
@@ -177,11 +176,6 @@ class Panel:
         self.parts.append(f'<circle cx="{_n(cx)}" cy="{_n(cy)}" r="{r}" fill="{colour}" stroke="#fff" '
                           f'stroke-width="1"/>')
 
-    def hline(self, y: float, colour: str = "#888", dash: str = "2 3") -> None:
-        left, _, w, _ = self.box
-        self.parts.append(f'<path d="M{_n(left)} {_n(self.py(y))}h{_n(w)}" stroke="{colour}" '
-                          f'stroke-dasharray="{dash}"/>')
-
     def rect(self, x0: float, x1: float, y0: float, y1: float, colour: str, title: str = "") -> None:
         """A bar between data coordinates (x0, y0) and (x1, y1), with an optional hover title."""
         left, right = sorted((self.px(x0), self.px(x1)))
@@ -201,15 +195,10 @@ class Panel:
             y = self.py(t)
             out.append(f'<path class="g" d="M{_n(left)} {_n(y)}h{_n(w)}"/><text class="m" x="{_n(left - 6)}" '
                        f'y="{_n(y)}" text-anchor="end" dominant-baseline="middle">{_esc(self.y.label(t))}</text>')
-        if self.categories:
-            for i, c in enumerate(self.categories):
-                out.append(f'<text class="m" x="{_n(self.px(i))}" y="{_n(top + h + 16)}" '
-                           f'text-anchor="middle">{_esc(c, 18)}</text>')
-        elif self.x_ticks:
-            for t in self.x.ticks():
-                x = self.px(t)
-                out.append(f'<path class="g" d="M{_n(x)} {_n(top)}v{_n(h)}"/><text class="m" x="{_n(x)}" '
-                           f'y="{_n(top + h + 16)}" text-anchor="middle">{_esc(self.x.label(t))}</text>')
+        for t in self.x.ticks():
+            x = self.px(t)
+            out.append(f'<path class="g" d="M{_n(x)} {_n(top)}v{_n(h)}"/><text class="m" x="{_n(x)}" '
+                       f'y="{_n(top + h + 16)}" text-anchor="middle">{_esc(self.x.label(t))}</text>')
         out.append(f'<path class="a" d="M{_n(left)} {_n(top)}V{_n(top + h)}H{_n(left + w)}"/>')
         if self.xlabel:
             out.append(f'<text x="{_n(left + w / 2)}" y="{_n(top + h + 34)}" '

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from reports import figures, plots
 from reports.boards import PHASE_GROUPS, Board, MethodResult
 from reports.findings import Claim
 from reports.formatting import fmt, fmt_estimate
+from reports.metrics import interpolate_curve
 
 # (MethodResult attribute, column title, unit, what the column means)
 COLUMNS = (
@@ -26,14 +30,20 @@ COLUMNS = (
     ("length_ratio", "Length ratio", "ratio", "mean length / the reference's"),
     ("distillation_share", "Distillation share", "pct", "distillation FLOPs / expert or stage FLOPs"),
 )
+FIGURE_POINTS = 16  # FLOP values per curve in the board figure: seaborn's cost is per (method, value)
 GROUP_NAMES = tuple(name for _, name in PHASE_GROUPS) + ("other",)
 BOARD_PLOTS = (
     ("curves", "Accuracy against counted FLOPs (log scale), 95% bootstrap bands"),
     ("pareto", "Final accuracy against counted FLOPs, with the Pareto frontier"),
     ("flops", "Counted FLOPs by phase and by kind"),
     ("length", "Mean response length against final accuracy"),
-    ("domains", "Final accuracy per domain"),
+    ("domains", "Final accuracy per domain, 95% bootstrap intervals"),
 )
+
+
+def _shows_domains(board: Board) -> bool:
+    """A board with one domain has no per-domain figure: its bars would repeat the table's final accuracy."""
+    return len({d for m in board.methods for d in m.domain_accuracy}) >= 2
 
 
 def method_href(board_slug: str, method_slug: str) -> str:
@@ -64,7 +74,8 @@ def board_view(board: Board, slug: str, method_slugs: dict[str, str]) -> dict[st
         "budget": fmt(board.key.budget_flops, "flops"), "reference": board.reference,
         "target": fmt(board.target, "acc") if board.target is not None else None,
         "n_runs": sum(m.n_seeds for m in board.methods), "warnings": board.warnings, "rows": rows,
-        "plots": [{"src": f"plots/{slug}/{name}.svg", "caption": caption} for name, caption in BOARD_PLOTS],
+        "plots": [{"src": f"plots/{slug}/{name}.svg", "caption": caption} for name, caption in BOARD_PLOTS
+                  if name != "domains" or _shows_domains(board)],
     }
 
 
@@ -83,9 +94,43 @@ def _point(m: MethodResult, colour: str) -> dict[str, Any]:
             "run_acc": m.per_run["final_accuracy"], "run_length": m.per_run["final_mean_length"]}
 
 
+def curve_frame(board: Board, n_points: int = FIGURE_POINTS) -> pd.DataFrame:
+    """Every run's curve at `n_points` log-spaced FLOP values (method, run_id, flops, accuracy) for seaborn.
+
+    The values span the board's first positive evaluation to its last FLOP value; runs are carried flat
+    to the budget and interpolated as the metrics are (reports.metrics), so the aggregate of the runs
+    at a FLOP value is the aggregate curve's value there.
+    """
+    positive = [g for m in board.methods for g in m.curves.grid if g > 0]
+    if not positive:
+        return pd.DataFrame({"method": [], "run_id": [], "flops": [], "accuracy": []})
+    grid = np.unique(np.geomspace(min(positive), max(positive), n_points))
+    methods, run_ids, accuracy = [], [], []
+    for m in board.methods:
+        for run_id, values in zip(m.run_ids, m.curves.values):
+            methods.append(m.method)
+            run_ids.append(run_id)
+            accuracy.append(interpolate_curve(m.curves.grid, values, grid))
+    # object arrays: numpy's fixed-width strings would drop a name's trailing NUL characters
+    return pd.DataFrame({"method": np.repeat(np.array(methods, dtype=object), grid.size),
+                         "run_id": np.repeat(np.array(run_ids, dtype=object), grid.size),
+                         "flops": np.tile(grid, len(run_ids)), "accuracy": np.concatenate(accuracy)})
+
+
+def domain_frame(board: Board, domains: pd.DataFrame) -> pd.DataFrame:
+    """Final accuracy per run and domain on this board (method, run_id, domain, accuracy) for seaborn."""
+    method_of = {r: m.method for m in board.methods for r in m.run_ids}
+    rows = domains[domains["run_id"].isin(method_of.keys())]
+    return pd.DataFrame({"method": rows["run_id"].map(method_of), "run_id": rows["run_id"],
+                         "domain": rows["domain"], "accuracy": rows["final_accuracy"].astype(float)})
+
+
 def plot_jobs(board: Board, slug: str, method_slugs: dict[str, str], colours: dict[str, str],
-              curves_by_run: dict[str, tuple]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(path under the site, plots function name, keyword arguments) for every figure of a board."""
+              curves_by_run: dict[str, tuple], domains: pd.DataFrame) -> list[tuple[str, Callable, dict[str, Any]]]:
+    """(path under the site, figure function, keyword arguments) for every figure of a board.
+
+    domains: the records' per-run domain accuracies (reports.records.Frames.domains).
+    """
     ms = board.methods
     by_group = []
     for m in ms:
@@ -95,18 +140,18 @@ def plot_jobs(board: Board, slug: str, method_slugs: dict[str, str], colours: di
             groups[group] += flops
             kinds[kind] += flops
         by_group.append({"name": m.method, "by_group": dict(groups), "by_kind": dict(kinds)})
-    domains = sorted({d for m in ms for d in m.domain_accuracy})
     base = ms[0].base_accuracy.value if ms else None
     jobs = [
-        (f"plots/{slug}/curves.svg", "accuracy_curves",
-         {"series": [_series(m, colours[m.method]) for m in ms], "base_accuracy": base, "title": board.label}),
-        (f"plots/{slug}/pareto.svg", "pareto", {"points": [_point(m, colours[m.method]) for m in ms]}),
-        (f"plots/{slug}/flops.svg", "flops_breakdown", {"bars": by_group, "groups": GROUP_NAMES}),
-        (f"plots/{slug}/length.svg", "length_accuracy", {"points": [_point(m, colours[m.method]) for m in ms]}),
-        (f"plots/{slug}/domains.svg", "domain_accuracy",
-         {"methods": [{"name": m.method, "colour": colours[m.method], "values": m.domain_accuracy} for m in ms],
-          "domains": domains}),
+        (f"plots/{slug}/curves.svg", figures.accuracy_curves,
+         {"curves": curve_frame(board), "colours": colours, "reference": board.reference, "base_accuracy": base,
+          "title": board.label}),
+        (f"plots/{slug}/pareto.svg", plots.pareto, {"points": [_point(m, colours[m.method]) for m in ms]}),
+        (f"plots/{slug}/flops.svg", plots.flops_breakdown, {"bars": by_group, "groups": GROUP_NAMES}),
+        (f"plots/{slug}/length.svg", plots.length_accuracy, {"points": [_point(m, colours[m.method]) for m in ms]}),
     ]
+    if _shows_domains(board):
+        jobs.append((f"plots/{slug}/domains.svg", figures.domain_accuracy,
+                     {"domains": domain_frame(board, domains), "colours": colours}))
     for m in ms:
         runs = [{"seed": s, "flops": curves_by_run[r][0].tolist(), "acc": curves_by_run[r][1].tolist()}
                 for s, r in zip(m.seeds, m.run_ids)]
@@ -115,7 +160,7 @@ def plot_jobs(board: Board, slug: str, method_slugs: dict[str, str], colours: di
             xs = np.logspace(np.log10(max(m.curves.grid[1] if len(m.curves.grid) > 1 else 1.0, 1.0)),
                              np.log10(board.key.budget_flops), 60)
             fit = {"flops": xs.tolist(), "acc": m.fit.predict(xs).tolist()}
-        jobs.append((f"plots/{slug}/m-{method_slugs[m.method]}.svg", "method_curves",
+        jobs.append((f"plots/{slug}/m-{method_slugs[m.method]}.svg", plots.method_curves,
                      {"name": m.method, "colour": colours[m.method], "runs": runs,
                       "series": _series(m, colours[m.method]), "fit": fit}))
     return jobs

@@ -38,7 +38,7 @@ def _mutate(record, path, value):
     return record
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(PATHS), _json)
 def test_any_mutation_is_skipped_or_reported_never_a_crash(tmp_path_factory, path, value):
     root = tmp_path_factory.mktemp("fuzz")

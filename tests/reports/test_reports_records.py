@@ -59,6 +59,8 @@ def test_cross_field_rules():
     r = make_record(base_accuracy=0.31)
     r["curve"][0]["accuracy"] = 0.5
     assert any("base_accuracy differs" in x for x in validate_record(r))
+    assert validate_record(make_record(status="running")) == [
+        "status is 'running'; only complete runs are reported"]
 
 
 def test_parse_rejects_non_finite_numbers_and_non_objects():

@@ -3,6 +3,7 @@
 import ast
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 
 from reports.formatting import Slugs, csv_safe, is_safe_slug, slugify
+from reports.records import load_records
 from reports.site import build_site
 from tests.reports.factory import make_record, make_sweep, write_runs
 
@@ -99,10 +101,40 @@ def test_rebuild_removes_stale_pages_and_nothing_else(tmp_path):
     out.mkdir()
     (out / "README.md").write_text("mine")
     build_site([runs1], out)
+    old = make_record("old-method")["run_id"]
     assert (out / "methods" / "math_code-easy-tiny" / "old-method.html").is_file()
+    assert (out / "records" / f"{slugify(old)}.json").is_file()
     summary = build_site([runs2], out)
     assert not (out / "methods" / "math_code-easy-tiny" / "old-method.html").exists()
+    assert not (out / "records" / f"{slugify(old)}.json").exists()  # the site holds only the records it shows
     assert (out / "README.md").read_text() == "mine" and summary.n_records == 1
+
+
+def test_site_keeps_its_records_and_rebuilds_from_them(site, tmp_path):
+    summary, out = site
+    index = json.loads((out / "site.json").read_text())
+    assert index["record_files"] == summary.record_files and len(summary.record_files) == 39
+    copies = [json.loads((out / rel).read_text(encoding="utf-8")) for rel in summary.record_files]
+    originals = {r["run_id"]: r for r in load_records(out.parent / "runs")[0]}
+    assert {c["run_id"] for c in copies} == set(originals)
+    for c in copies:
+        assert c == {k: v for k, v in originals[c["run_id"]].items() if k != "_source"}
+    # bench report --runs leaderboard/records --out leaderboard/, into a copy and then into itself
+    site_copy = tmp_path / "leaderboard"
+    shutil.copytree(out, site_copy)
+    first = json.loads((site_copy / "results.json").read_text())
+    for _ in range(2):
+        again = build_site([site_copy / "records"], site_copy, generated="2026-01-01T00:00:00Z")
+        assert again.n_records == 39 and again.n_skipped == 0
+        assert sorted(again.record_files) == sorted(summary.record_files)
+        rebuilt = json.loads((site_copy / "results.json").read_text())
+        assert rebuilt["boards"] == first["boards"] and rebuilt["findings"] == first["findings"]
+        assert pd.read_csv(site_copy / "results.csv").equals(pd.read_csv(out / "results.csv"))
+    # a record that no longer passes is reported, and stays where it is: a build never deletes its input
+    spoiled = site_copy / summary.record_files[0]
+    spoiled.write_text(spoiled.read_text(encoding="utf-8").replace('"complete"', '"failed"'), encoding="utf-8")
+    again = build_site([site_copy / "records"], site_copy)
+    assert again.n_records == 38 and spoiled.is_file() and "status is 'failed'" in again.skipped[0][1]
 
 
 def test_empty_runs_folder_builds_an_empty_site(tmp_path):
