@@ -130,9 +130,9 @@ def prepare(profile: str = typer.Option("tiny")) -> None:
     if profile not in PROFILES:
         _fail(str(unknown("profile", profile, list(PROFILES))))
     prepared = prep.prepare(PROFILES[profile])
-    console.print(f"prepared {profile}: {prepared.folder}")
-    for row in prepared.info.get("calibration", []):
-        console.print(row)
+    console.print(f"prepared {profile}: {prepared.folder} ({prepared.info.get('wall_s', '?')} s to build)")
+    for line in prep.format_calibration(prepared.info.get("calibration", [])):
+        console.print(line, highlight=False)
 
 
 @app.command("list")
