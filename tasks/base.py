@@ -148,3 +148,12 @@ def pick(rng: random.Random, weighted: Sequence[tuple[str, float]]) -> str:
     names = [name for name, _ in weighted]
     weights = [weight for _, weight in weighted]
     return rng.choices(names, weights=weights, k=1)[0]
+
+
+def level_config(
+    tiny_levels: dict[str, Any], hf_levels: dict[str, Any], separator: str, difficulty: str, fmt: str
+) -> dict[str, Any]:
+    """A domain's generator settings for one difficulty and format (they feed the suite's hash)."""
+    if fmt == "tiny":
+        return {"tiny": tiny_levels[difficulty], "separator": separator}
+    return {"hf": [list(entry) for entry in hf_levels[difficulty]]}

@@ -20,8 +20,8 @@ import itertools
 import random
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt, pick
-from tasks.rg import sample_rg, score_rg
+from tasks.base import Problem, extract_answer, final_form, hf_prompt, level_config
+from tasks.rg import sample_mix, score_rg
 
 SEPARATOR = ">"
 
@@ -127,19 +127,13 @@ class LogicDomain:
     name = "logic"
 
     def config(self, difficulty: str, fmt: str) -> dict[str, Any]:
-        if fmt == "tiny":
-            return {"tiny": TINY_LEVELS[difficulty], "separator": SEPARATOR}
-        return {"hf": [list(entry) for entry in HF_LEVELS[difficulty]]}
+        return level_config(TINY_LEVELS, HF_LEVELS, SEPARATOR, difficulty, fmt)
 
     def sample(self, rng: random.Random, difficulty: str, fmt: str) -> Problem:
         if fmt == "tiny":
             return _tiny_problem(rng, TINY_LEVELS[difficulty], difficulty)
-        mix = HF_LEVELS[difficulty]
-        generator = pick(rng, [(name, weight) for name, weight, _ in mix])
-        settings = next(s for name, _, s in mix if name == generator)
-        if generator == "formula":
-            return _hf_formula_problem(rng, settings, difficulty)
-        return sample_rg(generator.removeprefix("rg:"), settings, rng, self.name, difficulty)
+        own = {"formula": lambda settings: _hf_formula_problem(rng, settings, difficulty)}
+        return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 
     def score(self, completion: str, problem: Problem) -> float:
         try:

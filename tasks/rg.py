@@ -26,9 +26,10 @@ import json
 import random
 import warnings
 from decimal import Decimal
+from collections.abc import Callable
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt
+from tasks.base import Problem, extract_answer, final_form, hf_prompt, pick
 
 _VIRTUAL_SIZE = 2**20
 _SEED = 20_251_129
@@ -173,3 +174,19 @@ def score_rg(completion: str, problem: Problem) -> float:
         return 1.0 if isinstance(value, (int, float)) and value >= 1.0 else 0.0
     except Exception:  # hostile text must never crash an evaluation
         return 0.0
+
+
+def sample_mix(
+    rng: random.Random,
+    mix: list[tuple[str, float, dict[str, Any]]],
+    domain: str,
+    difficulty: str,
+    own: dict[str, Callable[[dict[str, Any]], Problem]],
+) -> Problem:
+    """One problem from an hf mixture of (generator, weight, settings): the domain's own generators by
+    name (`own`, called with their settings), reasoning-gym datasets as `rg:<name>`."""
+    generator = pick(rng, [(name, weight) for name, weight, _ in mix])
+    settings = next(s for name, _, s in mix if name == generator)
+    if generator in own:
+        return own[generator](settings)
+    return sample_rg(generator.removeprefix("rg:"), settings, rng, domain, difficulty)

@@ -19,8 +19,8 @@ import string
 from collections import Counter
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt, parse_int, pick
-from tasks.rg import sample_rg, score_rg
+from tasks.base import Problem, extract_answer, final_form, hf_prompt, level_config, parse_int
+from tasks.rg import sample_mix, score_rg
 
 SEPARATOR = ">"
 
@@ -109,19 +109,13 @@ class StringsDomain:
     name = "strings"
 
     def config(self, difficulty: str, fmt: str) -> dict[str, Any]:
-        if fmt == "tiny":
-            return {"tiny": TINY_LEVELS[difficulty], "separator": SEPARATOR}
-        return {"hf": [list(entry) for entry in HF_LEVELS[difficulty]]}
+        return level_config(TINY_LEVELS, HF_LEVELS, SEPARATOR, difficulty, fmt)
 
     def sample(self, rng: random.Random, difficulty: str, fmt: str) -> Problem:
         if fmt == "tiny":
             return _problem(rng, TINY_LEVELS[difficulty], difficulty, fmt)
-        mix = HF_LEVELS[difficulty]
-        generator = pick(rng, [(name, weight) for name, weight, _ in mix])
-        settings = next(s for name, _, s in mix if name == generator)
-        if generator == "text":
-            return _problem(rng, settings, difficulty, fmt)
-        return sample_rg(generator.removeprefix("rg:"), settings, rng, self.name, difficulty)
+        own = {"text": lambda settings: _problem(rng, settings, difficulty, fmt)}
+        return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 
     def score(self, completion: str, problem: Problem) -> float:
         try:
