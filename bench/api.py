@@ -24,9 +24,7 @@ surface: built-in methods use nothing else, so a plugin can do all they do.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, ClassVar, Protocol, runtime_checkable
-
+from bench.adapter import AdapterError, Method, check_method_class
 from bench.context import RunContext, Sampler
 from bench.losses import (
     distillation_advantages,
@@ -37,6 +35,7 @@ from bench.losses import (
 from bench.policy import Policy, Rollouts
 
 __all__ = [
+    "AdapterError",
     "Method",
     "Policy",
     "Rollouts",
@@ -48,41 +47,3 @@ __all__ = [
     "reverse_kl_estimate",
     "check_method_class",
 ]
-
-
-@runtime_checkable
-class Method(Protocol):
-    """A post-training method adapter."""
-
-    name: ClassVar[str]
-    Config: ClassVar[type]
-
-    def __init__(self, config: Any) -> None: ...
-
-    def run(self, ctx: RunContext) -> None:
-        """Train `ctx.student` (and any helpers) until `ctx.should_stop()` or the method is done."""
-        ...
-
-
-class AdapterError(TypeError):
-    """A method class does not satisfy the adapter protocol."""
-
-
-def check_method_class(cls: Any, where: str = "") -> type:
-    """Verify a class against the protocol at registration; one clear error naming what is wrong."""
-    label = f"{where or getattr(cls, '__name__', repr(cls))}"
-    if not isinstance(cls, type):
-        raise AdapterError(f"{label}: expected a class, got {type(cls).__name__}")
-    problems = []
-    if not isinstance(getattr(cls, "name", None), str) or not cls.name:
-        problems.append("a non-empty class attribute `name: str`")
-    config = getattr(cls, "Config", None)
-    if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
-        problems.append("a `Config` dataclass")
-    elif not config.__dataclass_params__.frozen:
-        problems.append("a frozen `Config` dataclass (@dataclass(frozen=True))")
-    if not callable(getattr(cls, "run", None)):
-        problems.append("a `run(self, ctx)` method")
-    if problems:
-        raise AdapterError(f"{label} is not a method adapter: it needs " + "; ".join(problems))
-    return cls

@@ -34,7 +34,7 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from bench.api import AdapterError
+    from bench.adapter import AdapterError
     from bench.ledger import CorruptRunError
     from bench.models import UnknownModelError
     from bench.registry import UnknownNameError

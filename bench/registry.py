@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.api import AdapterError, check_method_class
+from bench.adapter import AdapterError, check_method_class
 
 ENTRY_POINT_GROUP = "opd_bench.methods"
 
