@@ -2,7 +2,7 @@
 
     .venv/bin/pip install -e '.[bench-trl]'
     OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/bench_trl.py
-        [--models tiny-llama,small-llama] [--methods grpo,opd] [--layouts equal,mixed] [--steps 5]
+        [--models tiny-llama,small-llama] [--methods grpo,opd] [--layouts equal,mixed] [--steps 7]
         [--out benchmarks/RESULTS-trl.md]
 
 One step = sample completions, score them, one optimiser step; the same for both sides:
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -89,7 +88,7 @@ class ListSampler:
         return out
 
 
-def matmul_peak_flops(sizes: tuple[int, ...] = (1024, 2048), repeats: int = 5) -> float:
+def matmul_peak_flops(sizes: tuple[int, ...] = (1024, 2048), repeats: int = 8) -> float:
     """Best fp32 FLOP/s of square `torch.mm` on this thread (2 n^3 FLOPs per product)."""
     best = 0.0
     for n in sizes:
@@ -315,28 +314,31 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4, help="OPD samples per prompt")
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (the first is FLOP-counted)")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps of each side")
+    parser.add_argument("--steps", type=int, default=7, help="timed steps of each side")
     parser.add_argument("--out", type=Path, help="also write the table as markdown here")
     args = parser.parse_args()
     if args.warmup < 1 or args.steps < 1:
         parser.error("--warmup and --steps must be >= 1")
-    peak = matmul_peak_flops()
-    lines = [
-        f"{args.prompts} prompts x {args.group} (GRPO) / x {args.samples} (OPD) samples, {args.new_tokens} "
-        f"completion tokens, 1 thread, median of {args.steps} interleaved steps after {args.warmup} warm-up; "
-        f"torch {torch.__version__}, trl {trl.__version__}, {platform.processor() or platform.machine()}; "
-        f"fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (best square torch.mm, 1024-2048)",
-        "", HEADER, "|" + "---|" * (HEADER.count("|") - 1),
-    ]  # fmt: skip
-    print("\n".join(lines), flush=True)
+    peaks = [matmul_peak_flops()]
+    print(f"fp32 matmul peak {peaks[0] / 1e9:.1f} GFLOP/s; rows as they finish (% of that peak):", flush=True)
+    print(HEADER + "\n|" + "---|" * (HEADER.count("|") - 1), flush=True)
+    results = []
     for method in args.methods.split(","):
         for model_name in args.models.split(","):
             for layout in args.layouts.split(","):
-                lines.append(row(compare(method, model_name, layout, args), peak))
-                print(lines[-1], flush=True)
-    peak_end = matmul_peak_flops()  # on a shared machine the peak moves: show by how much
-    lines.append(f"\nmatmul peak measured again at the end: {peak_end / 1e9:.1f} GFLOP/s (% of peak above use the first)")
-    print(lines[-1])
+                results.append(compare(method, model_name, layout, args))
+                print(row(results[-1], peaks[0]), flush=True)
+                # On a shared machine the measured peak moves with the load: the best measurement is the peak.
+                peaks.append(matmul_peak_flops())
+    peak = max(peaks)
+    lines = [
+        f"{args.prompts} prompts x {args.group} (GRPO) / x {args.samples} (OPD) samples, {args.new_tokens} "
+        f"completion tokens, 1 thread, median of {args.steps} interleaved steps after {args.warmup} warm-up; "
+        f"torch {torch.__version__}, trl {trl.__version__}; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s "
+        f"(best square torch.mm, 1024-2048, of {len(peaks)} measurements between the rows)",
+        "", HEADER, "|" + "---|" * (HEADER.count("|") - 1), *(row(r, peak) for r in results),
+    ]  # fmt: skip
+    print("\n" + "\n".join(lines))
     if args.out:
         args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
