@@ -190,6 +190,8 @@ class Runner:
         if self.resume:
             if not (self.dir / "config.json").exists():
                 raise RunError(f"nothing to resume: {self.dir} has no config.json")
+            if (self.dir / "summary.json").exists():
+                raise RunError(f"nothing to resume: {self.dir} is complete (summary.json is written)")
         elif self.dir.exists() and any(self.dir.iterdir()):
             raise RunError(f"{self.dir} already exists; pass --resume to continue it or choose --runs elsewhere")
 

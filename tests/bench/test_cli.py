@@ -58,6 +58,17 @@ def test_resume_without_a_run_is_an_error(tmp_path):
     assert "nothing to resume" in _err(result)
 
 
+def test_resume_of_a_complete_run_is_refused_and_keeps_it(tmp_path):
+    run_dir = tmp_path / "grpo__math_code-easy__tiny__s0"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text("{}")
+    (run_dir / "summary.json").write_text('{"final_accuracy": 0.5}')
+    result = runner.invoke(app, ["run", "--method", "grpo", "--runs", str(tmp_path), "--resume"])
+    assert result.exit_code == 2
+    assert "is complete" in _err(result)
+    assert (run_dir / "summary.json").read_text() == '{"final_accuracy": 0.5}'
+
+
 def test_console_script_exit_status():
     bench = [sys.executable, "-m", "bench.cli"]
     proc = subprocess.run(bench + ["run", "--method", "nope"], capture_output=True, text=True, timeout=120)
