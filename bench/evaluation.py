@@ -70,12 +70,14 @@ class _Bar:
         self.progress, self.task, self.budget = progress, task, budget
 
     def update(self, spent: float, accuracy: float | None) -> None:
-        if self.progress is None:
-            return
+        """Counted FLOPs against the budget, and the latest held-out accuracy."""
         acc = "-" if accuracy is None else f"{100 * accuracy:.1f}%"
-        self.progress.update(
-            self.task, completed=min(spent, self.budget), acc=acc, flops=f"{spent:.2e}/{self.budget:.1e}"
-        )
+        self.show(min(spent, self.budget), f"{spent:.2e}/{self.budget:.1e} FLOPs", f"acc {acc}")
+
+    def show(self, completed: float, amount: str, note: str) -> None:
+        """Move the bar to `completed`, with the text of its amount and note columns."""
+        if self.progress is not None:
+            self.progress.update(self.task, completed=completed, flops=amount, acc=note)
 
 
 @contextlib.contextmanager
@@ -87,10 +89,10 @@ def progress(budget: float, enabled: bool = True, label: str = "training") -> It
     columns = (
         TextColumn(f"[bold]{label}"),
         BarColumn(),
-        TextColumn("{task.fields[flops]} FLOPs"),
-        TextColumn("acc {task.fields[acc]}"),
+        TextColumn("{task.fields[flops]}"),
+        TextColumn("{task.fields[acc]}"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, transient=False) as bar:
-        task = bar.add_task(label, total=budget, acc="-", flops=f"0/{budget:.1e}")
+        task = bar.add_task(label, total=budget, acc="", flops="")
         yield _Bar(bar, task, budget)

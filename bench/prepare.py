@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -121,15 +122,12 @@ def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config:
             problems = [next(sampler) for _ in range(config.batch_size)]
             targets = [p.solution if verbose else _warmup_answer(p, config, noise, rng) for p in problems]
             loss = sft_step(policy, [p.prompt for p in problems], targets, lr=lr * _cosine(step, steps))
-            bar.progress and bar.progress.update(bar.task, completed=step + 1, flops=f"step {step + 1}",
-                                                 acc=f"loss {loss:.3f}")
+            bar.show(step + 1, f"step {step + 1}", f"loss {loss:.3f}")
     policy.model.eval()
     return policy
 
 
 def _cosine(step: int, steps: int) -> float:
-    import math
-
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / max(steps, 1)))
 
 
