@@ -95,6 +95,7 @@ def run(
     teacher: list[str] = typer.Option([], help="hf profile: a named teacher DOMAIN=PATH (repeatable)"),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
     max_new_tokens: Optional[int] = typer.Option(None, help="generation limit (default: the profile's)"),
+    eval_every: float = typer.Option(0.1, help="evaluate at each multiple of this fraction of the budget"),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
     from bench.runner import RunConfig, Runner
@@ -104,7 +105,7 @@ def run(
             method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
             budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
             model=model, external=external, teachers=_overrides(teacher), device=_device(device),
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=max_new_tokens, eval_every=eval_every,
         )
         summary = Runner(config, resume=resume, progress=progress).run()
     except _user_errors() as exc:

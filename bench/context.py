@@ -144,17 +144,18 @@ class RunContext:
         The returned tensors live on the CPU whatever the model's device (the update moves them).
         """
         prompts = [policy.encode_prompt(p.prompt) for p in problems]
-        batch = self.backend.generate(
-            policy.model,
-            prompts,
-            n=n,
-            max_new_tokens=max_new_tokens or self.max_new_tokens,
-            temperature=temperature,
-            eos_id=policy.eos_id,
-            pad_id=policy.pad_id,
-            greedy=greedy,
-            generator=self.generator,
-        )
+        with policy.ledger.clock(model=policy.name, kind="rollout", device=policy.device):
+            batch = self.backend.generate(
+                policy.model,
+                prompts,
+                n=n,
+                max_new_tokens=max_new_tokens or self.max_new_tokens,
+                temperature=temperature,
+                eos_id=policy.eos_id,
+                pad_id=policy.pad_id,
+                greedy=greedy,
+                generator=self.generator,
+            )
         input_ids, attention_mask, completion_mask = to_padded(batch, policy.pad_id)
         completions = [policy.decode(ids) for ids in batch.completion_ids]
         rows = [p for p in problems for _ in range(n)]
@@ -174,7 +175,8 @@ class RunContext:
     def score(self, policy: Policy, rollouts: Rollouts) -> torch.Tensor:
         """Per-token log-probs [B, T] (CPU, fp32) of the rollouts under `policy`, no grad (kind `score`)."""
         out = torch.zeros(rollouts.input_ids.shape)  # [B, T]
-        with torch.no_grad(), ledger_context(kind="score"):
+        clock = policy.ledger.clock(model=policy.name, kind="score", device=policy.device)
+        with torch.no_grad(), ledger_context(kind="score"), clock:
             for rows, width in length_buckets(rollouts.attention_mask):
                 out[rows, :width] = policy.logprobs(
                     rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width]
@@ -208,29 +210,38 @@ class RunContext:
         buckets = length_buckets(rollouts.attention_mask)
         weights = _bucket_weights(buckets, mask, loss_type)
         stats: dict[str, float] = {}
-        for epoch in range(epochs):
-            total, clip = 0.0, 0.0
-            for (rows, width), weight in zip(buckets, weights):
-                logprobs = policy.logprobs(rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width])
-                if epoch == 0:
-                    old_logprobs[rows, :width] = logprobs.detach()
-                adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :width]
-                loss, part = policy_gradient_loss(
-                    logprobs,
-                    old_logprobs[rows, :width],
-                    adv,
-                    mask[rows, :width],
-                    loss_type=loss_type,
-                    clip_eps=clip_eps,
-                    ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows, :width],
-                    kl_coef=kl_coef,
-                    max_completion_tokens=self.max_new_tokens,
-                )
-                (loss * weight).backward()
-                total += float(loss.detach()) * weight
-                clip += part["clip_frac"] * weight
-            stats = {"loss": total, "clip_frac": clip, "grad_norm": policy.step(None, lr, warmup_updates)}
+        with policy.ledger.clock(model=policy.name, kind="update", device=policy.device):
+            for epoch in range(epochs):
+                stats = self._pg_epoch(policy, rollouts, advantages, buckets, weights, mask, old_logprobs,
+                                       epoch=epoch, lr=lr, loss_type=loss_type, clip_eps=clip_eps,
+                                       ref_logprobs=ref_logprobs, kl_coef=kl_coef, warmup_updates=warmup_updates)
         return stats
+
+    def _pg_epoch(self, policy: Policy, rollouts: Rollouts, advantages: torch.Tensor, buckets: list,
+                  weights: list[float], mask: torch.Tensor, old_logprobs: torch.Tensor, *, epoch: int, lr: float,
+                  loss_type: str, clip_eps: float, ref_logprobs: torch.Tensor | None, kl_coef: float,
+                  warmup_updates: int) -> dict[str, float]:
+        total, clip = 0.0, 0.0
+        for (rows, width), weight in zip(buckets, weights):
+            logprobs = policy.logprobs(rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width])
+            if epoch == 0:
+                old_logprobs[rows, :width] = logprobs.detach()
+            adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :width]
+            loss, part = policy_gradient_loss(
+                logprobs,
+                old_logprobs[rows, :width],
+                adv,
+                mask[rows, :width],
+                loss_type=loss_type,
+                clip_eps=clip_eps,
+                ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows, :width],
+                kl_coef=kl_coef,
+                max_completion_tokens=self.max_new_tokens,
+            )
+            (loss * weight).backward()
+            total += float(loss.detach()) * weight
+            clip += part["clip_frac"] * weight
+        return {"loss": total, "clip_frac": clip, "grad_norm": policy.step(None, lr, warmup_updates)}
 
     def sft_step(self, policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
         """One supervised step: maximise log p(target + EOS | prompt). Returns the loss."""
@@ -299,6 +310,7 @@ def sft_step(policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, 
         input_ids[i, : len(r)] = torch.tensor(r)
         attention[i, : len(r)] = 1
         target_mask[i, : len(m)] = torch.tensor(m)
-    loss = sft_loss(policy.logprobs(input_ids, attention), target_mask.to(policy.device))
-    policy.step(loss, lr)
+    with policy.ledger.clock(model=policy.name, kind="update", device=policy.device):
+        loss = sft_loss(policy.logprobs(input_ids, attention), target_mask.to(policy.device))
+        policy.step(loss, lr)
     return float(loss.detach())

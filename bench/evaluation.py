@@ -47,15 +47,16 @@ class Evaluator:
         texts, lengths = [], []
         for start in range(0, len(problems), self.batch_size):
             chunk = problems[start : start + self.batch_size]
-            batch = self.backend.generate(
-                policy.model,
-                [policy.encode_prompt(p.prompt) for p in chunk],
-                n=1,
-                max_new_tokens=self.max_new_tokens,
-                eos_id=policy.eos_id,
-                pad_id=policy.pad_id,
-                greedy=True,
-            )
+            with policy.ledger.clock(model=policy.name, kind="rollout", device=policy.device):
+                batch = self.backend.generate(
+                    policy.model,
+                    [policy.encode_prompt(p.prompt) for p in chunk],
+                    n=1,
+                    max_new_tokens=self.max_new_tokens,
+                    eos_id=policy.eos_id,
+                    pad_id=policy.pad_id,
+                    greedy=True,
+                )
             texts += [policy.decode(ids) for ids in batch.completion_ids]
             lengths += [int(n) for n in batch.lengths]
         return texts, lengths

@@ -133,3 +133,20 @@ class FlopSpec:
         for step in range(1, new_tokens):
             total += self.forward_flops(1, past_tokens=prompt_tokens + step - 1)
         return total
+
+
+# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets, by a substring of
+# `torch.cuda.get_device_name()`. Longest match wins ("H100 PCIe" before "H100").
+DEVICE_PEAK_BF16: dict[str, float] = {
+    "H200": 989e12, "H100 PCIe": 756e12, "H100": 989e12, "H800": 989e12, "GH200": 989e12,
+    "B200": 2250e12, "A100": 312e12, "A800": 312e12, "L40S": 362e12, "L40": 181e12, "L4": 121e12,
+    "A10G": 70e12, "A10": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12,
+}
+
+
+def device_peak_flops(device_name: str | None) -> float | None:
+    """The device's dense bf16 peak, or None where the hardware is not in the table."""
+    if not device_name:
+        return None
+    matches = [k for k in DEVICE_PEAK_BF16 if k in device_name]
+    return DEVICE_PEAK_BF16[max(matches, key=len)] if matches else None

@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import json
 import os
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -77,6 +78,16 @@ class Entry:
     tokens: int = 0
     calls: int = 0
     audit_flops: float = 0.0  # instrumented count, where an audit ran over this work
+    seconds: float = 0.0  # wall time of the work (`Ledger.clock`): achieved FLOP/s = flops / seconds
+
+
+def _row(key: Key, entry: Entry) -> dict:
+    row = {**vars(key), "flops": entry.flops, "tokens": entry.tokens, "calls": entry.calls}
+    if entry.audit_flops:
+        row["audit_flops"] = entry.audit_flops
+    if entry.seconds:
+        row["seconds"] = round(entry.seconds, 6)
+    return row
 
 
 class Ledger:
@@ -120,6 +131,43 @@ class Ledger:
         for table in (self._totals, self._pending):
             table[key].audit_flops += audit_flops
 
+    @contextlib.contextmanager
+    def clock(self, *, model: str, kind: str, device: object = None) -> Iterator[None]:
+        """Add the block's wall time to (current category, current phase, `kind`, `model`).
+
+        On CUDA the block is bracketed by synchronisations, so that queued kernels count where they
+        were launched; the cost is one sync per call site (a rollout, a score, an update), not per
+        forward. Nested clocks on the same key would double count: clock the outermost block only.
+        """
+        cuda = getattr(device, "type", str(device)) == "cuda"
+        if cuda:
+            import torch
+
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if cuda:
+                torch.cuda.synchronize(device)
+            elapsed = time.perf_counter() - start
+            key = Key(current_category(), current_phase(), kind, model)
+            for table in (self._totals, self._pending):
+                table[key].seconds += elapsed
+
+    def throughput(self, category: str = "counted") -> dict[str, dict[str, float]]:
+        """{kind: {flops, seconds, flop_per_s}} over the clocked rows of `category`."""
+        out: dict[str, dict[str, float]] = {}
+        for k, e in self._totals.items():
+            if k.category != category or not e.seconds:
+                continue
+            row = out.setdefault(k.kind, {"flops": 0.0, "seconds": 0.0})
+            row["flops"] += e.flops
+            row["seconds"] += e.seconds
+        for row in out.values():
+            row["flop_per_s"] = row["flops"] / row["seconds"] if row["seconds"] else 0.0
+        return out
+
     # -- queries --------------------------------------------------------------------------------
     def total(self, category: str = "counted", phase_prefix: str | None = None) -> float:
         return sum(
@@ -136,10 +184,7 @@ class Ledger:
         """One dict per (category, phase, kind, model), sorted, for records and reports."""
         out = []
         for k, e in sorted(self._totals.items(), key=lambda kv: tuple(vars(kv[0]).values())):
-            row = {**vars(k), "flops": e.flops, "tokens": e.tokens, "calls": e.calls}
-            if e.audit_flops:
-                row["audit_flops"] = e.audit_flops
-            out.append(row)
+            out.append(_row(k, e))
         return out
 
     def by_category(self) -> dict[str, float]:
@@ -154,12 +199,7 @@ class Ledger:
         if self.path is None or not self._pending:
             self._pending.clear()
             return self.rows_written
-        lines = []
-        for k, e in self._pending.items():
-            row = {**vars(k), "flops": e.flops, "tokens": e.tokens, "calls": e.calls}
-            if e.audit_flops:
-                row["audit_flops"] = e.audit_flops
-            lines.append(json.dumps(row) + "\n")
+        lines = [json.dumps(_row(k, e)) + "\n" for k, e in self._pending.items()]
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.writelines(lines)
             fh.flush()
@@ -196,6 +236,7 @@ class Ledger:
                 entry.tokens += int(row["tokens"])
                 entry.calls += int(row.get("calls", 1))
                 entry.audit_flops += float(row.get("audit_flops", 0.0))
+                entry.seconds += float(row.get("seconds", 0.0))
             except (ValueError, KeyError, TypeError) as exc:
                 raise CorruptRunError(f"{self.path}: line {n} is not a ledger row ({exc})") from exc
         self.rows_written = n

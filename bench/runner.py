@@ -328,6 +328,16 @@ class Runner:
             "generator": generator,
         }
 
+    def _throughput(self, provenance: dict) -> dict:
+        """Counted work by kind: FLOPs, wall seconds, achieved FLOP/s and, on a GPU whose peak is
+        known and that the run used, model FLOP utilisation (achieved / dense bf16 peak)."""
+        out = self.ledger.throughput("counted")
+        peak = (provenance.get("hardware") or {}).get("gpu_peak_bf16_flops")
+        if peak and self.ctx.student.device.type == "cuda":
+            for row in out.values():
+                row["mfu"] = row["flop_per_s"] / peak
+        return out
+
     # -- result ---------------------------------------------------------------------------------
     def _summary(self, prepared: Any) -> dict:
         base, final = self.curve[0], self.curve[-1]
@@ -355,6 +365,7 @@ class Runner:
             "ledger": self.ledger.rows(),
             "flops": self.ledger.by_category(),
             "recovery": self.ctx.state.get("recovery"),
+            "throughput": self._throughput(record["provenance"]),
             "provenance": {**record["provenance"], "model_hashes": prepared.model_hashes()},
             "wall_s": round(self._wall_offset + time.perf_counter() - self._t0, 3),
         }

@@ -98,8 +98,11 @@ def hardware() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    from bench.flops import device_peak_flops
+
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "torch_threads": torch.get_num_threads()}
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "gpu_peak_bf16_flops": device_peak_flops(gpu),
+            "torch_threads": torch.get_num_threads()}
 
 
 def git_commit() -> str | None:

@@ -57,6 +57,7 @@ _LEDGER_ROW = {
         "tokens": {"type": "integer", "minimum": 0},
         "calls": {"type": "integer", "minimum": 0},
         "audit_flops": _nonneg,
+        "seconds": _nonneg,
     },
 }
 
@@ -118,6 +119,9 @@ RECORD_SCHEMA: dict[str, Any] = {
         "recovery": _RECOVERY,
         "provenance": _PROVENANCE,
         "wall_s": _nonneg,
+        "throughput": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["flops", "seconds", "flop_per_s"],
+            "properties": {"flops": _nonneg, "seconds": _nonneg, "flop_per_s": _nonneg, "mfu": _nonneg}}},
     },
 }
 

@@ -185,6 +185,15 @@ def _ledger_rows(records: list[dict]) -> tuple[list[dict], dict[str, float]]:
     return rows, {k: fmt(v, "flops") for k, v in sorted(categories.items())}
 
 
+def _update_rate(throughput: dict) -> str:
+    """`1.2e+10 FLOP/s` for the update steps, with `(41% MFU)` where the record knows the GPU's peak."""
+    update = throughput.get("update")
+    if not update:
+        return "—"
+    text = f"{update['flop_per_s']:.2e}"
+    return text + (f" ({100 * update['mfu']:.0f}% MFU)" if "mfu" in update else "")
+
+
 def _provenance(records: list[dict]) -> tuple[list[dict], list[dict]]:
     runs, packages = [], defaultdict(set)
     for r in records:
@@ -192,6 +201,7 @@ def _provenance(records: list[dict]) -> tuple[list[dict], list[dict]]:
         hw = p.get("hardware") if isinstance(p.get("hardware"), dict) else {}
         runs.append({"run_id": r["run_id"], "seed": r["seed"], "final": fmt(r["final_accuracy"], "acc"),
                      "counted": fmt(r["flops"]["counted"], "flops"), "wall_s": fmt(r.get("wall_s"), "len"),
+                     "update_rate": _update_rate(r.get("throughput") or {}),
                      "code_hash": str(p.get("code_hash", "—")),
                      "suite_hash": str(p.get("suite_hash", r["suite_hash"])),
                      "created": str(p.get("created", "—")),

@@ -154,3 +154,21 @@ def test_resume_drops_a_torn_tail_after_the_checkpoint(tmp_path):
     resumed = Ledger(path, keep_rows=rows)
     assert resumed.counted_flops == 10.0
     assert resumed.rows_written == rows
+
+
+def test_clock_books_wall_time_beside_the_flops_and_survives_a_reload(tmp_path):
+    import time
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    with ledger_context(phase="expert:math"), ledger.clock(model="student", kind="update"):
+        ledger.charge(model="student", flops=4e9, tokens=10, kind="update")
+        time.sleep(0.05)
+    ledger.charge(model="student", flops=1e9, tokens=5, kind="rollout")  # never clocked
+    (row,) = [r for r in ledger.rows() if r["kind"] == "update"]
+    assert row["phase"] == "expert:math" and 0.05 <= row["seconds"] < 5
+    rates = ledger.throughput()
+    assert set(rates) == {"update"}  # unclocked work has no rate, rather than an infinite one
+    assert rates["update"]["flop_per_s"] == pytest.approx(4e9 / row["seconds"], rel=1e-4)  # rows round to µs
+    ledger.flush()
+    reloaded = Ledger(tmp_path / "ledger.jsonl").throughput()
+    assert reloaded["update"]["flop_per_s"] == pytest.approx(rates["update"]["flop_per_s"], rel=1e-4)
