@@ -131,8 +131,10 @@ def prepare(profile: str = typer.Option("tiny")) -> None:
     if profile not in PROFILES:
         _fail(str(unknown("profile", profile, list(PROFILES))))
     prepared = prep.prepare(PROFILES[profile])
-    console.print(f"prepared {profile}: {prepared.folder} ({prepared.info.get('wall_s', '?')} s to build)")
-    for line in prep.format_calibration(prepared.info.get("calibration", [])):
+    teacher = prepared.teacher_info() or {}
+    console.print(f"prepared {profile}: {prepared.folder} (built in {prepared.info.get('wall_s', '?')} s for the base, "
+                  f"{teacher.get('wall_s', '?')} s for the external teacher)")
+    for line in prep.format_calibration(prepared.calibration()):
         console.print(line, highlight=False)
 
 

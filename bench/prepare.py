@@ -11,9 +11,12 @@ tiny profile (DESIGN section 5):
   real post-trained teacher, it is stronger and writes longer answers. Its FLOPs are booked `external`.
 
 Both are deterministic (seeded) and cached under `$OPD_BENCH_CACHE/prepared/`; the cache key covers
-the specs, the warm-up settings and the suite's content hash. `prepared.json` also holds calibration
-figures per domain (`calibrate`): base greedy pass@1, base pass@8 at temperature 1, the external
-teacher's greedy pass@1 and mean lengths, so that a user sees how much room the tiny world leaves.
+the specs, the warm-up settings and the suite's content hash. `bench prepare` builds both; `bench run`
+builds the base and leaves the teacher (most of the preparation time) to the first method that asks
+for it, which books the teacher's training `external` in that run's ledger. `prepared.json` holds
+calibration figures per domain (`calibrate`): base greedy pass@1, base pass@8 at temperature 1 and
+lengths; `external.json` the teacher's greedy pass@1 and lengths, so that a user sees how much room
+the tiny world leaves and how much stronger the teacher is.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,23 +48,52 @@ WARMUP_SUITE = "four_domain"
 
 @dataclass
 class Prepared:
+    """The cached base student, and the external teacher once something asked for it."""
+
     folder: Path
     info: dict
+    profile: Profile | None = None
 
     def load_student(self) -> tuple[Any, Any]:
         return load_model(self.folder / "student")
 
+    def teacher_info(self) -> dict | None:
+        path = self.folder / "external.json"
+        return store.read_json(path) if path.exists() else None
+
+    def ensure_teacher(self, *, progress: bool = False) -> dict:
+        """Build the external teacher if it is not cached yet; returns its info."""
+        info = self.teacher_info()
+        if info is None:
+            if self.profile is None:
+                raise RuntimeError(f"{self.folder}: the external teacher is not built and no profile was given")
+            info = _build_teacher(self.folder, self.profile, progress=progress)
+        return info
+
     def load_teacher(self, name: str, ledger: Ledger) -> Policy:
+        """The external teacher, built on first use. Its training is booked `external` in `ledger` once
+        (a resumed run whose ledger already holds it is not charged again): recorded, never counted."""
         if name != "external":
             raise KeyError(f"no prepared teacher {name!r}; prepared teachers: external")
+        info = self.ensure_teacher()
+        if not ledger.total("external"):
+            for row in info["ledger"]:
+                ledger.charge(**row)
         model, tokenizer = load_model(self.folder / "external")
         return Policy("external", model, tokenizer, ledger=ledger, trainable=False)
 
     def ledger_rows(self) -> list[dict]:
+        """The base student's warm-up (`shared`); the teacher's rows are booked when it is loaded."""
         return self.info["ledger"]
 
     def model_hashes(self) -> dict[str, str]:
-        return self.info["model_hashes"]
+        teacher = self.teacher_info()
+        return {**self.info["model_hashes"], **({"external": teacher["model_hash"]} if teacher else {})}
+
+    def calibration(self) -> list[dict]:
+        """`calibrate`'s rows, with the teacher's figures where the teacher is built."""
+        teacher = {r["domain"]: r for r in (self.teacher_info() or {}).get("calibration", [])}
+        return [{**r, **teacher.get(r["domain"], {})} for r in self.info["calibration"]]
 
 
 def _key(profile: Profile, config: WarmupConfig, suite_hash: str) -> str:
@@ -69,43 +103,69 @@ def _key(profile: Profile, config: WarmupConfig, suite_hash: str) -> str:
         "teacher": dataclasses.asdict(TINY_SPECS[profile.teacher]),
         "warmup": dataclasses.asdict(config),
         "suite": suite_hash,
-        "version": 2,
+        "version": 3,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def prepare(profile: Profile, *, progress: bool = True) -> Prepared:
-    """Build (or find in the cache) the profile's base student and external teacher."""
+def _ledger_rows(ledger: Ledger) -> list[dict]:
+    return [{k: r[k] for k in ("category", "phase", "kind", "model", "flops", "tokens")} for r in ledger.rows()]
+
+
+def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True) -> Prepared:
+    """Build (or find in the cache) the profile's base student and, with `teacher`, its external teacher.
+
+    `bench run` passes `teacher=False`: the teacher (the larger model, most of the preparation time)
+    is then built only when a method first asks for it (`Prepared.load_teacher`).
+    """
     config = profile.warmup
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     folder = cache_root() / "prepared" / f"{profile.name}-{_key(profile, config, suite.content_hash)}"
     info_path = folder / "prepared.json"
-    if info_path.exists():
-        return Prepared(folder, store.read_json(info_path))
+    if not info_path.exists():
+        started = time.perf_counter()
+        ledger = Ledger()
+        with ledger_context(category="shared", phase="warmup"):
+            student = _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
+                             ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
+                             progress=progress)
+        save_model(student.model, student.tokenizer, folder / "student")
+        store.write_json(info_path, {
+            "profile": profile.name,
+            "warmup": dataclasses.asdict(config),
+            "suite_hash": suite.content_hash,
+            "ledger": _ledger_rows(ledger),
+            "model_hashes": {"base": state_digest(student.model)},
+            "calibration": calibrate(student, suite, profile),
+            "wall_s": round(time.perf_counter() - started, 1),  # training and calibration, this machine
+        })
+    prepared = Prepared(folder, store.read_json(info_path), profile)
+    if teacher:
+        prepared.ensure_teacher(progress=progress)
+    return prepared
+
+
+def _build_teacher(folder: Path, profile: Profile, *, progress: bool) -> dict:
+    """Train the external teacher on worked solutions; save it and `external.json` (atomically)."""
+    config = profile.warmup
+    suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     started = time.perf_counter()
     ledger = Ledger()
-    rng = random.Random(config.seed)
-    with ledger_context(category="shared", phase="warmup"):
-        student = _train(profile.student, "base", suite, config.student_steps, config.student_lr,
-                         config, ledger, rng, verbose=False, noise=config.label_noise, progress=progress)
     with ledger_context(category="external", phase="external"):
-        teacher = _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr,
-                         config, ledger, rng, verbose=True, noise=0.0, progress=progress)
-    save_model(student.model, student.tokenizer, folder / "student")
-    save_model(teacher.model, teacher.tokenizer, folder / "external")
+        teacher = _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr, config,
+                         ledger, random.Random(config.seed + 1), verbose=True, noise=0.0, progress=progress)
+    tmp = folder / f"external.tmp{os.getpid()}"
+    save_model(teacher.model, teacher.tokenizer, tmp)
+    shutil.rmtree(folder / "external", ignore_errors=True)  # a concurrent build of the same teacher
+    os.replace(tmp, folder / "external")
     info = {
-        "profile": profile.name,
-        "warmup": dataclasses.asdict(config),
-        "suite_hash": suite.content_hash,
-        "ledger": [
-            {k: r[k] for k in ("category", "phase", "kind", "model", "flops", "tokens")} for r in ledger.rows()
-        ],
-        "model_hashes": {"base": state_digest(student.model), "external": state_digest(teacher.model)},
-        "calibration": calibrate(student, teacher, suite, profile),
-        "wall_s": round(time.perf_counter() - started, 1),  # training and calibration, this machine
+        "ledger": _ledger_rows(ledger),
+        "model_hash": state_digest(teacher.model),
+        "calibration": teacher_calibration(teacher, suite, profile),
+        "wall_s": round(time.perf_counter() - started, 1),
     }
-    store.write_json(info_path, info)
-    return Prepared(folder, info)
+    store.write_json(folder / "external.json", info)
+    return info
 
 
 def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config: WarmupConfig,
@@ -155,9 +215,9 @@ def _mistake(problem: Any) -> str:
     return answer[:-1] + repl
 
 
-def calibrate(student: Policy, teacher: Policy, suite: Any, profile: Profile, *, greedy_size: int = 500,
+def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int = 500,
               sample_size: int = 200, k: int = 8) -> list[dict]:
-    """Per domain: base greedy pass@1, base pass@k at temperature 1, teacher greedy pass@1, mean lengths.
+    """Per domain: the base's greedy pass@1, pass@k at temperature 1 and mean length.
 
     Evaluation-only (booked `eval`); greedy on the first `greedy_size` held-out prompts, sampling on the
     first `sample_size` (both at most the profile's eval_size, so a test profile stays fast).
@@ -167,8 +227,7 @@ def calibrate(student: Policy, teacher: Policy, suite: Any, profile: Profile, *,
     from bench.rollout import TorchRollout
 
     greedy_size, sample_size = min(greedy_size, profile.eval_size), min(sample_size, profile.eval_size)
-    evaluator = Evaluator(suite, greedy_size, profile.eval_max_new_tokens)
-    base, external = evaluator.evaluate(student), evaluator.evaluate(teacher)
+    base = Evaluator(suite, greedy_size, profile.eval_max_new_tokens).evaluate(student)
     generator = torch.Generator().manual_seed(0)
     rows = []
     for domain in suite.domains:
@@ -188,20 +247,29 @@ def calibrate(student: Policy, teacher: Policy, suite: Any, profile: Profile, *,
             f"base_pass{k}": float(hits.max(1).values.mean()),
             "base_sample_acc": float(hits.mean()),
             "base_length": base["domain_mean_length"][domain],
-            "teacher_pass1": external["domain_accuracy"][domain],
-            "teacher_length": external["domain_mean_length"][domain],
         })
     return rows
 
 
+def teacher_calibration(teacher: Policy, suite: Any, profile: Profile, *, greedy_size: int = 500) -> list[dict]:
+    """Per domain: the external teacher's greedy pass@1 and mean length (is it stronger, and longer?)."""
+    from bench.evaluation import Evaluator
+
+    result = Evaluator(suite, min(greedy_size, profile.eval_size), profile.eval_max_new_tokens).evaluate(teacher)
+    return [{"domain": d, "teacher_pass1": result["domain_accuracy"][d],
+             "teacher_length": result["domain_mean_length"][d]} for d in suite.domains]
+
+
 def format_calibration(rows: list[dict]) -> list[str]:
-    """The calibration figures as aligned text lines (what `bench prepare` prints)."""
+    """The calibration figures as aligned text lines (what `bench prepare` prints); `—` where the
+    teacher is not built yet."""
     head = f"{'domain':<8} {'base@1':>7} {'base@8':>7} {'sample':>7} {'len':>5} {'teacher@1':>9} {'t.len':>6}"
     lines = [head]
     for r in rows:
+        teacher = (f"{100 * r['teacher_pass1']:8.1f}% {r['teacher_length']:6.1f}" if "teacher_pass1" in r
+                   else f"{'—':>9} {'—':>6}")
         lines.append(f"{r['domain']:<8} {100 * r['base_pass1']:6.1f}% {100 * r['base_pass8']:6.1f}% "
-                     f"{100 * r['base_sample_acc']:6.1f}% {r['base_length']:5.1f} {100 * r['teacher_pass1']:8.1f}% "
-                     f"{r['teacher_length']:6.1f}")
+                     f"{100 * r['base_sample_acc']:6.1f}% {r['base_length']:5.1f} {teacher}")
     return lines
 
 

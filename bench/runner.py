@@ -182,7 +182,7 @@ class Runner:
 
             c = self.config
             return local_models(c.model, c.external, c.teachers, c.device)
-        return prepare.prepare(self.profile, progress=self.show_progress)
+        return prepare.prepare(self.profile, progress=self.show_progress, teacher=False)  # teacher: on first use
 
     # -- run directory --------------------------------------------------------------------------
     def _check_dir(self) -> None:

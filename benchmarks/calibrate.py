@@ -99,7 +99,7 @@ def main() -> None:
     prepared = prepare(PROFILES["tiny"], progress=False)
     built = prepared.info.get("wall_s", "?")
     print(f"prepare: {time.perf_counter() - t0:.0f} s now, {built} s when built -> {prepared.folder}")
-    print("\n".join(format_calibration(prepared.info.get("calibration", []))))
+    print("\n".join(format_calibration(prepared.calibration())))
     with tempfile.TemporaryDirectory(prefix="opd-calibrate-") as scratch:
         runs = args.runs or Path(scratch)
         if not args.skip_experts:

@@ -39,7 +39,7 @@ def test_warmup_answers_mix_answer_and_mistake_at_the_configured_rate():
 
 def test_prepare_stores_and_formats_calibration_figures(fast_profile):
     prepared = prepare(fast_profile, progress=False)
-    rows = prepared.info["calibration"]
+    rows = prepared.calibration()
     assert [r["domain"] for r in rows] == ["math", "code", "logic", "strings"]
     for r in rows:
         for key in ("base_pass1", "base_pass8", "base_sample_acc", "teacher_pass1"):
@@ -48,3 +48,23 @@ def test_prepare_stores_and_formats_calibration_figures(fast_profile):
         assert r["base_length"] >= 1 and r["teacher_length"] >= 1
     lines = format_calibration(rows)
     assert len(lines) == 5 and lines[1].startswith("math")
+
+
+def test_the_external_teacher_is_built_on_first_use_and_booked_once(fast_profile, tmp_path, monkeypatch):
+    from bench.ledger import Ledger
+
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path))  # a cold cache: nothing prepared yet
+    prepared = prepare(fast_profile, progress=False, teacher=False)
+    assert prepared.teacher_info() is None and not (prepared.folder / "external").exists()
+    assert set(prepared.model_hashes()) == {"base"}
+    assert "teacher_pass1" not in prepared.calibration()[0]
+    assert "—" in format_calibration(prepared.calibration())[1]
+    ledger = Ledger()
+    teacher = prepared.load_teacher("external", ledger)
+    info = prepared.teacher_info()
+    assert info is not None and set(prepared.model_hashes()) == {"base", "external"}
+    assert ledger.total("external") == sum(r["flops"] for r in info["ledger"]) > 0
+    assert ledger.counted_flops == 0  # recorded, never counted
+    prepared.load_teacher("external", ledger)  # a resumed run asks again: not booked twice
+    assert ledger.total("external") == sum(r["flops"] for r in info["ledger"])
+    assert teacher.trainable is False and "teacher_pass1" in prepared.calibration()[0]
