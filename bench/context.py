@@ -177,7 +177,7 @@ class RunContext:
         out = torch.zeros(rollouts.input_ids.shape)  # [B, T]
         clock = policy.ledger.clock(model=policy.name, kind="score", device=policy.device)
         with torch.no_grad(), ledger_context(kind="score"), clock:
-            for rows, width in length_buckets(rollouts.attention_mask):
+            for rows, width in length_buckets(rollouts.attention_mask, vocab=policy.vocab_size):
                 out[rows, :width] = policy.logprobs(
                     rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width]
                 ).float().cpu()
@@ -207,7 +207,7 @@ class RunContext:
         advantages = advantages.to(device)
         ref_logprobs = self.score(ref, rollouts).to(device) if ref is not None and kl_coef else None
         old_logprobs = torch.zeros(mask.shape, device=device)  # [B, T], filled by the first epoch
-        buckets = length_buckets(rollouts.attention_mask)
+        buckets = length_buckets(rollouts.attention_mask, vocab=policy.vocab_size)
         weights = _bucket_weights(buckets, mask, loss_type)
         stats: dict[str, float] = {}
         with policy.ledger.clock(model=policy.name, kind="update", device=policy.device):
@@ -272,18 +272,28 @@ class RunContext:
         return {name: s.drawn for name, s in self._samplers.items()}
 
 
-def length_buckets(attention_mask: torch.Tensor, rows: int = 64) -> list[tuple[torch.Tensor, int]]:
+# At most this many logits (rows x width x vocabulary) per micro-batch: the fp32 log-softmax of a
+# 152k-token vocabulary over 64 rows of 200 tokens alone is 7.8 GB. Tiny models never reach it.
+LOGIT_BUDGET = 2**29
+
+
+def length_buckets(attention_mask: torch.Tensor, rows: int = 64, vocab: int = 1) -> list[tuple[torch.Tensor, int]]:
     """Row index groups of similar length, each with its own padded width.
 
-    Rows of a right-padded batch [B, T] are sorted by real length and cut into groups of `rows`,
-    so that a mixed-domain batch does not pay every forward and backward at the longest row's width.
+    Rows of a right-padded batch [B, T] are sorted by real length and cut into groups of at most
+    `rows`, so that a mixed-domain batch does not pay every forward and backward at the longest row's
+    width; with `vocab`, a group also stops before its logits would pass `LOGIT_BUDGET` (big vocabularies).
     """
-    lengths = attention_mask.sum(1)  # [B]
-    order = torch.argsort(lengths, stable=True)
-    out = []
-    for start in range(0, len(order), rows):
-        idx = order[start : start + rows]
-        out.append((idx, int(lengths[idx].max())))
+    lengths = attention_mask.sum(1).tolist()  # [B]
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    out, group = [], []
+    for i in order:  # ascending length: the newest row sets the group's width
+        if group and (len(group) == rows or (len(group) + 1) * lengths[i] * vocab > LOGIT_BUDGET):
+            out.append((torch.tensor(group), max(lengths[j] for j in group)))
+            group = []
+        group.append(i)
+    if group:
+        out.append((torch.tensor(group), max(lengths[j] for j in group)))
     return out
 
 

@@ -94,6 +94,11 @@ class Policy:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the LM head (the logits' last dimension), which may exceed the tokenizer's size."""
+        return int(self.model.config.vocab_size)
+
     def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Per-token log-probs [B, T] of the sequences under this model (with grad if enabled)."""
         device = self.device

@@ -85,3 +85,17 @@ def test_sft_loss_and_masked_mean():
     mask = torch.tensor([[0, 1, 1]])
     assert sft_loss(logp, mask).item() == pytest.approx(2.5)
     assert masked_mean(torch.ones(2, 2), torch.zeros(2, 2)).item() == 0.0
+
+
+def test_length_buckets_cap_the_logits_of_big_vocabularies():
+    from bench.context import LOGIT_BUDGET, length_buckets
+
+    mask = torch.zeros(64, 300, dtype=torch.long)
+    for i in range(64):
+        mask[i, : 100 + 3 * i] = 1
+    small = length_buckets(mask, vocab=300)
+    assert len(small) == 1 and small[0][1] == 289  # a tiny vocabulary: one group of 64, as before
+    big = length_buckets(mask, vocab=151936)
+    assert sorted(torch.cat([rows for rows, _ in big]).tolist()) == list(range(64))  # every row once
+    assert all(len(rows) * width * 151936 <= LOGIT_BUDGET for rows, width in big)
+    assert all(width == int(mask[rows].sum(1).max()) for rows, width in big)
