@@ -173,7 +173,13 @@ def run(folder: Path, runs: Path, method: str, budget: str, timeout: int) -> dic
            "--method", method, "--suite", "math_code", "--budget", budget, "--eval-size", "64",
            "--max-new-tokens", "128", "--eval-every", "0.5", "--runs", str(runs), "--no-progress"]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # say how far it got: its evaluations so far, its output
+        curves = [c.read_text()[-2000:] for c in runs.glob(f"{method}__*/curve.jsonl")]
+        return {"rc": "timeout", "wall_s": time.perf_counter() - start, "curve_so_far": curves,
+                "stderr": (exc.stderr or b"")[-2000:].decode(errors="replace") if isinstance(exc.stderr, bytes)
+                else str(exc.stderr or "")[-2000:]}
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         return {"rc": proc.returncode, "wall_s": wall, "stderr": proc.stderr[-3000:], "stdout": proc.stdout[-2000:]}
