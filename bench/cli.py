@@ -7,6 +7,8 @@
     bench report [--runs runs/] [--out leaderboard/]
     bench check-adapter PLUGIN
     bench export-lm-eval SUITE --out DIR
+    bench sweep --methods A,B [--suites S] [--seeds N] [--executor local|ray [--address HOST:6379]]
+    bench reproduce [--profile tiny] [--executor local|ray ...]
 
 Bad input gets one line on stderr saying what was wrong and what is allowed, and exit status 2.
 """
@@ -29,7 +31,10 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    # Escaped: a message such as "pip install 'opd-bench[ray]'" is text, not rich markup.
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -197,7 +202,10 @@ def sweep(
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
     profile: str = typer.Option("tiny"),
     runs: Path = typer.Option(Path("runs")),
-    jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores)"),
+    jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
+    executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
+    address: Optional[str] = typer.Option(None, help="ray: an existing cluster, e.g. HOST:6379 (default: start one here)"),
+    gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
 ) -> None:
     """Run methods x suites x seeds (skips complete runs, resumes interrupted ones)."""
     from bench.runner import RunConfig
@@ -208,7 +216,7 @@ def sweep(
                          budget_flops=_budget(budget), runs_dir=runs)
         configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
         _validate(configs)
-        result = run_sweep(configs, jobs, console)
+        result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
     except _user_errors() as exc:
         _fail(str(exc))
     _sweep_outcome(result)
@@ -220,7 +228,10 @@ def reproduce(
     seeds: int = typer.Option(1, help="seeds 0..N-1 per method and suite"),
     runs: Path = typer.Option(Path("runs")),
     out: Path = typer.Option(Path("leaderboard"), help="site folder; records are copied to OUT/records"),
-    jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores)"),
+    jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
+    executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
+    address: Optional[str] = typer.Option(None, help="ray: an existing cluster, e.g. HOST:6379 (default: start one here)"),
+    gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
 ) -> None:
     """Every method on math_code and four_domain at one budget, the recovery protocol, then the report."""
     from bench.runner import RunConfig
@@ -231,13 +242,20 @@ def reproduce(
         base = RunConfig(method="", suite="", profile=profile, runs_dir=runs)
         configs = reproduce_plan(_seeds(seeds), base)
         _validate(configs)
-        result = run_sweep(configs, jobs, console)
+        result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
     except _user_errors() as exc:
         _fail(str(exc))
     copy_records(runs, out / "records")
     summary = build_site([out / "records"], out)
     console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; findings: {out / 'findings.html'}")
     _sweep_outcome(result)
+
+
+def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_run: float):
+    """The sweep executor; checked (Ray installed, options that apply) before any run starts."""
+    from bench.executors import make_executor
+
+    return make_executor(name, jobs=jobs, address=address, gpus_per_run=gpus_per_run)
 
 
 def _validate(configs: list) -> None:

@@ -57,6 +57,7 @@ class RunContext:
         policy_states: dict[str, dict] | None = None,
         sampler_positions: dict[str, int] | None = None,
         generator: torch.Generator | None = None,
+        phase_executor: str = "sequential",
     ) -> None:
         self.suite = suite
         self.seed = seed
@@ -73,6 +74,7 @@ class RunContext:
         self._samplers: dict[str, Sampler] = {}
         self.policies: dict[str, Policy] = {}
         self.student = self._register(student)
+        self.phase_executor = phase_executor  # how `map_phases` runs: see bench.phases
         self.finished = False
 
     # -- problems -------------------------------------------------------------------------------
@@ -269,7 +271,53 @@ class RunContext:
         self._on_step(stats)
 
     def sampler_positions(self) -> dict[str, int]:
-        return {name: s.drawn for name, s in self._samplers.items()}
+        # Positions restored from a checkpoint or merged from a phase stay until their sampler is re-created.
+        return {**self._sampler_positions, **{name: s.drawn for name, s in self._samplers.items()}}
+
+    def pending_policy_states(self) -> dict[str, dict]:
+        """Checkpointed policies not re-created yet (a resumed run's experts, before `clone`)."""
+        return dict(self._policy_states)
+
+    # -- independent phases ---------------------------------------------------------------------
+    def map_phases(self, fn: Callable[[RunContext, str], Any], keys: Sequence[str]) -> dict[str, Any]:
+        """`fn(ctx, key)` for each key, e.g. one expert per domain; returns {key: fn's result}.
+
+        Sequential on this context by default; with the run's expert executor `ray` (or `isolated`)
+        each call runs in a child context, as a parallel Ray task, and its ledger rows, the policies
+        it created, its sampler positions and state are merged back here in key order; then the
+        runner gets one `step_done` (it evaluates and checkpoints after the merge). `fn` must be
+        picklable (a module-level function or a `functools.partial` of one). See `bench.phases`.
+        """
+        from bench import phases
+
+        if self.phase_executor == "sequential":
+            return {key: fn(self, key) for key in keys}
+        spec = phases.child_spec(self, fn, len(keys))
+        results = phases.run_children(spec, list(keys), self.phase_executor)
+        for result in results:
+            self._merge_child(result)
+        self.step_done()
+        return {r.key: r.value for r in results}
+
+    def _merge_child(self, result: Any) -> None:
+        self.ledger.merge(result.rows)
+        for name, state in result.policies.items():
+            make = self.clone if state["trainable"] else self.snapshot
+            make(self.student, name).load_state(state)
+        for name, drawn in result.sampler_positions.items():
+            if name in self._samplers and self._samplers[name].drawn != drawn:
+                raise RuntimeError(f"sampler {name!r} was drawn from by a parallel phase and by the run")
+            self._sampler_positions[name] = drawn
+        _merge_state(self.state, result.state)
+
+
+def _merge_state(into: dict, update: dict) -> None:
+    """Merge a child's `state` into the parent's, dict by dict; on a clash the child's value wins."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge_state(into[key], value)
+        else:
+            into[key] = value
 
 
 # At most this many logits (rows x width x vocabulary) per micro-batch: the fp32 log-softmax of a

@@ -20,7 +20,7 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +88,14 @@ def _row(key: Key, entry: Entry) -> dict:
     if entry.seconds:
         row["seconds"] = round(entry.seconds, 6)
     return row
+
+
+def _add(entry: Entry, row: dict) -> None:
+    entry.flops += float(row["flops"])
+    entry.tokens += int(row["tokens"])
+    entry.calls += int(row.get("calls", 1))
+    entry.audit_flops += float(row.get("audit_flops", 0.0))
+    entry.seconds += float(row.get("seconds", 0.0))
 
 
 class Ledger:
@@ -187,6 +195,17 @@ class Ledger:
             out.append(_row(k, e))
         return out
 
+    def merge(self, rows: Iterable[dict]) -> None:
+        """Add aggregated rows (another ledger's `rows()`, e.g. a Ray task's) as if charged here."""
+        for row in rows:
+            key = Key(row["category"], row["phase"], row["kind"], row["model"])
+            for table in (self._totals, self._pending):
+                _add(table[key], row)
+
+    def pending_rows(self) -> list[dict]:
+        """The charges since the last `flush`, one row per key (what a child ledger hands back)."""
+        return [_row(k, e) for k, e in sorted(self._pending.items(), key=lambda kv: tuple(vars(kv[0]).values()))]
+
     def by_category(self) -> dict[str, float]:
         out = {c: 0.0 for c in CATEGORIES}
         for k, e in self._totals.items():
@@ -230,13 +249,7 @@ class Ledger:
         for n, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
             try:
                 row = json.loads(line)
-                key = Key(row["category"], row["phase"], row["kind"], row["model"])
-                entry = self._totals[key]
-                entry.flops += float(row["flops"])
-                entry.tokens += int(row["tokens"])
-                entry.calls += int(row.get("calls", 1))
-                entry.audit_flops += float(row.get("audit_flops", 0.0))
-                entry.seconds += float(row.get("seconds", 0.0))
+                _add(self._totals[Key(row["category"], row["phase"], row["kind"], row["model"])], row)
             except (ValueError, KeyError, TypeError) as exc:
                 raise CorruptRunError(f"{self.path}: line {n} is not a ledger row ({exc})") from exc
         self.rows_written = n

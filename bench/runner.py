@@ -19,6 +19,7 @@ import torch
 from bench import evaluation, store
 from bench.context import RunContext
 from bench.ledger import CorruptRunError, Ledger
+from bench.phases import EXECUTORS
 from bench.policy import Policy
 from bench.profiles import PROFILES, Profile
 from bench.registry import get_method, get_suite, unknown
@@ -50,6 +51,10 @@ class RunConfig:
     teachers: tuple[tuple[str, str], ...] = ()
     device: str = "cpu"
     max_new_tokens: int | None = None  # None: the profile's
+    # How a method's independent phases (opd-multi's experts) run: sequential | isolated | ray
+    # (bench.phases). `bench sweep --executor ray` sets ray. Not part of the fingerprint: a run may be
+    # resumed under another executor and its ledger stays whole; the record says which one finished it.
+    expert_executor: str = "sequential"
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -62,6 +67,8 @@ class RunConfig:
             raise RunError(f"budget must be a positive number of FLOPs, got {self.budget_flops!r}")
         if not 0 < self.eval_every <= 1:
             raise RunError(f"eval_every must be in (0, 1], got {self.eval_every!r}")
+        if self.expert_executor not in EXECUTORS:
+            raise unknown("expert executor", self.expert_executor, list(EXECUTORS))
 
     @property
     def resolved_profile(self) -> Profile:
@@ -157,6 +164,7 @@ class Runner:
             teacher_loader=lambda name: prepared.load_teacher(name, self.ledger),
             max_new_tokens=self.config.max_new_tokens or self.profile.max_new_tokens,
             on_step=lambda stats: self._after_step(ctx, stats),
+            phase_executor=self.config.expert_executor,
             **(checkpoint or {}),
         )
         self.ctx = ctx
@@ -366,7 +374,8 @@ class Runner:
             "flops": self.ledger.by_category(),
             "recovery": self.ctx.state.get("recovery"),
             "throughput": self._throughput(record["provenance"]),
-            "provenance": {**record["provenance"], "model_hashes": prepared.model_hashes()},
+            "provenance": {**record["provenance"], "model_hashes": prepared.model_hashes(),
+                           "expert_executor": self.config.expert_executor},
             "wall_s": round(self._wall_offset + time.perf_counter() - self._t0, 3),
         }
 

@@ -1,23 +1,26 @@
-"""Sweeps: many runs (methods x suites x seeds) in parallel local processes, resumable.
+"""Sweeps: many runs (methods x suites x seeds) in parallel local processes or Ray tasks, resumable.
 
     bench sweep --methods grpo-joint,opd-multi --suites math_code --seeds 3 [--jobs 2]
-    bench reproduce [--profile tiny] [--seeds 1]
+    bench sweep ... --executor ray [--address HOST:6379] [--gpus-per-run 1]
+    bench reproduce [--profile tiny] [--seeds 1] [--executor ray ...]
 
 A sweep skips runs whose `summary.json` is complete, resumes runs that have a checkpoint, and starts
-the rest. Each run is one process with one torch thread (two spin-waiting threads per run on a
-2-core machine are slower than one), so `--jobs` defaults to the number of cores.
+the rest, whichever executor runs them (`bench.executors`). Locally each run is one process with
+one torch thread (two spin-waiting threads per run on a 2-core machine are slower than one), so
+`--jobs` defaults to the number of cores.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
+from bench.executors import LocalExecutor, SweepExecutor
 from bench.runner import RunConfig, RunError
 
 # `bench reproduce`: every method that the paper's findings compare, on both multi-domain suites,
@@ -60,7 +63,9 @@ def _state(config: RunConfig) -> tuple[str, Path]:
     return "new", run_dir
 
 
-def _run_one(config: RunConfig, resume: bool) -> str:
+def _run_one(config: RunConfig, resume: bool, env: dict[str, str] | None = None) -> str:
+    """One run in a worker (a local process or a Ray task); `env`: variables to set there first."""
+    os.environ.update(env or {})
     import torch
 
     torch.set_num_threads(1)
@@ -70,8 +75,12 @@ def _run_one(config: RunConfig, resume: bool) -> str:
     return f"{summary['run_id']}: {100 * summary['final_accuracy']:.1f}% at {summary['flops']['counted']:.2e} FLOPs"
 
 
-def run_sweep(configs: list[RunConfig], jobs: int | None = None, console: Console | None = None) -> SweepResult:
-    """Run every config not yet complete, `jobs` at a time; failures are collected, not fatal."""
+def run_sweep(
+    configs: list[RunConfig], jobs: int | None = None, console: Console | None = None,
+    executor: SweepExecutor | None = None,
+) -> SweepResult:
+    """Run every config not yet complete on `executor` (default: `jobs` local processes);
+    failures are collected, not fatal."""
     console = console or Console()
     result = SweepResult([], [], [])
     todo = []
@@ -89,22 +98,22 @@ def run_sweep(configs: list[RunConfig], jobs: int | None = None, console: Consol
 
     for profile in {c.profile for c, _ in todo}:
         prepare.prepare(PROFILES[profile])
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    executor = executor or LocalExecutor(jobs)
     from rich.progress import Progress
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool, Progress(console=console) as bar:
-        task = bar.add_task(f"sweep ({jobs} jobs)", total=len(todo))
-        futures = {pool.submit(_run_one, config, resume): config for config, resume in todo}
-        for future in as_completed(futures):
-            config = futures[future]
-            try:
-                line = future.result()
-                result.done.append(line)
-                bar.console.print(line)
-            except (RunError, ValueError, RuntimeError, OSError) as exc:
-                result.failed.append((f"{config.method}/{config.suite}/s{config.seed}", str(exc)))
-                bar.console.print(f"[red]failed[/red] {config.method}/{config.suite}/s{config.seed}: {exc}")
+    outcomes = executor.run(todo)
+    with Progress(console=console) as bar:
+        task = bar.add_task(f"sweep ({executor.describe(len(todo))})", total=len(todo))
+        for config, outcome in outcomes:
+            name = f"{config.method}/{config.suite}/s{config.seed}"
+            if isinstance(outcome, str):
+                result.done.append(outcome)
+                bar.console.print(outcome)
+            elif isinstance(outcome, (RunError, ValueError, RuntimeError, OSError)):
+                result.failed.append((name, str(outcome)))
+                bar.console.print(f"[red]failed[/red] {name}: {escape(str(outcome))}", soft_wrap=True)
+            else:
+                raise outcome
             bar.advance(task)
     return result
 

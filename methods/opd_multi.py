@@ -7,8 +7,10 @@ expert (per-token reverse-KL advantage, `methods.distill`). The experts' GRPO FL
 the budget; the distillation share is distill FLOPs / expert FLOPs (DESIGN section 3).
 
 Departures from the paper:
-- experts are trained one after another on one machine (the paper trains them in parallel); the
-  ledger is the same either way;
+- experts are trained one after another by default; under `bench sweep --executor ray` they train
+  in parallel as Ray tasks, as in the paper (`ctx.map_phases`, `bench.phases`). Each expert's FLOPs
+  are booked under `expert:<domain>` either way; in parallel each expert samples from its own
+  generator, so the numbers differ from the sequential run's in detail, not in kind;
 - the expert budget is a fixed share of the run's budget (`expert_fraction`, split evenly across
   domains) instead of training each expert to convergence;
 - distillation stops on a convergence rule (per-token reverse KL below `kl_threshold` for
@@ -19,6 +21,7 @@ Departures from the paper:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from bench.api import Policy, RunContext
@@ -50,16 +53,19 @@ class OPDMulti:
 
     def run(self, ctx: RunContext) -> None:
         per_expert = self.config.expert_fraction * ctx.budget_flops / len(ctx.domains)
-        experts: dict[str, Policy] = {}
-        rewards: dict[str, float] = {}
-        for domain in ctx.domains:
-            # Cloned from the untouched base: the student does not train until distillation.
-            experts[domain] = ctx.clone(ctx.student, f"expert:{domain}")
-            reward = grpo_phase(ctx, experts[domain], f"expert:{domain}", [domain], per_expert, self.config)
-            if reward is not None:
-                rewards[domain] = reward
+        train = functools.partial(_train_expert, phase_flops=per_expert, config=self.config)
+        results = ctx.map_phases(train, ctx.domains)
+        experts: dict[str, Policy] = {d: ctx.clone(ctx.student, f"expert:{d}") for d in ctx.domains}
+        rewards = {d: r for d, r in results.items() if r is not None}
         if ctx.should_stop():
             return
         with ctx.phase("distill"):
             distill(ctx, ctx.student, experts, ctx.sampler("distill"), self.config,
                     teacher_rewards=rewards if len(rewards) == len(experts) else None)
+
+
+def _train_expert(ctx: RunContext, domain: str, *, phase_flops: float, config: OPDMultiConfig) -> float | None:
+    """GRPO on `domain` alone into the expert `expert:<domain>`; its mean recent reward (or None)."""
+    # Cloned from the untouched base: the student does not train until distillation.
+    expert = ctx.clone(ctx.student, f"expert:{domain}")
+    return grpo_phase(ctx, expert, f"expert:{domain}", [domain], phase_flops, config)

@@ -1,0 +1,180 @@
+"""Where a sweep's runs execute: local processes (default) or Ray tasks, on one machine or a cluster.
+
+`bench.sweep.run_sweep` plans, skips complete runs, prepares models, reports and collects failures;
+an executor only runs `(config, resume)` pairs and yields each outcome as it finishes: the result
+line, or the exception that ended the run. Both executors run the same `bench.sweep._run_one`.
+
+    LocalExecutor(jobs=2)                      # a process pool, one torch thread per run
+    RayExecutor(address="10.0.0.1:6379")       # one Ray task per run on an existing cluster
+    RayExecutor()                              # a local Ray instance, started and stopped here
+
+Under Ray each run is a task with 1 CPU and `gpus_per_run` GPUs, and its `expert_executor` is set to
+`ray`, so that opd-multi's experts become parallel Ray tasks too (`bench.phases`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from bench.runner import RunConfig, RunError
+
+Outcome = tuple[RunConfig, "str | BaseException"]
+RAY_MISSING = "the ray executor needs Ray, which is not installed: pip install 'opd-bench[ray]'"
+
+
+class SweepExecutor(Protocol):
+    def describe(self, n_runs: int) -> str:
+        """A few words for the progress bar: where `n_runs` runs will execute."""
+        ...
+
+    def run(self, todo: list[tuple[RunConfig, bool]]) -> Iterator[Outcome]:
+        """Run each (config, resume) and yield (config, result line or exception) as each ends."""
+        ...
+
+
+class LocalExecutor:
+    """`jobs` local processes (default: the CPU count), each with one torch thread."""
+
+    def __init__(self, jobs: int | None = None) -> None:
+        self.jobs = jobs
+
+    def _workers(self, n_runs: int) -> int:
+        return max(1, min(self.jobs or os.cpu_count() or 1, n_runs))
+
+    def describe(self, n_runs: int) -> str:
+        return f"{self._workers(n_runs)} jobs"
+
+    def run(self, todo: list[tuple[RunConfig, bool]]) -> Iterator[Outcome]:
+        from bench.sweep import _run_one
+
+        jobs = self._workers(len(todo))
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_run_one, config, resume): config for config, resume in todo}
+            for future in as_completed(futures):
+                try:
+                    yield futures[future], future.result()
+                except Exception as exc:  # noqa: BLE001  (the sweep decides which ones are run failures)
+                    yield futures[future], exc
+
+
+class RayExecutor:
+    """One Ray task per run (1 CPU, `gpus_per_run` GPUs) on the cluster at `address`, or on a local
+    instance started here (with `num_cpus`, default all cores) and shut down when the sweep ends.
+    If this process is already connected to Ray (`ray.init` before), that connection is used."""
+
+    def __init__(self, address: str | None = None, gpus_per_run: float = 0.0, num_cpus: int | None = None) -> None:
+        if gpus_per_run < 0:
+            raise RunError(f"--gpus-per-run must be >= 0, got {gpus_per_run}")
+        self.ray = import_ray()
+        self.address = address
+        self.gpus_per_run = gpus_per_run
+        self.num_cpus = num_cpus
+
+    def describe(self, n_runs: int) -> str:
+        return f"Ray at {self.address}" if self.address else "local Ray instance"
+
+    def run(self, todo: list[tuple[RunConfig, bool]]) -> Iterator[Outcome]:
+        # Connect and submit now, not on the first `next()`: a bad address fails before any progress bar.
+        started = self._connect()
+        try:
+            refs = self._submit(todo)
+        except BaseException:
+            if started:
+                self.ray.shutdown()
+            raise
+        return self._results(refs, started)
+
+    def _submit(self, todo: list[tuple[RunConfig, bool]]) -> dict:
+        from bench.sweep import _run_one
+
+        task = self.ray.remote(num_cpus=1, num_gpus=self.gpus_per_run, max_retries=0)(_run_one)
+        env = _task_env()
+        refs = {}
+        for config, resume in todo:
+            # Absolute paths: a task's working directory is the worker's, not this shell's.
+            config = replace(config, expert_executor="ray", runs_dir=Path(config.runs_dir).resolve())
+            refs[task.remote(config, resume, env)] = config
+        return refs
+
+    def _results(self, refs: dict, started: bool) -> Iterator[Outcome]:
+        try:
+            pending = list(refs)
+            while pending:
+                done, pending = self.ray.wait(pending, num_returns=1)
+                yield refs[done[0]], self._outcome(done[0])
+        finally:
+            if started:  # a local instance this executor started; a cluster stays up
+                self.ray.shutdown()
+
+    def _connect(self) -> bool:
+        """Connect (or start a local instance); True if this executor must shut it down."""
+        ray = self.ray
+        if ray.is_initialized():
+            return False
+        try:
+            if self.address:
+                ray.init(address=self.address, log_to_driver=False)
+            else:
+                # "local": a new instance even if `ray start` left one running on this machine
+                ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            if not self.address:
+                raise RunError(f"cannot start a local Ray instance: {_first_line(exc)}") from exc
+            raise RunError(f"cannot connect to the Ray cluster at {self.address}: {_first_line(exc)} (check the "
+                           "address; a cluster with token authentication also needs RAY_AUTH_MODE=token here)") from exc
+        return True
+
+    def _outcome(self, ref: Any) -> str | BaseException:
+        from ray.exceptions import RayError, RayTaskError
+
+        try:
+            return self.ray.get(ref)
+        except RayTaskError as exc:
+            # The run's own exception (RunError, ValueError, ...), as a local process pool gives it.
+            return exc.cause if isinstance(exc.cause, BaseException) else RuntimeError(_first_line(exc))
+        except RayError as exc:  # the worker died (out of memory, node lost): a failed run, not a crash
+            return RuntimeError(f"Ray: {type(exc).__name__}: {_first_line(exc)}")
+
+
+def import_ray() -> Any:
+    """The `ray` module, or a RunError that says how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise RunError(RAY_MISSING) from None
+    return ray
+
+
+def make_executor(name: str, *, jobs: int | None = None, address: str | None = None,
+                  gpus_per_run: float = 0.0) -> SweepExecutor:
+    """The executor the command line asked for; options that do not apply to it are errors."""
+    if name == "local":
+        if address or gpus_per_run:
+            raise RunError("--address and --gpus-per-run need --executor ray")
+        return LocalExecutor(jobs)
+    if name == "ray":
+        if address and jobs:
+            raise RunError("--jobs sets the CPUs of a local Ray instance; with --address the cluster decides")
+        return RayExecutor(address, gpus_per_run, num_cpus=jobs)
+    from bench.registry import unknown
+
+    raise unknown("executor", name, ["local", "ray"])
+
+
+def _task_env() -> dict[str, str]:
+    # The model cache is found through OPD_BENCH_CACHE; a cluster's workers do not inherit this shell.
+    # Passed as an argument, not as a Ray runtime_env: tasks with a runtime_env get workers of their
+    # own, and opd-multi's expert tasks (which need no cache) would then start a second pool.
+    cache = os.environ.get("OPD_BENCH_CACHE")
+    return {"OPD_BENCH_CACHE": str(Path(cache).resolve())} if cache else {}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

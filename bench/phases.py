@@ -1,0 +1,163 @@
+"""Independent phases of one run (opd-multi's experts) in child contexts, optionally as Ray tasks.
+
+`RunContext.map_phases(fn, keys)` calls `fn(ctx, key)` once per key. How depends on the run's
+`expert_executor` (`RunConfig.expert_executor`, set to "ray" by `bench sweep --executor ray`):
+
+- `sequential` (default): each call on the run's own context, one after another; this is what every
+  run did before phases could fan out, and it gives the same numbers.
+- `ray`: each call is a Ray task (1 CPU, 1 GPU if the student is on CUDA) with a child context: a copy
+  of the student, its own in-memory ledger, and its own sampling generator seeded from (seed, key).
+  The task hands back its new ledger rows, the weights and optimiser state of the policies it
+  created, its sampler positions and its `ctx.state`; the parent merges them in key order, so every
+  FLOP is booked in the run's ledger under the phase the call charged it to (`expert:math`, ...).
+- `isolated`: the same child contexts, run one after another in this process, each through a pickle
+  round trip as Ray would ship it. It gives the numbers the `ray` executor gives (a check without
+  Ray) and is where a phase that cannot run remotely fails first.
+
+Why child contexts differ from `sequential` in their numbers: sequential phases share one sampling
+generator, so the second expert's samples depend on how much the first one drew; parallel phases
+cannot, and each gets its own. FLOP totals per phase are then equal in kind (same keys, same budget
+per phase) but not to the FLOP. What a child may use: its student (the parent's current student,
+copied), `clone` / `snapshot` of it, samplers, rollout, updates and `step_done` (a no-op there: the
+runner evaluates and checkpoints once, after the merge). Teachers are not available in a child.
+Each child may spend an equal share of the budget left when the phases start. Policies a child
+creates must be clones or snapshots of the student; state it writes should sit under its own keys
+(children's states are merged key by key, the later key winning on a clash).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bench.ledger import Ledger
+from bench.policy import Policy
+
+EXECUTORS = ("sequential", "isolated", "ray")
+
+
+@dataclass
+class PolicySpec:
+    """What rebuilds a policy elsewhere: architecture, weights (CPU), tokenizer; never its hooks."""
+
+    name: str
+    model_cls: type
+    model_config: Any
+    weights: dict[str, torch.Tensor]
+    tokenizer: Any
+    chat: bool
+    device: str
+
+    @classmethod
+    def of(cls, policy: Policy) -> PolicySpec:
+        weights = {k: v.detach().cpu() for k, v in policy.model.state_dict().items()}
+        return cls(policy.name, type(policy.model), policy.model.config, weights, policy.tokenizer,
+                   policy.chat, policy.device.type)
+
+    def build(self, ledger: Ledger) -> Policy:
+        model = self.model_cls(copy.deepcopy(self.model_config))
+        model.load_state_dict(self.weights)
+        device = "cuda" if self.device == "cuda" and torch.cuda.is_available() else "cpu"
+        dtype = next(iter(self.weights.values())).dtype if self.weights else None
+        model.to(device=device, dtype=dtype)
+        return Policy(self.name, model, self.tokenizer, ledger=ledger, chat=self.chat)
+
+
+@dataclass
+class ChildSpec:
+    """Everything the phases of one `map_phases` call share, picklable (one object-store copy)."""
+
+    fn: Callable[[Any, str], Any]
+    suite: Any
+    seed: int
+    budget_flops: float  # the parent's spend so far plus one child's share of what is left
+    prior_rows: list[dict]  # the parent's ledger: a resumed phase sees what it already spent
+    student: PolicySpec
+    backend: Any
+    max_new_tokens: int
+    state: dict
+    policy_states: dict[str, dict]  # checkpointed policies the parent has not re-created yet
+    sampler_positions: dict[str, int]
+
+
+@dataclass
+class ChildResult:
+    key: str
+    value: Any
+    rows: list[dict]  # the child's own charges, never the prior rows it was given
+    policies: dict[str, dict]  # name -> Policy.state() of each policy the child created
+    sampler_positions: dict[str, int]
+    state: dict
+
+
+def child_seed(seed: int, key: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:phase:{key}".encode()).digest()[:8], "little") % 2**63
+
+
+def run_child(spec: ChildSpec, key: str) -> ChildResult:
+    """Run `spec.fn(child_ctx, key)` in a fresh context; the body of each Ray task."""
+    from bench.context import RunContext
+
+    ledger = Ledger()
+    ledger.merge(spec.prior_rows)
+    ledger.flush()  # an in-memory ledger forgets pending rows: only the child's own charges remain
+    seed = child_seed(spec.seed, key)
+    with torch.random.fork_rng(devices=[]):  # `isolated` runs in the parent's process: keep its RNG
+        torch.manual_seed(seed)
+        ctx = RunContext(
+            suite=spec.suite, seed=spec.seed, budget_flops=spec.budget_flops, ledger=ledger,
+            student=spec.student.build(ledger), backend=spec.backend, teacher_loader=_no_teacher,
+            max_new_tokens=spec.max_new_tokens, on_step=lambda stats: None, state=spec.state,
+            policy_states=spec.policy_states, sampler_positions=spec.sampler_positions,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        value = spec.fn(ctx, key)
+    created = {name: p.state() for name, p in ctx.policies.items() if name != spec.student.name}
+    for state in created.values():
+        state["model"] = {k: v.detach().cpu() for k, v in state["model"].items()}
+    return ChildResult(key, value, ledger.pending_rows(), created, ctx.sampler_positions(), ctx.state)
+
+
+def _ray_child(spec: ChildSpec, key: str) -> ChildResult:
+    if not torch.cuda.is_available():
+        torch.set_num_threads(1)  # one CPU per task, as a sweep's runs
+    return run_child(spec, key)
+
+
+def _no_teacher(name: str) -> Policy:
+    raise RuntimeError(f"teacher {name!r} is not available inside a parallel phase (map_phases)")
+
+
+def child_spec(ctx: Any, fn: Callable[[Any, str], Any], n_keys: int) -> ChildSpec:
+    """The shared spec from the parent context `ctx`; each of `n_keys` children gets an equal share
+    of the budget left."""
+    return ChildSpec(
+        fn, ctx.suite, ctx.seed, ctx.spent_flops + ctx.remaining_flops / max(1, n_keys), ctx.ledger.rows(),
+        PolicySpec.of(ctx.student), ctx.backend, ctx.max_new_tokens, ctx.state, ctx.pending_policy_states(),
+        ctx.sampler_positions(),
+    )
+
+
+def run_children(spec: ChildSpec, keys: Sequence[str], executor: str) -> list[ChildResult]:
+    """Run one child per key, one after another here (`isolated`) or as parallel Ray tasks (`ray`)."""
+    if executor == "isolated":
+        # The pickle round trip gives each child its own copy, exactly as a Ray task would get.
+        return [run_child(pickle.loads(pickle.dumps(spec)), key) for key in keys]
+    from bench.executors import import_ray
+
+    ray = import_ray()
+    from ray.exceptions import RayTaskError
+
+    gpus = 1 if spec.student.device == "cuda" else 0
+    task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=0)(_ray_child)
+    shared = ray.put(spec)  # one copy of the weights in the object store, whatever the number of keys
+    try:
+        return ray.get([task.remote(shared, key) for key in keys])
+    except RayTaskError as exc:
+        raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None

@@ -1,0 +1,108 @@
+"""The Ray executor: a sweep on a local Ray instance, and opd-multi's experts as parallel Ray tasks.
+
+One Ray instance (2 CPUs, 80 MB object store, no dashboard) serves the module. The sweep runs
+grpo-joint and opd-multi (whose two experts become nested Ray tasks) plus one run that must fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'opd-bench[ray]' (the dev extra has it)")
+
+from bench.cli import app  # noqa: E402
+from bench.runner import RunConfig, Runner  # noqa: E402
+from reports.schema import validate_record  # noqa: E402
+from tests.bench.test_phases import assert_same_phases, run_phases, without_seconds  # noqa: E402
+
+BUDGET = 2e11  # the smoke profile's: opd-multi's experts take 90%, distillation runs on the merged experts
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # tests do not report usage anywhere
+    started = time.perf_counter()
+    ray.init(address="local", num_cpus=2, object_store_memory=80 * 1024 * 1024, include_dashboard=False,
+             log_to_driver=False)
+    print(f"ray.init: {time.perf_counter() - started:.1f} s")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(ray_instance, tmp_path_factory):
+    """A Ray sweep of grpo-joint and opd-multi, and an sft run whose directory cannot be resumed."""
+    runs = tmp_path_factory.mktemp("ray-runs")
+    broken = runs / "sft__math_code-easy__smoke__s0"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"fingerprint": "from another configuration"}))
+    first = CliRunner().invoke(app, sweep_args(runs))
+    return runs, first
+
+
+def sweep_args(runs: Path) -> list[str]:
+    return ["sweep", "--methods", "grpo-joint,opd-multi,sft", "--suites", "math_code", "--seeds", "1",
+            "--profile", "smoke", "--budget", str(BUDGET), "--runs", str(runs), "--executor", "ray"]
+
+
+def record(runs: Path, method: str) -> dict:
+    return json.loads((runs / f"{method}__math_code-easy__smoke__s0" / "summary.json").read_text())
+
+
+def test_ray_sweep_completes_runs_reports_a_failure_and_skips_on_rerun(sweep_dir):
+    runs, first = sweep_dir
+    assert first.exit_code == 1, first.output  # one failed run: exit 1, the others complete
+    assert "2 runs done, 0 already complete, 1 failed" in first.output
+    failure = [line for line in first.output.splitlines() if line.startswith("failed sft/math_code/s0")]
+    assert len(failure) == 1 and "different configuration" in failure[0], first.output
+    for method in ("grpo-joint", "opd-multi"):
+        rec = record(runs, method)
+        assert validate_record(rec) == [], method
+        assert rec["budget_flops"] == BUDGET and rec["flops"]["counted"] >= BUDGET
+        assert rec["provenance"]["expert_executor"] == "ray"
+    before = {m: record(runs, m)["provenance"]["created"] for m in ("grpo-joint", "opd-multi")}
+    again = CliRunner().invoke(app, sweep_args(runs))
+    assert "0 runs done, 2 already complete, 1 failed" in again.output, again.output
+    assert {m: record(runs, m)["provenance"]["created"] for m in before} == before  # untouched
+
+
+def test_opd_multi_ray_experts_book_what_isolated_experts_book(sweep_dir, tmp_path):
+    """Ray tasks and in-process child contexts give the same ledger to the FLOP, distillation included.
+
+    Against the sequential path the numbers legitimately differ: sequential experts share one
+    sampling generator (the second expert samples where the first left it), parallel ones cannot and
+    each gets its own, so completions, lengths and FLOPs differ. What must hold against it: the same
+    ledger keys, and each expert phase spends its share of the budget (90% / 2 domains) and at most
+    one step more, well under 1.5 shares (a phase booked twice, or lost, fails this).
+    """
+    ray_rec = record(sweep_dir[0], "opd-multi")
+    runs = {}
+    for executor in ("isolated", "sequential"):
+        config = RunConfig(method="opd-multi", suite="math_code", profile="smoke", budget_flops=BUDGET,
+                           runs_dir=tmp_path / executor, expert_executor=executor)
+        runs[executor] = Runner(config, progress=False).run()
+    assert without_seconds(ray_rec["ledger"]) == without_seconds(runs["isolated"]["ledger"])
+    share = 0.9 * BUDGET / 2
+    keys = {}
+    for name, rec in (("ray", ray_rec), ("sequential", runs["sequential"])):
+        counted = [r for r in rec["ledger"] if r["category"] == "counted"]
+        keys[name] = {(r["phase"], r["kind"], r["model"]) for r in counted}
+        for domain in ("math", "code"):
+            spent = sum(r["flops"] for r in counted if r["phase"] == f"expert:{domain}")
+            assert share <= spent < 1.5 * share, (name, domain, spent)
+    assert keys["ray"] == keys["sequential"]
+    assert {"expert:math", "expert:code", "distill"} <= {phase for phase, _, _ in keys["ray"]}
+
+
+def test_ray_phases_book_exactly_what_sequential_phases_book(ray_instance):
+    """A deterministic phase (no sampling) gives the sequential path's rows, weights and state."""
+    ref, ref_results, _ = run_phases("sequential")
+    ctx, results, steps = run_phases("ray")
+    assert_same_phases(ctx, results, ref, ref_results)
+    assert len(steps) == 1
