@@ -5,7 +5,7 @@
 
 - `sequential` (default): each call on the run's own context, one after another; this is what every
   run did before phases could fan out, and it gives the same numbers.
-- `ray`: each call is a Ray task (1 CPU, 1 GPU if the student is on CUDA) with a child context: a copy
+- `ray`: each call is a Ray task (1 CPU; on CUDA the run task's GPU share) with a child context: a copy
   of the student, its own in-memory ledger, and its own sampling generator seeded from (seed, key).
   The task hands back its new ledger rows, the weights and optimiser state of the policies it
   created, its sampler positions and its `ctx.state`; the parent merges them in key order, so every
@@ -154,10 +154,30 @@ def run_children(spec: ChildSpec, keys: Sequence[str], executor: str) -> list[Ch
     ray = import_ray()
     from ray.exceptions import RayTaskError
 
-    gpus = 1 if spec.student.device == "cuda" else 0
-    task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=0)(_ray_child)
+    task = ray.remote(num_cpus=1, num_gpus=_child_gpus(ray, spec), max_retries=0)(_ray_child)
     shared = ray.put(spec)  # one copy of the weights in the object store, whatever the number of keys
     try:
         return ray.get([task.remote(shared, key) for key in keys])
     except RayTaskError as exc:
         raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
+
+
+def _child_gpus(ray: Any, spec: ChildSpec) -> float:
+    """GPUs per child task: none on CPU; on CUDA the share the run's own task holds (so that
+    `--gpus-per-run 0.5` lets a run and its experts share GPUs), or 1 when the run is no Ray task.
+
+    A run's task keeps its GPUs while it waits for its children (Ray frees only a waiting task's
+    CPUs), so a cluster without room for the run and one child would wait forever: refused here.
+    """
+    if spec.student.device != "cuda":
+        return 0.0
+    in_task = ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+    held = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)) if in_task else 0.0
+    gpus = held or 1.0
+    total = float(ray.cluster_resources().get("GPU", 0.0))
+    if held + gpus > total:
+        raise RuntimeError(
+            f"parallel phases need {gpus:g} GPU each beside the {held:g} this run holds, and the Ray cluster "
+            f"has {total:g}: they would wait forever; use a fractional --gpus-per-run (e.g. 0.5) or more GPUs"
+        )
+    return gpus

@@ -106,3 +106,15 @@ def test_ray_phases_book_exactly_what_sequential_phases_book(ray_instance):
     ctx, results, steps = run_phases("ray")
     assert_same_phases(ctx, results, ref, ref_results)
     assert len(steps) == 1
+
+
+def test_phases_on_cuda_without_room_for_their_gpus_are_refused_not_left_waiting(ray_instance):
+    from types import SimpleNamespace
+
+    from bench.phases import _child_gpus
+
+    cpu = SimpleNamespace(student=SimpleNamespace(device="cpu"))
+    cuda = SimpleNamespace(student=SimpleNamespace(device="cuda"))
+    assert _child_gpus(ray, cpu) == 0.0
+    with pytest.raises(RuntimeError, match="would wait forever"):
+        _child_gpus(ray, cuda)  # this instance has no GPU at all
