@@ -10,18 +10,19 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class WarmupConfig:
-    # Not yet calibrated (issue #4). Measured: 2,400 steps with mistake_rate=0.5 and math/code weighted
-    # 3:3:1:1 took 17 min under load and left math/code at ~9% greedy with no GRPO gain; math alone
-    # needs ~1,600 steps of 64 before GRPO gains +20 points. These are the earlier, cheap defaults.
-    student_steps: int = 300
+    # Calibrated for the tiny profile (issue #4) on a machine with 16 cores, one run per core: 3,000
+    # steps of 64 on all four domains, half the answers with the systematic mistake, gave bases at
+    # math 43-48%, strings 33-40%, logic 19-27% greedy with pass@8 56-94%, and GRPO experts gaining
+    # +42/+45 (math) and +8/+34 (strings) points in 9e11 FLOPs on seeds 0/1; logic gained <= 7.
+    student_steps: int = 3000
     teacher_steps: int = 900
     batch_size: int = 64
     student_lr: float = 3e-3
     teacher_lr: float = 2e-3
-    label_noise: float = 0.3  # share of the student's warm-up answers with one random wrong character
+    label_noise: float = 0.0  # share of the student's warm-up answers with one random wrong character
     # Share with the systematic mistake (last character shifted, bench.prepare): greedy decoding then
     # often picks the mistake while sampling finds the answer (pass@8 >> pass@1), once the rule is learnt.
-    mistake_rate: float = 0.0
+    mistake_rate: float = 0.5
     # Relative frequency of each domain in the warm-up, e.g. (("math", 3.0), ("code", 3.0)); () = uniform.
     domain_weights: tuple[tuple[str, float], ...] = ()
     difficulty: str = "easy"

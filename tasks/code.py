@@ -1,7 +1,7 @@
 """Code domain: trace a short generated Python program to what it prints.
 
 Tiny prompt: the program itself, statements separated by `;`, then the separator `>`:
-`a=3;b=a*2;print(b+1)>` -> `7`; easy has two assignments and `+`, `-` only (`a=12;b=a-5;print(b+9)>`).
+`a=3;b=a*2;print(b+1)>` -> `7`; easy has one assignment and `+`, `-` only (`a=512;print(a-7)>`).
 Medium adds a conditional expression (`c=b*2 if b>3 else b+1`); hard adds a small for loop, which
 Python cannot put after a `;`, so hard programs put the loop and the final print on their own lines
 (the only character outside printable ASCII in any tiny prompt is that `\\n`). Worked solution: each
@@ -31,10 +31,13 @@ SEPARATOR = ">"
 _VARS = "abcd"
 
 TINY_LEVELS: dict[str, dict[str, Any]] = {
-    # Calibrated for the tiny profile (issue #4): with `*` and three assignments a 2-layer student
-    # stays near chance after a long warm-up; two assignments of small constants with + and - it learns.
-    "easy": {"n_assign": [2, 2], "max_const": 15, "ops": "+-", "conditional": False, "loop": False,
-             "iters": [0, 0], "max_abs_answer": 999, "bare_print": 0.0},
+    # Calibrated for the tiny profile (issue #4): one assignment and a printed expression, the
+    # arithmetic of easy math (a 3-digit number +- a digit) behind a variable lookup. Measured on
+    # 3,000-step four-domain warm-ups: two assignments of constants <= 15 left the 2-layer student
+    # guessing (greedy 8-21%, its samples no better) and GRPO lost 6-11 points on it; `a=X;print(a+Y)`
+    # with X, Y <= 99 fared no better (7-14%).
+    "easy": {"n_assign": [1, 1], "first_max": 999, "max_const": 9, "ops": "+-", "conditional": False,
+             "loop": False, "iters": [0, 0], "max_abs_answer": 999, "bare_print": 0.0},
     "medium": {"n_assign": [2, 2], "max_const": 9, "ops": "+-*", "conditional": True, "loop": False,
                "iters": [0, 0], "max_abs_answer": 999},
     "hard": {"n_assign": [2, 2], "max_const": 9, "ops": "+-*", "conditional": False, "loop": True,
@@ -115,7 +118,8 @@ def _binary(rng: random.Random, names: list[str], level: dict[str, Any], allow_i
 
 
 def _draw_program(rng: random.Random, level: dict[str, Any]) -> list[Statement]:
-    program: list[Statement] = [("assign", "a", [str(rng.randint(1, level["max_const"]))])]
+    first = rng.randint(1, level.get("first_max", level["max_const"]))
+    program: list[Statement] = [("assign", "a", [str(first)])]
     names = ["a"]
     for _ in range(rng.randint(*level["n_assign"]) - 1):
         target = _VARS[len(names)]
