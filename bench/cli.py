@@ -235,7 +235,7 @@ def reproduce(
 ) -> None:
     """Every method on math_code and four_domain at one budget, the recovery protocol, then the report."""
     from bench.runner import RunConfig
-    from bench.sweep import copy_records, reproduce_plan, run_sweep
+    from bench.sweep import reproduce_plan, run_sweep
     from reports.site import build_site
 
     try:
@@ -245,8 +245,7 @@ def reproduce(
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
     except _user_errors() as exc:
         _fail(str(exc))
-    copy_records(runs, out / "records")
-    summary = build_site([out / "records"], out)
+    summary = build_site([runs], out)  # copies each record it uses to OUT/records: the site rebuilds from itself
     console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; findings: {out / 'findings.html'}")
     _sweep_outcome(result)
 

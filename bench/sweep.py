@@ -13,7 +13,6 @@ one torch thread (two spin-waiting threads per run on a 2-core machine are slowe
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -116,13 +115,3 @@ def run_sweep(
                 raise outcome
             bar.advance(task)
     return result
-
-
-def copy_records(runs_dir: Path, out_dir: Path) -> int:
-    """Copy each complete run's summary.json to out_dir/<run_id>.json (records, not checkpoints)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    n = 0
-    for summary in sorted(Path(runs_dir).glob("*/summary.json")):
-        shutil.copyfile(summary, out_dir / f"{summary.parent.name}.json")
-        n += 1
-    return n
