@@ -214,36 +214,28 @@ class RunContext:
         stats: dict[str, float] = {}
         with policy.ledger.clock(model=policy.name, kind="update", device=policy.device):
             for epoch in range(epochs):
-                stats = self._pg_epoch(policy, rollouts, advantages, buckets, weights, mask, old_logprobs,
-                                       epoch=epoch, lr=lr, loss_type=loss_type, clip_eps=clip_eps,
-                                       ref_logprobs=ref_logprobs, kl_coef=kl_coef, warmup_updates=warmup_updates)
+                total, clip = 0.0, 0.0
+                for (rows, width), weight in zip(buckets, weights):
+                    logprobs = policy.logprobs(rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width])
+                    if epoch == 0:
+                        old_logprobs[rows, :width] = logprobs.detach()
+                    adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :width]
+                    loss, part = policy_gradient_loss(
+                        logprobs,
+                        old_logprobs[rows, :width],
+                        adv,
+                        mask[rows, :width],
+                        loss_type=loss_type,
+                        clip_eps=clip_eps,
+                        ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows, :width],
+                        kl_coef=kl_coef,
+                        max_completion_tokens=self.max_new_tokens,
+                    )
+                    (loss * weight).backward()
+                    total += float(loss.detach()) * weight
+                    clip += part["clip_frac"] * weight
+                stats = {"loss": total, "clip_frac": clip, "grad_norm": policy.step(None, lr, warmup_updates)}
         return stats
-
-    def _pg_epoch(self, policy: Policy, rollouts: Rollouts, advantages: torch.Tensor, buckets: list,
-                  weights: list[float], mask: torch.Tensor, old_logprobs: torch.Tensor, *, epoch: int, lr: float,
-                  loss_type: str, clip_eps: float, ref_logprobs: torch.Tensor | None, kl_coef: float,
-                  warmup_updates: int) -> dict[str, float]:
-        total, clip = 0.0, 0.0
-        for (rows, width), weight in zip(buckets, weights):
-            logprobs = policy.logprobs(rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width])
-            if epoch == 0:
-                old_logprobs[rows, :width] = logprobs.detach()
-            adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :width]
-            loss, part = policy_gradient_loss(
-                logprobs,
-                old_logprobs[rows, :width],
-                adv,
-                mask[rows, :width],
-                loss_type=loss_type,
-                clip_eps=clip_eps,
-                ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows, :width],
-                kl_coef=kl_coef,
-                max_completion_tokens=self.max_new_tokens,
-            )
-            (loss * weight).backward()
-            total += float(loss.detach()) * weight
-            clip += part["clip_frac"] * weight
-        return {"loss": total, "clip_frac": clip, "grad_norm": policy.step(None, lr, warmup_updates)}
 
     def sft_step(self, policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
         """One supervised step: maximise log p(target + EOS | prompt). Returns the loss."""

@@ -90,6 +90,10 @@ def _row(key: Key, entry: Entry) -> dict:
     return row
 
 
+def _sorted_rows(table: dict[Key, Entry]) -> list[dict]:
+    return [_row(k, e) for k, e in sorted(table.items(), key=lambda kv: tuple(vars(kv[0]).values()))]
+
+
 def _add(entry: Entry, row: dict) -> None:
     entry.flops += float(row["flops"])
     entry.tokens += int(row["tokens"])
@@ -190,10 +194,7 @@ class Ledger:
 
     def rows(self) -> list[dict]:
         """One dict per (category, phase, kind, model), sorted, for records and reports."""
-        out = []
-        for k, e in sorted(self._totals.items(), key=lambda kv: tuple(vars(kv[0]).values())):
-            out.append(_row(k, e))
-        return out
+        return _sorted_rows(self._totals)
 
     def merge(self, rows: Iterable[dict]) -> None:
         """Add aggregated rows (another ledger's `rows()`, e.g. a Ray task's) as if charged here."""
@@ -204,7 +205,7 @@ class Ledger:
 
     def pending_rows(self) -> list[dict]:
         """The charges since the last `flush`, one row per key (what a child ledger hands back)."""
-        return [_row(k, e) for k, e in sorted(self._pending.items(), key=lambda kv: tuple(vars(kv[0]).values()))]
+        return _sorted_rows(self._pending)
 
     def by_category(self) -> dict[str, float]:
         out = {c: 0.0 for c in CATEGORIES}

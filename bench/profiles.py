@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class WarmupConfig:
-    # Calibrated for the tiny profile (issue #4) on a machine with 16 cores, one run per core: 3,000
-    # steps of 64 on all four domains, half the answers with the systematic mistake, gave bases at
-    # math 43-48%, strings 33-40%, logic 19-27% greedy with pass@8 56-94%, and GRPO experts gaining
-    # +42/+45 (math) and +8/+34 (strings) points in 9e11 FLOPs on seeds 0/1; logic gained <= 7.
+    # Calibrated for the tiny profile (issue #4; benchmarks/calibration_sweep.py chose the recipe):
+    # 3,000 steps of 64 on all four domains, half the answers with the systematic mistake, give a base
+    # at math 37%, code 45%, logic 21%, strings 37% greedy (pass@8 64-90%), from which GRPO experts
+    # gain +27, +42, +6 and +24 points in 4.5e11 FLOPs on 3 seeds (benchmarks/calibrate.py, README).
     student_steps: int = 3000
     teacher_steps: int = 900
     batch_size: int = 64
