@@ -199,14 +199,12 @@ def _warmup_answer(problem: Any, config: WarmupConfig, noise: float, rng: random
 
 
 def _mistake(problem: Any) -> str:
-    """The habitual mistake: the answer's last character shifted by one (a bit flipped in logic)."""
+    """The habitual mistake: the answer's last character shifted by one."""
     answer = problem.answer
     if not answer:
         return answer
     ch = answer[-1]
-    if problem.domain == "logic" and ch in "01":
-        repl = "1" if ch == "0" else "0"
-    elif ch.isdigit():
+    if ch.isdigit():
         repl = str((int(ch) + 1) % 10)
     elif "a" <= ch <= "z":
         repl = chr((ord(ch) - ord("a") + 1) % 26 + ord("a"))

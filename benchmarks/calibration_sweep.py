@@ -16,6 +16,11 @@ The settings file here is the sweep that calibrated the tiny profile, run on a 1
 (~7 minutes; C_4d_single_math99 stops at once: its math has too few distinct held-out prompts). It
 spells out the code level each experiment used, since easy code changed as a result of it. Its
 results are in the README and in issue #4's closing note.
+
+`calibration_sweep_graphs.jsonl` is the second sweep (session 3, on the same 16-core machine, ~5
+minutes): the `graphs` domain that replaced `logic` in `four_domain`, at 3 or 4 nodes, with and
+without reversed edges, on up to three warm-up seeds. 3 nodes without reversed edges gave GRPO gains
+of +40 to +50 points on graphs on all three seeds; 4 nodes or reversed edges gave +1 to +30.
 """
 
 from __future__ import annotations

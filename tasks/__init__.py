@@ -20,6 +20,7 @@ DOMAINS: dict[str, str] = {
     "code": "tasks.code:CodeDomain",
     "logic": "tasks.logic:LogicDomain",
     "strings": "tasks.strings:StringsDomain",
+    "graphs": "tasks.graphs:GraphsDomain",
 }
 
 __all__ = [

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import datasets
 
 # Bump when a generator, prompt format or verifier changes what a suite means.
-SUITE_VERSION = "1"
+SUITE_VERSION = "2"
 HELDOUT_PER_DOMAIN = 1000
 # Held-out generation gives up after this many draws per kept problem (a sign of a tiny prompt space).
 _MAX_DRAWS_PER_KEPT = 200
@@ -44,8 +44,9 @@ SUITES: dict[str, tuple[str, ...]] = {
     "code": ("code",),
     "logic": ("logic",),
     "strings": ("strings",),
+    "graphs": ("graphs",),
     "math_code": ("math", "code"),
-    "four_domain": ("math", "code", "logic", "strings"),
+    "four_domain": ("math", "code", "graphs", "strings"),
 }
 
 _HELDOUT_CACHE: dict[tuple[str, str, str, int], list[Problem]] = {}

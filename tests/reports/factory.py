@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 SUITES = {"math": ["math"], "code": ["code"], "math_code": ["math", "code"],
-          "four_domain": ["math", "code", "logic", "strings"]}
+          "four_domain": ["math", "code", "graphs", "strings"]}
 METHODS = ("grpo-joint", "opd-multi", "opd-external", "self-grpo", "grpo", "sft")
 # method -> (asymptote gain over base, midpoint as a fraction of the budget, mean-length factor)
 _SHAPE = {

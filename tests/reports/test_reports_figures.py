@@ -67,7 +67,7 @@ def test_figures_are_valid_svg_in_the_palette_and_reproducible():
     assert curves == figures.accuracy_curves(curve_frame(board), colours, board.reference, 0.31, board.label)
     texts = _texts(curves)
     assert "grpo-joint (ref.)" in texts and "base model" in texts and "10¹⁴" in texts
-    assert {"code", "logic", "math", "strings", "final held-out accuracy"} <= set(_texts(domains))
+    assert {"code", "graphs", "math", "strings", "final held-out accuracy"} <= set(_texts(domains))
     # a band per method: seaborn fills the 95% interval between the seeds' curves
     assert len(re.findall(r'<g id="FillBetweenPolyCollection_\d+">', curves)) == 3
 

@@ -14,8 +14,8 @@ from tasks.base import extract_answer, parse_int
 from tasks.code import run_program
 from tasks.suites import problem_from_record
 
-DOMAINS = ("math", "code", "logic", "strings")
-SEPARATORS = {"math": "=", "code": ">", "logic": ">", "strings": ">"}
+DOMAINS = ("math", "code", "logic", "strings", "graphs")
+SEPARATORS = {"math": "=", "code": ">", "logic": ">", "strings": ">", "graphs": "?"}
 
 
 def _samples(domain: str, difficulty: str, fmt: str, n: int, seed: int = 0):
@@ -123,6 +123,31 @@ def test_tiny_logic_answers_match_python_truth_tables():
             rows = [(a, b) for a in (0, 1) for b in (0, 1)]
             want = "".join(str(eval(expr, {"__builtins__": {}, "a": a, "b": b})) for a, b in rows)  # noqa: S307
             assert want == p.answer, p.prompt
+
+
+def test_tiny_graphs_answers_walk_the_path_from_its_start():
+    for difficulty in DIFFICULTIES:
+        _, problems = _samples("graphs", difficulty, "tiny", 300)
+        for p in problems:
+            successor = {}
+            for edge in p.prompt[:-1].split(","):
+                a, rel, b = edge
+                src, dst = (a, b) if rel == ">" else (b, a)
+                assert src not in successor, p.prompt  # a path: one edge out of each node
+                successor[src] = dst
+            (start,) = set(successor) - set(successor.values())
+            walk = start
+            while walk[-1] in successor:
+                walk += successor[walk[-1]]
+            assert walk == p.answer and len(set(walk)) == len(walk), p.prompt
+
+
+def test_graphs_accepts_any_spelling_of_the_node_order():
+    dom, problems = _samples("graphs", "medium", "hf", 60)
+    p = next(p for p in problems if p.meta["generator"] == "path")
+    arrows = " -> ".join(p.answer.upper())
+    assert dom.score(f"#### {arrows}", p) == 1.0 and dom.score(f"#### {', '.join(p.answer)}", p) == 1.0
+    assert dom.score(f"#### {p.answer[::-1]}", p) == 0.0 and dom.score(f"#### {p.answer[:-1]}", p) == 0.0
 
 
 def test_tiny_strings_answers():

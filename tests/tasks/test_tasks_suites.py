@@ -21,9 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_registry_lists_suites_and_domains():
-    assert list_suites() == ["math", "code", "logic", "strings", "math_code", "four_domain"]
-    assert set(tasks.DOMAINS) == {"math", "code", "logic", "strings"}
-    assert get_suite("four_domain").domains == ("math", "code", "logic", "strings")
+    assert list_suites() == ["math", "code", "logic", "strings", "graphs", "math_code", "four_domain"]
+    assert set(tasks.DOMAINS) == {"math", "code", "logic", "strings", "graphs"}
+    assert get_suite("four_domain").domains == ("math", "code", "graphs", "strings")
     assert get_suite("math_code", "hard", "hf").fmt == "hf"
 
 
@@ -32,7 +32,7 @@ def test_registry_lists_suites_and_domains():
     (("math_cod",), "did you mean 'math_code'?"),
     (("math", "hrad"), "did you mean 'hard'?"),
     (("math", "easy", "hff"), "did you mean 'hf'?"),
-    (("zzzz",), "allowed: math, code, logic, strings, math_code, four_domain"),
+    (("zzzz",), "allowed: math, code, logic, strings, graphs, math_code, four_domain"),
 ])
 def test_unknown_names_give_one_line_with_allowed_values(args, fragment):
     with pytest.raises(UnknownSuiteError) as info:
@@ -81,7 +81,7 @@ def test_bucket_is_about_one_eighth_of_prompt_space():
     assert abs(share - 1 / HELDOUT_BUCKETS) < 0.015
 
 
-@pytest.mark.parametrize("domain", ["math", "code", "logic", "strings"])
+@pytest.mark.parametrize("domain", ["math", "code", "logic", "strings", "graphs"])
 def test_train_and_heldout_share_one_distribution(domain):
     """Same answer-length and prompt-length profile; same mix of generators and sub-tasks."""
     suite = get_suite(domain, "medium", "tiny")
@@ -100,7 +100,7 @@ def test_train_and_heldout_share_one_distribution(domain):
 
 
 @pytest.mark.parametrize("difficulty", DIFFICULTIES)
-@pytest.mark.parametrize("domain", ["math", "code", "logic", "strings"])
+@pytest.mark.parametrize("domain", ["math", "code", "logic", "strings", "graphs"])
 def test_prompt_space_is_large_enough_that_nothing_recurs_often(domain, difficulty):
     train = list(itertools.islice(get_suite(domain, difficulty).train_sampler(seed=5), 3000))
     counts = Counter(p.prompt for p in train)
@@ -114,13 +114,13 @@ def test_train_sampler_is_seeded_and_restrictable():
     again = [p.prompt for p in itertools.islice(suite.train_sampler(seed=3), 50)]
     other = [p.prompt for p in itertools.islice(suite.train_sampler(seed=4), 50)]
     assert first == again and first != other
-    only = list(itertools.islice(suite.train_sampler(seed=0, domains=["code", "logic"]), 400))
-    assert {p.domain for p in only} == {"code", "logic"}
+    only = list(itertools.islice(suite.train_sampler(seed=0, domains=["code", "graphs"]), 400))
+    assert {p.domain for p in only} == {"code", "graphs"}
     mix = Counter(p.domain for p in itertools.islice(suite.train_sampler(seed=0), 4000))
     assert all(abs(mix[d] / 4000 - 0.25) < 0.04 for d in suite.domains)
     weighted = Counter(p.domain for p in itertools.islice(
-        suite.train_sampler(seed=0, weights={"math": 3.0, "code": 1.0, "logic": 0.0, "strings": 0.0}), 2000))
-    assert weighted["logic"] == weighted["strings"] == 0 and 0.7 < weighted["math"] / 2000 < 0.8
+        suite.train_sampler(seed=0, weights={"math": 3.0, "code": 1.0, "graphs": 0.0, "strings": 0.0}), 2000))
+    assert weighted["graphs"] == weighted["strings"] == 0 and 0.7 < weighted["math"] / 2000 < 0.8
     with pytest.raises(ValueError):
         suite.train_sampler(seed=0, weights={d: 0.0 for d in suite.domains})
 
@@ -166,9 +166,9 @@ def test_heldout_disk_cache_round_trips_and_recovers(tmp_path, monkeypatch):
 
 
 def test_heldout_generation_is_fast():
-    """All four domains' held-out splits at one difficulty, from scratch (not the process cache)."""
+    """Every domain's held-out split at one difficulty, from scratch (not the process cache)."""
     start = time.perf_counter()
-    for domain in ("math", "code", "logic", "strings"):
+    for domain in ("math", "code", "logic", "strings", "graphs"):
         assert len(generate_heldout(get_domain(domain), "hard", "tiny")) == HELDOUT_PER_DOMAIN
     assert time.perf_counter() - start < 20.0
 
