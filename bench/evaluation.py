@@ -15,18 +15,23 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.ledger import ledger_context
 from bench.policy import Policy
-from bench.rollout import TorchRollout
+from bench.rollout import RolloutBackend, TorchRollout
 
 
 class Evaluator:
-    """Scores a policy on the first `size` held-out problems of every domain of a suite."""
+    """Scores a policy on the first `size` held-out problems of every domain of a suite.
 
-    def __init__(self, suite: Any, size: int, max_new_tokens: int, batch_size: int = 512) -> None:
+    `backend` decodes; the runner passes the methods' own, so a vLLM run evaluates on its engine.
+    """
+
+    def __init__(
+        self, suite: Any, size: int, max_new_tokens: int, batch_size: int = 512, backend: RolloutBackend | None = None
+    ) -> None:
         self.suite = suite
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.problems = {d: suite.heldout(d)[:size] for d in suite.domains}
-        self.backend = TorchRollout()
+        self.backend = backend or TorchRollout()
 
     def evaluate(self, policy: Policy) -> dict:
         """{accuracy, domain_accuracy, mean_length, domain_mean_length} of greedy completions."""

@@ -8,6 +8,8 @@ through our helpers or a method's own `model(input_ids)`, is charged by input sh
 - its backward (2 x forward) is charged when gradients reach its logits, i.e. only if it happens.
 
 Padding positions are real compute and are charged; bucket prompts by length to avoid paying for them.
+Work done with a model's weights outside its forward (a vLLM engine, `bench.rollout_vllm`) is charged
+analytically through `charge_outside`, to the same ledger and model name.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from bench.flops import FlopSpec
 from bench.ledger import Ledger, current_category, current_kind, current_phase
 
 _HANDLES_ATTR = "_opd_meter_handles"
+_LEDGER_ATTR = "_opd_meter_ledger"
 _CACHE_ARGS = ("cache", "past_key_values")
 
 
@@ -106,6 +109,7 @@ def meter(model: torch.nn.Module, name: str, ledger: Ledger) -> torch.nn.Module:
         model.register_forward_hook(post_hook, with_kwargs=True),
     ]
     setattr(model, _HANDLES_ATTR, handles)
+    setattr(model, _LEDGER_ATTR, ledger)
     model.flop_spec = spec
     model.meter_name = name
     return model
@@ -114,9 +118,21 @@ def meter(model: torch.nn.Module, name: str, ledger: Ledger) -> torch.nn.Module:
 def unmeter(model: torch.nn.Module) -> None:
     for handle in getattr(model, _HANDLES_ATTR, []):
         handle.remove()
-    if hasattr(model, _HANDLES_ATTR):
-        delattr(model, _HANDLES_ATTR)
+    for attr in (_HANDLES_ATTR, _LEDGER_ATTR):
+        if hasattr(model, attr):
+            delattr(model, attr)
 
 
 def is_metered(model: torch.nn.Module) -> bool:
     return bool(getattr(model, _HANDLES_ATTR, None))
+
+
+def charge_outside(model: torch.nn.Module, *, flops: float, tokens: int, kind: str) -> None:
+    """Charge work done with `model`'s weights but not through its forward to the ledger `meter` gave it.
+
+    For engines that cannot be hooked (vLLM): the caller computes `flops` with the model's `FlopSpec`.
+    An unmetered model is charged nothing, exactly as its own forward would not be.
+    """
+    ledger = getattr(model, _LEDGER_ATTR, None)
+    if ledger is not None:
+        ledger.charge(model=model.meter_name, flops=flops, tokens=tokens, kind=kind)

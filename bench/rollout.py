@@ -1,6 +1,6 @@
 """Rollout engines: sample `n` completions per prompt from a causal LM, with their log-probs.
 
-`RolloutBackend` is the contract every engine meets (a vLLM backend plugs in through it later);
+`RolloutBackend` is the contract every engine meets (`bench.rollout_vllm` is the vLLM one);
 `TorchRollout` is the CPU/PyTorch engine, built for tiny models and batches of 64-4096 sequences:
 
 - prompts are prefilled in buckets of equal token length (no padding), with `logits_to_keep=1`;
@@ -24,7 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from bench.ledger import ledger_context
-from bench.rollout_kv import drop_rows, fast_decode_attention, make_cache
+from bench.rollout_kv import cache_argument, drop_rows, fast_decode_attention, make_cache
 
 
 @dataclass
@@ -119,6 +119,20 @@ class RolloutBackend(Protocol):
         ...
 
 
+ROLLOUT_BACKENDS = ("torch", "vllm")
+
+
+def make_backend(name: str) -> RolloutBackend:
+    """The named rollout engine (`bench run --rollout`); vLLM is imported only when it is asked for."""
+    if name == "vllm":
+        from bench.rollout_vllm import VLLMRollout
+
+        return VLLMRollout()
+    if name != "torch":
+        raise ValueError(f"unknown rollout backend {name!r}; known: {', '.join(ROLLOUT_BACKENDS)}")
+    return TorchRollout()
+
+
 def sample_next(
     logits: torch.Tensor,
     *,
@@ -211,7 +225,7 @@ class TorchRollout:
         `pad_id` is unused: no padding token is ever fed to the model.
         """
         prompt_ids = [[int(t) for t in p] for p in prompts]
-        _check_args(model, prompt_ids, n, max_new_tokens, temperature, top_p)
+        check_args(model, prompt_ids, n, max_new_tokens, temperature, top_p)
         width = 1 if greedy else n  # greedy samples are identical: decode once
         sampling = dict(temperature=temperature, top_p=top_p, greedy=greedy, generator=generator)
         self.last_stats = dict(forwards=0, prefill_tokens=0, decode_tokens=0, pad_keys=0)
@@ -255,7 +269,8 @@ class TorchRollout:
         for unit in group:
             ids = torch.tensor([prompt_ids[i] for i in unit], dtype=torch.long, device=model.device)  # [b, P]
             part = make_cache(model, ids.shape[1])
-            logits.append(model(input_ids=ids, cache=part, use_cache=True, logits_to_keep=1).logits[:, -1])
+            cached = {cache_argument(model): part}
+            logits.append(model(input_ids=ids, **cached, use_cache=True, logits_to_keep=1).logits[:, -1])
             parts.append(part)
             self.last_stats["forwards"] += 1
             self.last_stats["prefill_tokens"] += ids.numel()
@@ -323,11 +338,12 @@ class TorchRollout:
             self.last_stats["pad_keys"] += tok.numel() * keys - int(mask[:, :keys].sum())
         self.last_stats["forwards"] += 1
         self.last_stats["decode_tokens"] += tok.numel()
-        out = model(input_ids=tok[:, None], cache=cache, use_cache=True, position_ids=pos[:, None], **kwargs)
+        kwargs[cache_argument(model)] = cache
+        out = model(input_ids=tok[:, None], use_cache=True, position_ids=pos[:, None], **kwargs)
         return out.logits[:, -1]
 
 
-def _check_args(
+def check_args(
     model: torch.nn.Module, prompt_ids: list[list[int]], n: int, max_new: int, temperature: float, top_p: float
 ) -> None:
     """Reject arguments that would crash deep inside the model or sample from nothing, with one clear line."""

@@ -23,7 +23,8 @@ from bench.phases import EXECUTORS
 from bench.policy import Policy
 from bench.profiles import PROFILES, Profile
 from bench.registry import get_method, get_suite, unknown
-from bench.rollout import TorchRollout
+from bench.rollout import ROLLOUT_BACKENDS, make_backend
+from bench.rollout_vllm import vllm_missing
 
 SCHEMA_VERSION = 1
 
@@ -55,6 +56,11 @@ class RunConfig:
     # (bench.phases). `bench sweep --executor ray` sets ray. Not part of the fingerprint: a run may be
     # resumed under another executor and its ledger stays whole; the record says which one finished it.
     expert_executor: str = "sequential"
+    # The rollout engine of methods and evaluations: torch (bench.rollout) | vllm (bench.rollout_vllm).
+    # Not part of the fingerprint either: both sample the same distribution and charge the same
+    # analytic FLOPs for the same tokens (torch adds its padded keys, under 1%); the record says which
+    # one finished the run.
+    rollout: str = "torch"
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -69,6 +75,10 @@ class RunConfig:
             raise RunError(f"eval_every must be in (0, 1], got {self.eval_every!r}")
         if self.expert_executor not in EXECUTORS:
             raise unknown("expert executor", self.expert_executor, list(EXECUTORS))
+        if self.rollout not in ROLLOUT_BACKENDS:
+            raise unknown("rollout backend", self.rollout, list(ROLLOUT_BACKENDS))
+        if self.rollout == "vllm" and (missing := vllm_missing()):
+            raise RunError(missing)
 
     @property
     def resolved_profile(self) -> Profile:
@@ -149,10 +159,12 @@ class Runner:
             self._book_preparation(prepared)
         chat = self.profile.task_format == "hf"
         student = Policy("student", *prepared.load_student(), ledger=self.ledger, chat=chat)
+        backend = make_backend(self.config.rollout)
         self.evaluator = evaluation.Evaluator(
             self.suite,
             self.config.eval_size or self.profile.eval_size,
             self.config.max_new_tokens or self.profile.eval_max_new_tokens,
+            backend=backend,
         )
         ctx = RunContext(
             suite=self.suite,
@@ -160,7 +172,7 @@ class Runner:
             budget_flops=self.config.budget,
             ledger=self.ledger,
             student=student,
-            backend=TorchRollout(),
+            backend=backend,
             teacher_loader=lambda name: prepared.load_teacher(name, self.ledger),
             max_new_tokens=self.config.max_new_tokens or self.profile.max_new_tokens,
             on_step=lambda stats: self._after_step(ctx, stats),
@@ -375,7 +387,7 @@ class Runner:
             "recovery": self.ctx.state.get("recovery"),
             "throughput": self._throughput(record["provenance"]),
             "provenance": {**record["provenance"], "model_hashes": prepared.model_hashes(),
-                           "expert_executor": self.config.expert_executor},
+                           "expert_executor": self.config.expert_executor, "rollout": self.config.rollout},
             "wall_s": round(self._wall_offset + time.perf_counter() - self._t0, 3),
         }
 

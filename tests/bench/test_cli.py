@@ -1,5 +1,6 @@
 """The command line: bad input gets one clear line and exit status 2, and nothing written is lost."""
 
+import importlib.util
 import subprocess
 import sys
 
@@ -29,6 +30,8 @@ def _err(result) -> str:
         (["run", "--method", "grpo", "--set", "nonsense"], "key=value"),
         (["run", "--method", "grpo", "--set", "lrr=1"], "did you mean 'lr'"),
         (["run", "--method", "grpo", "--set", "lr=fast"], "expected float"),
+        (["run", "--method", "grpo", "--rollout", "vlm"], "did you mean 'vllm'"),
+        (["sweep", "--methods", "grpo", "--rollout", "jax"], "known rollout backends: torch, vllm"),
         (["list", "widgets"], "methods, profiles, suites"),
         (["flops", "/no/such/model"], "no model folder"),
     ],
@@ -40,6 +43,15 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
     assert needle in message
     assert len(message.splitlines()) == 1, message
     assert "Traceback" not in result.output
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_rollout_vllm_without_vllm_says_how_to_get_it(tmp_path):
+    result = runner.invoke(app, ["run", "--method", "grpo", "--rollout", "vllm", "--runs", str(tmp_path)])
+    assert result.exit_code == 2
+    message = _err(result)
+    assert "make vllm-env" in message and "opd-bench[vllm]" in message
+    assert len(message.splitlines()) == 1 and not any(tmp_path.iterdir())  # refused before any work
 
 
 def test_existing_run_dir_is_not_overwritten(tmp_path):

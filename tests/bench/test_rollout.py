@@ -17,7 +17,7 @@ from bench.ledger import Ledger
 from bench.losses import token_logprobs
 from bench.metering import meter, unmeter
 from bench.rollout import RolloutBatch, RolloutBackend, TorchRollout, padded_logprobs, sample_next, to_padded
-from bench.rollout_kv import decode_attention, drop_rows, make_cache
+from bench.rollout_kv import cache_argument, decode_attention, drop_rows, make_cache
 
 VOCAB = 300
 SMALL_VOCAB = 12
@@ -285,7 +285,7 @@ def test_decode_attention_equals_sdpa(llama, masked):
 def test_drop_rows_moves_running_rows_into_the_gaps(llama):
     cache = make_cache(llama, capacity=6)
     with torch.no_grad():
-        llama(input_ids=torch.arange(10, 25).view(5, 3), cache=cache, use_cache=True)
+        llama(input_ids=torch.arange(10, 25).view(5, 3), **{cache_argument(llama): cache}, use_cache=True)
     before = cache.layers[1].keys.clone()  # [5, H_kv, 3, D]
     order = drop_rows(cache, torch.tensor([True, False, True, False, False]))
     assert order.tolist() == [3, 1, 4]  # rows 3 and 4 fill the gaps left by 0 and 2
