@@ -181,7 +181,8 @@ class RunContext:
         with torch.no_grad(), ledger_context(kind="score"), clock:
             for rows, width in length_buckets(rollouts.attention_mask, vocab=policy.vocab_size):
                 out[rows, :width] = policy.logprobs(
-                    rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width]
+                    rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width],
+                    keep=completion_width(rollouts.completion_mask[rows, :width]),
                 ).float().cpu()
         return out
 
@@ -216,7 +217,8 @@ class RunContext:
             for epoch in range(epochs):
                 total, clip = 0.0, 0.0
                 for (rows, width), weight in zip(buckets, weights):
-                    logprobs = policy.logprobs(rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width])
+                    logprobs = policy.logprobs(rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width],
+                                               keep=completion_width(rollouts.completion_mask[rows, :width]))
                     if epoch == 0:
                         old_logprobs[rows, :width] = logprobs.detach()
                     adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :width]
@@ -335,6 +337,14 @@ def length_buckets(attention_mask: torch.Tensor, rows: int = 64, vocab: int = 1)
     if group:
         out.append((torch.tensor(group), max(lengths[j] for j in group)))
     return out
+
+
+def completion_width(completion_mask: torch.Tensor) -> int:
+    """Columns from the earliest completion token of any row to the end: [B, T] -> int (T if none)."""
+    has = completion_mask.bool()
+    if not has.any():
+        return completion_mask.shape[1]
+    return completion_mask.shape[1] - int(has.any(0).int().argmax())
 
 
 def _bucket_weights(buckets: list[tuple[torch.Tensor, int]], mask: torch.Tensor, loss_type: str) -> list[float]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from bench.ledger import Ledger
 from bench.losses import token_logprobs
@@ -99,12 +100,21 @@ class Policy:
         """Rows of the LM head (the logits' last dimension), which may exceed the tokenizer's size."""
         return int(self.model.config.vocab_size)
 
-    def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Per-token log-probs [B, T] of the sequences under this model (with grad if enabled)."""
+    def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int | None = None) -> torch.Tensor:
+        """Per-token log-probs [B, T] of the sequences under this model (with grad if enabled).
+
+        With `keep`, only the last `keep` positions get theirs (the rest are 0): the LM head and the
+        log-softmax then run on `keep` + 1 positions instead of T, which is most of the cost of a long
+        prompt under a large vocabulary. Callers pass the completion's width.
+        """
         device = self.device
         input_ids = input_ids.to(device)
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask.to(device)).logits
-        return token_logprobs(logits, input_ids)
+        width = input_ids.shape[1]
+        if keep is None or keep + 1 >= width:
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask.to(device)).logits
+            return token_logprobs(logits, input_ids)
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask.to(device), logits_to_keep=keep + 1).logits
+        return F.pad(token_logprobs(logits, input_ids[:, -(keep + 1):])[:, 1:], (width - keep, 0))
 
     # -- training -------------------------------------------------------------------------------
     def step(

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bench.context import _bucket_weights, length_buckets
+from bench.context import _bucket_weights, completion_width, length_buckets
 from bench.losses import LOSS_TYPES, policy_gradient_loss
 
 
@@ -31,3 +31,42 @@ def test_bucketed_loss_equals_full_batch_loss(loss_type, per_token):
         )
         total += float(part) * weight
     assert total == pytest.approx(float(full), rel=1e-5)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_logprobs_on_the_completion_only_match_the_full_ones_and_cost_less(family):
+    """`keep`: the same log-probs and gradients on the kept positions, a smaller LM-head charge."""
+    import transformers
+
+    from bench.ledger import Ledger
+    from bench.models import build_tokenizer
+    from bench.policy import Policy
+
+    tok = build_tokenizer()
+    ids = dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+               pad_token_id=tok.pad_token_id)
+    config = (transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, **ids)
+              if family == "llama" else transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, **ids))
+    torch.manual_seed(0)
+    policy = Policy("student", transformers.AutoModelForCausalLM.from_config(config).eval(), tok, Ledger())  # no dropout
+    input_ids = torch.randint(3, 200, (3, 10))
+    attention = torch.ones_like(input_ids)
+    completion = torch.zeros_like(input_ids)
+    completion[:, 6:] = 1
+    keep = completion_width(completion)
+    assert keep == 4 and completion_width(torch.zeros(2, 5)) == 5
+
+    full = policy.logprobs(input_ids, attention)
+    charged_full = policy.ledger.counted_flops
+    part = policy.logprobs(input_ids, attention, keep=keep)
+    charged_part = policy.ledger.counted_flops - charged_full
+    assert torch.allclose(part[:, 6:], full[:, 6:], atol=1e-5) and not part[:, :6].any()
+    assert charged_part < charged_full
+
+    grads = []
+    for k in (None, keep):
+        policy.model.zero_grad()
+        (policy.logprobs(input_ids, attention, keep=k) * completion).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in policy.model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-5)
