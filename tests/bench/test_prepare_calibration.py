@@ -66,3 +66,24 @@ def test_the_external_teacher_is_built_on_first_use_and_booked_once(fast_profile
     prepared.load_teacher("external", ledger)  # a resumed run asks again: not booked twice
     assert ledger.total("external") == sum(r["flops"] for r in info["ledger"])
     assert teacher.trainable is False and "teacher_pass1" in prepared.calibration()[0]
+
+
+def test_the_base_is_the_same_whatever_the_thread_count(fast_profile, tmp_path, monkeypatch):
+    """The cache key cannot see torch's thread count, so the warm-up must not depend on it."""
+    import dataclasses
+
+    import torch
+
+    # The real warm-up's batch: big enough that two threads split its matmuls (at 32 they do not).
+    profile = dataclasses.replace(fast_profile, warmup=dataclasses.replace(fast_profile.warmup, batch_size=64))
+    digests = []
+    for threads in (1, 2):
+        monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / f"t{threads}"))
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            digests.append(prepare(profile, progress=False, teacher=False).model_hashes()["base"])
+            assert torch.get_num_threads() == threads  # prepare gives the caller's setting back
+        finally:
+            torch.set_num_threads(before)
+    assert digests[0] == digests[1]
