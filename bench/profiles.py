@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class WarmupConfig:
     # Calibrated for the tiny profile (issue #4; benchmarks/calibration_sweep.py chose the recipe):
-    # 3,000 steps of 64 on all four domains, half the answers with the systematic mistake, give a base
-    # at math 37%, code 45%, logic 21%, strings 37% greedy (pass@8 64-90%), from which GRPO experts
-    # gain +27, +42, +6 and +24 points in 4.5e11 FLOPs on 3 seeds (benchmarks/calibrate.py, README).
-    student_steps: int = 3000
+    # 4,500 steps of 64 on math, code, graphs and strings, half the answers with the systematic mistake,
+    # trained on one thread (bench.prepare.single_threaded), give a base at 37-52% greedy per domain
+    # (pass@8 88-96%), from which each GRPO expert gains 30+ points in 4.5e11 FLOPs (README). 3,000
+    # steps were too few: whether math and code were learnt at all then turned on the data mix.
+    student_steps: int = 4500
     teacher_steps: int = 900
     batch_size: int = 64
     student_lr: float = 3e-3

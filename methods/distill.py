@@ -40,7 +40,9 @@ class DistillStepConfig:
 
     distill_prompts_per_step: int = 32
     distill_samples: int = 4  # completions per prompt
-    distill_lr: float = 2e-3
+    # GRPO's rate: at 2e-3 opd-multi's student oscillated on math_code (67% -> 35% -> 66% held-out) and
+    # never met its stopping rule; at 5e-4 it converged at 86% in a tenth of the FLOPs.
+    distill_lr: float = 5e-4
     distill_loss_type: str = "grpo"  # normalisation of the per-token loss, as in GRPO
     distill_temperature: float = 1.0
     distill_warmup_updates: int = 0

@@ -93,19 +93,31 @@ def grpo_phase(
     config: GRPOStepConfig,
     *,
     window: int = 3,
+    patience: int = 0,
+    min_gain: float = 0.01,
 ) -> float | None:
     """GRPO on `domains` under ledger phase `phase` until it has spent `phase_flops` (or the budget ends).
 
-    Used for opd-multi's experts and self-grpo's stages. The loop is conditioned on the ledger, so a
-    resumed run continues where it stopped. Returns the policy's mean sample reward over its last
-    `window` steps (the teacher's accuracy for distillation's stopping rule), None if it never ran.
+    Used for opd-multi's experts and self-grpo's stages. With `patience`, the phase also ends once it
+    has converged: its mean sample reward over `window` steps has not beaten its best by `min_gain` for
+    `patience` steps in a row. The loop and that count live in the run's state, so a resumed run
+    continues where it stopped. Returns the policy's mean sample reward over its last `window` steps
+    (the teacher's accuracy for distillation's stopping rule), None if it never ran.
     """
     sampler = ctx.sampler(phase, domains)
     rewards = ctx.state.setdefault("grpo_rewards", {}).setdefault(phase, [])
+    plateau = ctx.state.setdefault("grpo_plateau", {}).setdefault(phase, {"best": -1.0, "since": 0})
     with ctx.phase(phase):
         while ctx.phase_flops(phase) < phase_flops and not ctx.should_stop():
+            if patience and plateau["since"] >= patience:
+                break
             stats = grpo_step(ctx, policy, sampler, config)
             rewards.append(stats["reward"])
             del rewards[:-window]
+            mean = sum(rewards) / len(rewards)
+            if mean > plateau["best"] + min_gain:
+                plateau.update(best=mean, since=0)
+            else:
+                plateau["since"] += 1
             ctx.step_done(**stats)
     return sum(rewards) / len(rewards) if rewards else None

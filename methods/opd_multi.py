@@ -11,8 +11,10 @@ Departures from the paper:
   in parallel as Ray tasks, as in the paper (`ctx.map_phases`, `bench.phases`). Each expert's FLOPs
   are booked under `expert:<domain>` either way; in parallel each expert samples from its own
   generator, so the numbers differ from the sequential run's in detail, not in kind;
-- the expert budget is a fixed share of the run's budget (`expert_fraction`, split evenly across
-  domains) instead of training each expert to convergence;
+- each expert trains until it has converged (its mean sample reward over 3 steps has not gained
+  `expert_min_gain` for `expert_patience` steps), at most a fixed share of the run's budget
+  (`expert_fraction`, split evenly across domains); the paper trains experts to convergence
+  without saying how it judged it;
 - distillation stops on a convergence rule (per-token reverse KL below `kl_threshold` for
   `patience` steps, or the student's sample accuracy at its experts' on every domain), else at the
   budget; the paper distils for a fixed schedule;
@@ -33,13 +35,20 @@ from methods.grpo import GRPOStepConfig, grpo_phase
 class OPDMultiConfig(GRPOStepConfig, DistillConfig):
     """GRPO fields (as `grpo`) configure the experts; `distill_*` and the stopping rule, the distillation."""
 
-    expert_fraction: float = 0.9  # share of the budget for all experts together, split evenly by domain
+    expert_fraction: float = 0.9  # at most this share of the budget for all experts, split evenly by domain
+    # An expert has converged once its mean sample reward over 3 steps has not beaten its best by
+    # `expert_min_gain` for `expert_patience` steps (0: train each expert for its whole share). The
+    # budget it leaves goes to distillation.
+    expert_patience: int = 10
+    expert_min_gain: float = 0.01
 
     def __post_init__(self) -> None:
         GRPOStepConfig.__post_init__(self)
         DistillConfig.__post_init__(self)
         if not 0 < self.expert_fraction < 1:
             raise ValueError(f"expert_fraction must be in (0, 1), got {self.expert_fraction!r}")
+        if self.expert_patience < 0 or not 0 <= self.expert_min_gain < 1:
+            raise ValueError("expert_patience must be >= 0 and expert_min_gain in [0, 1)")
 
 
 class OPDMulti:
@@ -68,4 +77,5 @@ def _train_expert(ctx: RunContext, domain: str, *, phase_flops: float, config: O
     """GRPO on `domain` alone into the expert `expert:<domain>`; its mean recent reward (or None)."""
     # Cloned from the untouched base: the student does not train until distillation.
     expert = ctx.clone(ctx.student, f"expert:{domain}")
-    return grpo_phase(ctx, expert, f"expert:{domain}", [domain], phase_flops, config)
+    return grpo_phase(ctx, expert, f"expert:{domain}", [domain], phase_flops, config,
+                      patience=config.expert_patience, min_gain=config.expert_min_gain)

@@ -13,7 +13,7 @@ BUDGET = 8e10
 
 
 def test_experts_then_distillation_until_the_budget(fast_profile, tmp_path):
-    summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6,
+    summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=0,
                          use_reward_rule="false", kl_threshold=0.0, **SMALL_GRPO, **SMALL_DISTILL)
     keys = ledger_keys(summary)
     for domain in ("math", "code"):
@@ -35,6 +35,20 @@ def test_experts_then_distillation_until_the_budget(fast_profile, tmp_path):
     assert all(p["domain_accuracy"] == summary["curve"][0]["domain_accuracy"] for p in before)
 
 
+def test_experts_stop_when_converged_and_leave_the_budget_to_distillation(fast_profile, tmp_path):
+    # A gain no step can make: after its first step, each expert stops `expert_patience` steps later.
+    summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=2,
+                         expert_min_gain=0.99, use_reward_rule="false", kl_threshold=0.0,
+                         **SMALL_GRPO, **SMALL_DISTILL)
+    for domain in ("math", "code"):
+        expert = f"expert:{domain}"
+        calls = [r["calls"] for r in summary["ledger"] if r["phase"] == expert and r["kind"] == "update"]
+        assert calls == [6]  # 3 steps x (forward + backward)
+        assert phase_flops(summary, expert) < 0.1 * BUDGET
+    assert phase_flops(summary, "distill") > 0.5 * BUDGET and spent_budget(summary)
+    check_curve(summary)
+
+
 def test_distillation_stops_when_converged(fast_profile, tmp_path):
     # A KL threshold no batch can miss: the rule fires after `patience` distillation steps.
     summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.5,
@@ -48,6 +62,7 @@ def test_distillation_stops_when_converged(fast_profile, tmp_path):
 
 
 @pytest.mark.parametrize("bad", [{"expert_fraction": 1.0}, {"expert_fraction": 0.0}, {"patience": 0},
+                                 {"expert_patience": -1}, {"expert_min_gain": 1.0},
                                  {"distill_loss_type": "ppo"}, {"group_size": 1}, {"distill_lr": 0.0}])
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
