@@ -113,7 +113,8 @@ class Policy:
         if keep is None or keep + 1 >= width:
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask.to(device)).logits
             return token_logprobs(logits, input_ids)
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask.to(device), logits_to_keep=keep + 1).logits
+        mask = attention_mask.to(device)
+        logits = self.model(input_ids=input_ids, attention_mask=mask, logits_to_keep=keep + 1).logits  # [B, keep+1, V]
         return F.pad(token_logprobs(logits, input_ids[:, -(keep + 1):])[:, 1:], (width - keep, 0))
 
     # -- training -------------------------------------------------------------------------------
