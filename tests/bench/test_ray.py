@@ -77,9 +77,10 @@ def test_opd_multi_ray_experts_book_what_isolated_experts_book(sweep_dir, tmp_pa
 
     Against the sequential path the numbers legitimately differ: sequential experts share one
     sampling generator (the second expert samples where the first left it), parallel ones cannot and
-    each gets its own, so completions, lengths and FLOPs differ. What must hold against it: the same
-    ledger keys, and each expert phase spends its share of the budget (90% / 2 domains) and at most
-    one step more, well under 1.5 shares (a phase booked twice, or lost, fails this).
+    each gets its own, so completions, lengths and FLOPs differ, and so may the step at which an
+    expert's reward stops improving (it then ends before its share). What must hold against it: the
+    same ledger keys, and each expert phase spends something and at most its share of the budget
+    (90% / 2 domains) plus one step, well under 1.5 shares (a phase booked twice, or lost, fails this).
     """
     ray_rec = record(sweep_dir[0], "opd-multi")
     runs = {}
@@ -95,7 +96,7 @@ def test_opd_multi_ray_experts_book_what_isolated_experts_book(sweep_dir, tmp_pa
         keys[name] = {(r["phase"], r["kind"], r["model"]) for r in counted}
         for domain in ("math", "code"):
             spent = sum(r["flops"] for r in counted if r["phase"] == f"expert:{domain}")
-            assert share <= spent < 1.5 * share, (name, domain, spent)
+            assert 0 < spent < 1.5 * share, (name, domain, spent)
     assert keys["ray"] == keys["sequential"]
     assert {"expert:math", "expert:code", "distill"} <= {phase for phase, _, _ in keys["ray"]}
 

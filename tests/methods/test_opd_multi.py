@@ -14,7 +14,7 @@ BUDGET = 8e10
 
 def test_experts_then_distillation_until_the_budget(fast_profile, tmp_path):
     summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=0,
-                         use_reward_rule="false", kl_threshold=0.0, **SMALL_GRPO, **SMALL_DISTILL)
+                         use_reward_rule="false", kl_threshold=0.0, patience=1000, **SMALL_GRPO, **SMALL_DISTILL)
     keys = ledger_keys(summary)
     for domain in ("math", "code"):
         expert = f"expert:{domain}"
@@ -38,7 +38,7 @@ def test_experts_then_distillation_until_the_budget(fast_profile, tmp_path):
 def test_experts_stop_when_converged_and_leave_the_budget_to_distillation(fast_profile, tmp_path):
     # A gain no step can make: after its first step, each expert stops `expert_patience` steps later.
     summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=2,
-                         expert_min_gain=0.99, use_reward_rule="false", kl_threshold=0.0,
+                         expert_min_gain=0.99, use_reward_rule="false", kl_threshold=0.0, patience=1000,
                          **SMALL_GRPO, **SMALL_DISTILL)
     for domain in ("math", "code"):
         expert = f"expert:{domain}"
