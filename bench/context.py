@@ -341,10 +341,10 @@ def length_buckets(attention_mask: torch.Tensor, rows: int = 64, vocab: int = 1)
 
 def completion_width(completion_mask: torch.Tensor) -> int:
     """Columns from the earliest completion token of any row to the end: [B, T] -> int (T if none)."""
-    has = completion_mask.bool()
-    if not has.any():
+    columns = completion_mask.bool().any(0)  # [T]: does any row have a completion token there
+    if not columns.any():
         return completion_mask.shape[1]
-    return completion_mask.shape[1] - int(has.any(0).int().argmax())
+    return completion_mask.shape[1] - int(columns.int().argmax())
 
 
 def _bucket_weights(buckets: list[tuple[torch.Tensor, int]], mask: torch.Tensor, loss_type: str) -> list[float]:
