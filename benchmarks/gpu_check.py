@@ -165,9 +165,7 @@ def update(folder: Path) -> dict:
                 loss = sft_loss(policy.logprobs(ids, mask), mask.to(policy.device))
                 policy.step(loss, 1e-6)
 
-            start = time.perf_counter()
-            step()  # warm-up: kernels, allocator, compilation
-            first = time.perf_counter() - start
+            first = _timed(step, 1)  # warm-up: kernels, allocator, compilation
             before = ledger.counted_flops
             seconds = _timed(step, 3)
             flops = (ledger.counted_flops - before) / 3
