@@ -4,6 +4,7 @@ Screenshots go to test-artifacts/reports/ (gitignored) for a person to look at.
 """
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -54,10 +55,24 @@ def page(browser):
     assert problems == []
 
 
+def _wait_until(page, expression: str, timeout_s: float = 30.0) -> None:
+    """Poll `expression` until it is true, as `page.wait_for_function` would (same 30 s default).
+
+    Not `wait_for_function` itself: when its first check fails it polls through `eval` inside the
+    page, which the site's Content-Security-Policy (script-src 'self') rightly refuses, so the test
+    failed whenever the images were still loading. `page.evaluate` runs outside the page's CSP.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still false after {timeout_s} s: {expression}")
+        page.wait_for_timeout(50)
+
+
 def _images_load(page, scope: str) -> bool:
     """Every figure under `scope` loads and decodes (lazy ones are switched to eager first)."""
     page.eval_on_selector_all(f"{scope} img", "imgs => imgs.forEach(i => { i.loading = 'eager'; })")
-    page.wait_for_function(f"Array.from(document.querySelectorAll('{scope} img')).every(i => i.complete)")
+    _wait_until(page, f"Array.from(document.querySelectorAll('{scope} img')).every(i => i.complete)")
     return page.evaluate(f"Array.from(document.querySelectorAll('{scope} img')).every(i => i.naturalWidth > 0)")
 
 
