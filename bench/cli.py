@@ -74,6 +74,13 @@ def _device(value: str) -> str:
     return value
 
 
+def _fractions(value: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        _fail(f"--eval-early must be comma-separated budget fractions such as 0.01,0.02,0.05, got {value!r}")
+
+
 def _overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
     out = []
     for item in items:
@@ -103,6 +110,8 @@ def run(
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
     max_new_tokens: Optional[int] = typer.Option(None, help="generation limit (default: the profile's)"),
     eval_every: float = typer.Option(0.1, help="evaluate at each multiple of this fraction of the budget"),
+    eval_early: str = typer.Option("0.01,0.02,0.05", help="also evaluate at these budget fractions (comma-separated)"),
+    distill_eval_every: int = typer.Option(5, help="inside distillation, also evaluate every N steps (0: off)"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
@@ -113,7 +122,8 @@ def run(
             method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
             budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
             model=model, external=external, teachers=_overrides(teacher), device=_device(device),
-            max_new_tokens=max_new_tokens, eval_every=eval_every, rollout=rollout,
+            max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
+            distill_eval_every=distill_eval_every, rollout=rollout,
         )
         summary = Runner(config, resume=resume, progress=progress).run()
     except _user_errors() as exc:

@@ -58,10 +58,13 @@ class RunContext:
         sampler_positions: dict[str, int] | None = None,
         generator: torch.Generator | None = None,
         phase_executor: str = "sequential",
+        on_boundary: Callable[[str, str], None] | None = None,
+        eval_max_new_tokens: int | None = None,
+        reports: dict | None = None,
     ) -> None:
         self.suite = suite
         self.seed = seed
-        self.budget_flops = float(budget_flops)
+        self._budget_flops = float(budget_flops)
         self.ledger = ledger
         self.backend = backend
         self.max_new_tokens = max_new_tokens
@@ -69,6 +72,10 @@ class RunContext:
         self.generator = generator or torch.Generator().manual_seed(seed)
         self._teacher_loader = teacher_loader
         self._on_step = on_step
+        self._on_boundary = on_boundary or (lambda edge, phase: None)
+        self.eval_max_new_tokens = eval_max_new_tokens or max_new_tokens
+        self._evaluators: dict[tuple, Any] = {}
+        self.reports: dict[str, Any] = reports if reports is not None else {}
         self._policy_states = policy_states or {}
         self._sampler_positions = sampler_positions or {}
         self._samplers: dict[str, Sampler] = {}
@@ -127,9 +134,16 @@ class RunContext:
     # -- compute --------------------------------------------------------------------------------
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Book everything inside to ledger phase `name` (`train`, `expert:math`, `distill`, ...)."""
+        """Book everything inside to ledger phase `name` (`train`, `expert:math`, `distill`, ...).
+
+        Entering and leaving a phase are boundaries: the runner evaluates the student there (when
+        counted FLOPs moved since its last evaluation), so a phased method's curve has a point at the
+        end of each expert and at the start of distillation.
+        """
         with ledger_context(phase=name):
+            self._on_boundary("start", name)
             yield
+            self._on_boundary("end", name)
 
     def rollout(
         self,
@@ -243,7 +257,38 @@ class RunContext:
         """One supervised step: maximise log p(target + EOS | prompt). Returns the loss."""
         return sft_step(policy, prompts, targets, lr=lr)
 
+    def evaluate(
+        self, policy: Policy, *, split: str = "validation", domains: Sequence[str] | None = None, size: int = 200
+    ) -> dict:
+        """Greedy pass@1 of `policy` on the first `size` prompts per domain of `split`, booked `eval`.
+
+        `validation` (default) is a fixed sample of the training distribution, disjoint from the
+        held-out split: what a method may stop on (an expert's plateau). `heldout` is the split the
+        leaderboard reports, for measurement protocols (a recovery target). Evaluation is recorded,
+        never counted toward the budget. Returns {accuracy, domain_accuracy, mean_length, ...}.
+        """
+        from bench.evaluation import Evaluator
+
+        if split not in ("validation", "heldout"):
+            raise ValueError(f"split must be 'validation' or 'heldout', got {split!r}")
+        chosen = tuple(domains or self.domains)
+        key = (split, chosen, size)
+        if key not in self._evaluators:
+            self._evaluators[key] = Evaluator(self.suite, size, self.eval_max_new_tokens, backend=self.backend,
+                                              split=split, domains=chosen)
+        return self._evaluators[key].evaluate(policy)
+
+    def report(self, name: str, value: Any) -> None:
+        """Record a method-specific result in the run's record (`method_metrics`), e.g. the FLOPs an
+        expert spent after it stopped improving. `recovery` fills the record's recovery block."""
+        self.reports[name] = value
+
     # -- budget and control ---------------------------------------------------------------------
+    @property
+    def budget_flops(self) -> float:
+        """The run's counted-FLOP budget; read-only: the runner, not the method, owns it."""
+        return self._budget_flops
+
     @property
     def spent_flops(self) -> float:
         """Counted FLOPs so far (everything toward the budget)."""
@@ -303,6 +348,7 @@ class RunContext:
                 raise RuntimeError(f"sampler {name!r} was drawn from by a parallel phase and by the run")
             self._sampler_positions[name] = drawn
         _merge_state(self.state, result.state)
+        self.reports.update(result.reports)
 
 
 def _merge_state(into: dict, update: dict) -> None:

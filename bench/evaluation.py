@@ -8,7 +8,7 @@ booked to the `eval` category: recorded and shown, never counted toward the budg
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,18 +19,23 @@ from bench.rollout import RolloutBackend, TorchRollout
 
 
 class Evaluator:
-    """Scores a policy on the first `size` held-out problems of every domain of a suite.
+    """Scores a policy on the first `size` problems of every domain of a suite (or of `domains`).
+
+    `split`: `heldout` (what the leaderboard reports) or `validation` (a fixed sample of the training
+    distribution, for methods that stop on a plateau).
 
     `backend` decodes; the runner passes the methods' own, so a vLLM run evaluates on its engine.
     """
 
     def __init__(
-        self, suite: Any, size: int, max_new_tokens: int, batch_size: int = 512, backend: RolloutBackend | None = None
+        self, suite: Any, size: int, max_new_tokens: int, batch_size: int = 512, backend: RolloutBackend | None = None,
+        *, split: str = "heldout", domains: Sequence[str] | None = None,
     ) -> None:
         self.suite = suite
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
-        self.problems = {d: suite.heldout(d)[:size] for d in suite.domains}
+        split_of = suite.heldout if split == "heldout" else suite.validation
+        self.problems = {d: split_of(d)[:size] for d in (domains or suite.domains)}
         self.backend = backend or TorchRollout()
 
     def evaluate(self, policy: Policy) -> dict:

@@ -188,6 +188,14 @@ class Ledger:
             if k.category == category and (phase_prefix is None or k.phase.startswith(phase_prefix))
         )
 
+    def by_phase(self, category: str = "counted") -> dict[str, float]:
+        """FLOPs of `category` per phase, phases in sorted order."""
+        out: dict[str, float] = {}
+        for k, e in sorted(self._totals.items(), key=lambda kv: kv[0].phase):
+            if k.category == category:
+                out[k.phase] = out.get(k.phase, 0.0) + e.flops
+        return out
+
     @property
     def counted_flops(self) -> float:
         return self.total("counted")

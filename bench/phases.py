@@ -84,6 +84,7 @@ class ChildSpec:
     state: dict
     policy_states: dict[str, dict]  # checkpointed policies the parent has not re-created yet
     sampler_positions: dict[str, int]
+    eval_max_new_tokens: int | None = None
 
 
 @dataclass
@@ -94,6 +95,7 @@ class ChildResult:
     policies: dict[str, dict]  # name -> Policy.state() of each policy the child created
     sampler_positions: dict[str, int]
     state: dict
+    reports: dict
 
 
 def child_seed(seed: int, key: str) -> int:
@@ -115,13 +117,13 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
             student=spec.student.build(ledger), backend=spec.backend, teacher_loader=_no_teacher,
             max_new_tokens=spec.max_new_tokens, on_step=lambda stats: None, state=spec.state,
             policy_states=spec.policy_states, sampler_positions=spec.sampler_positions,
-            generator=torch.Generator().manual_seed(seed),
+            generator=torch.Generator().manual_seed(seed), eval_max_new_tokens=spec.eval_max_new_tokens,
         )
         value = spec.fn(ctx, key)
     created = {name: p.state() for name, p in ctx.policies.items() if name != spec.student.name}
     for state in created.values():
         state["model"] = {k: v.detach().cpu() for k, v in state["model"].items()}
-    return ChildResult(key, value, ledger.pending_rows(), created, ctx.sampler_positions(), ctx.state)
+    return ChildResult(key, value, ledger.pending_rows(), created, ctx.sampler_positions(), ctx.state, ctx.reports)
 
 
 def _ray_child(spec: ChildSpec, key: str) -> ChildResult:
@@ -140,7 +142,7 @@ def child_spec(ctx: Any, fn: Callable[[Any, str], Any], n_keys: int) -> ChildSpe
     return ChildSpec(
         fn, ctx.suite, ctx.seed, ctx.spent_flops + ctx.remaining_flops / max(1, n_keys), ctx.ledger.rows(),
         PolicySpec.of(ctx.student), ctx.backend, ctx.max_new_tokens, ctx.state, ctx.pending_policy_states(),
-        ctx.sampler_positions(),
+        ctx.sampler_positions(), ctx.eval_max_new_tokens,
     )
 
 

@@ -1,13 +1,16 @@
 """The runner: one method, one suite, one seed, one FLOP budget -> a run directory (DESIGN sections 3, 7).
 
-It owns what a method must not: evaluations at FLOP milestones (the start, then every tenth of the
-budget), checkpoints at each milestone, `--resume` to the same ledger and curve, the budget stop, the
-progress bar, and the `summary.json` result record written last.
+It owns what a method must not: evaluations at FLOP milestones (the start; 1%, 2% and 5% of the
+budget; then every tenth), at phase boundaries (a phase's start or end, once FLOPs moved) and every
+few steps of a distillation; checkpoints at each milestone; the per-step trace (`steps.jsonl`, each
+step's statistics with the counted FLOPs after it); `--resume` to the same ledger, trace and curve;
+the budget stop; the progress bar; and the `summary.json` result record written last.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -18,7 +21,7 @@ import torch
 
 from bench import evaluation, store
 from bench.context import RunContext
-from bench.ledger import CorruptRunError, Ledger
+from bench.ledger import CorruptRunError, Ledger, current_phase
 from bench.phases import EXECUTORS
 from bench.policy import Policy
 from bench.profiles import PROFILES, Profile
@@ -41,7 +44,9 @@ class RunConfig:
     profile: str = "tiny"
     seed: int = 0
     budget_flops: float | None = None  # None: the profile's default
-    eval_every: float = 0.1  # evaluate at each multiple of this fraction of the budget
+    eval_every: float = 0.1  # evaluate at each multiple of this fraction of the budget...
+    eval_early: tuple[float, ...] = (0.01, 0.02, 0.05)  # ...and at these fractions, to resolve early learning
+    distill_eval_every: int = 5  # inside a `distill` phase, also evaluate every this many steps (0: off)
     eval_size: int | None = None  # held-out prompts per domain (None: the profile's)
     overrides: tuple[tuple[str, str], ...] = ()  # method config key=value
     runs_dir: Path = Path("runs")
@@ -73,6 +78,10 @@ class RunConfig:
             raise RunError(f"budget must be a positive number of FLOPs, got {self.budget_flops!r}")
         if not 0 < self.eval_every <= 1:
             raise RunError(f"eval_every must be in (0, 1], got {self.eval_every!r}")
+        if not all(0 < f <= 1 for f in self.eval_early):
+            raise RunError(f"eval_early fractions must be in (0, 1], got {self.eval_early!r}")
+        if self.distill_eval_every < 0:
+            raise RunError(f"distill_eval_every must be >= 0, got {self.distill_eval_every!r}")
         if self.expert_executor not in EXECUTORS:
             raise unknown("expert executor", self.expert_executor, list(EXECUTORS))
         if self.rollout not in ROLLOUT_BACKENDS:
@@ -87,6 +96,12 @@ class RunConfig:
     @property
     def budget(self) -> float:
         return float(self.budget_flops or self.resolved_profile.budget_flops)
+
+    @property
+    def milestones(self) -> list[float]:
+        """Budget fractions at which the runner evaluates: `eval_early`, then every `eval_every`."""
+        tenths = [round(k * self.eval_every, 12) for k in range(1, int(round(1 / self.eval_every + 1e-9)) + 1)]
+        return sorted({*self.eval_early, *tenths, 1.0})
 
 
 def method_config(cls: type, overrides: tuple[tuple[str, str], ...]) -> Any:
@@ -135,8 +150,11 @@ class Runner:
         self.resume = resume
         self.show_progress = progress
         self.curve: list[dict] = []
-        self._next_milestone = 1
+        self._milestones = config.milestones
+        self._next_milestone = 0  # index into self._milestones
         self._wall_offset = 0.0
+        # per-step trace (steps.jsonl): rows written, steps per ledger phase, the largest step's FLOPs
+        self._trace = {"rows": 0, "phase_steps": {}, "max_step_flops": 0.0, "last_flops": 0.0}
 
     @staticmethod
     def run_id_for(config: RunConfig, method_name: str | None = None) -> str:
@@ -176,7 +194,9 @@ class Runner:
             teacher_loader=lambda name: prepared.load_teacher(name, self.ledger),
             max_new_tokens=self.config.max_new_tokens or self.profile.max_new_tokens,
             on_step=lambda stats: self._after_step(ctx, stats),
+            on_boundary=lambda edge, phase: self._boundary(ctx, edge, phase),
             phase_executor=self.config.expert_executor,
+            eval_max_new_tokens=self.config.max_new_tokens or self.profile.eval_max_new_tokens,
             **(checkpoint or {}),
         )
         self.ctx = ctx
@@ -237,6 +257,8 @@ class Runner:
             "seed": self.config.seed,
             "budget_flops": self.config.budget,
             "eval_every": self.config.eval_every,
+            "eval_early": list(self.config.eval_early),
+            "distill_eval_every": self.config.distill_eval_every,
             "eval_size": self.config.eval_size or self.profile.eval_size,
             "max_new_tokens": self.config.max_new_tokens or self.profile.max_new_tokens,
             "models": {"student": self.config.model, "external": self.config.external,
@@ -269,21 +291,49 @@ class Runner:
     # -- milestones -----------------------------------------------------------------------------
     def _after_step(self, ctx: RunContext, stats: dict) -> None:
         spent = ctx.spent_flops
+        phase = current_phase()
+        self._trace_step(spent, phase, stats)
         self.bar.update(spent, self.curve[-1]["accuracy"] if self.curve else None)
-        step = self.config.eval_every * self.config.budget
-        if spent >= self._next_milestone * step:
+        if self._next_milestone < len(self._milestones) and spent >= self._milestone_flops(self._next_milestone):
             self._evaluate(ctx, "milestone")
-            while spent >= self._next_milestone * step:
+            while self._next_milestone < len(self._milestones) and spent >= self._milestone_flops(self._next_milestone):
                 self._next_milestone += 1
             if not ctx.should_stop():
                 self._save_checkpoint(ctx)
+        elif phase == "distill" and self.config.distill_eval_every and \
+                self._trace["phase_steps"][phase] % self.config.distill_eval_every == 0:
+            self._evaluate(ctx, "distill")
 
-    def _evaluate(self, ctx: RunContext, label: str) -> None:
+    def _milestone_flops(self, index: int) -> float:
+        return self._milestones[index] * self.config.budget
+
+    def _boundary(self, ctx: RunContext, edge: str, phase: str) -> None:
+        """A phase starts or ends: evaluate there if counted FLOPs moved since the last evaluation."""
+        if self.curve and ctx.spent_flops > self.curve[-1]["flops"]:
+            self._evaluate(ctx, "boundary", boundary=f"{edge} {phase}")
+
+    def _trace_step(self, spent: float, phase: str, stats: dict) -> None:
+        """Append the step's stats to steps.jsonl with the counted FLOPs after it."""
+        trace = self._trace
+        trace["rows"] += 1
+        trace["phase_steps"][phase] = trace["phase_steps"].get(phase, 0) + 1
+        trace["max_step_flops"] = max(trace["max_step_flops"], spent - trace["last_flops"])
+        trace["last_flops"] = spent
+        row = {"step": trace["rows"], "flops": spent, "phase": phase}
+        for key, value in stats.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[key] = float(value) if math.isfinite(value) else None
+        store.append_row(self.dir / "steps.jsonl", row)
+
+    def _evaluate(self, ctx: RunContext, label: str, **extra: str) -> None:
         result = self.evaluator.evaluate(ctx.student)
         point = {
             "flops": ctx.spent_flops,
             "wall_s": round(self._wall_offset + time.perf_counter() - self._t0, 3),
             "phase": label,
+            **extra,
+            "ledger_phase": current_phase(),
+            "phase_flops": self.ledger.by_phase("counted"),
             **result,
         }
         self.curve.append(point)
@@ -307,6 +357,8 @@ class Runner:
                 "ledger_rows": rows,
                 "curve_rows": len(self.curve),
                 "next_milestone": self._next_milestone,
+                "trace": self._trace,
+                "reports": ctx.reports,
                 "wall_s": self._wall_offset + time.perf_counter() - self._t0,
             },
         )
@@ -323,7 +375,7 @@ class Runner:
         folder = self.dir / "checkpoints" / "latest"
         if not folder.exists():
             # Killed before the first checkpoint: start over, keeping the config.
-            for name in ("ledger.jsonl", "curve.jsonl", "summary.json"):
+            for name in ("ledger.jsonl", "curve.jsonl", "steps.jsonl", "summary.json"):
                 (self.dir / name).unlink(missing_ok=True)
             return None
         try:
@@ -337,6 +389,9 @@ class Runner:
         store.rewrite_jsonl(self.dir / "curve.jsonl", self.curve)
         (self.dir / "summary.json").unlink(missing_ok=True)
         self._next_milestone = meta["next_milestone"]
+        self._trace = meta["trace"]
+        steps = store.read_jsonl(self.dir / "steps.jsonl", keep=self._trace["rows"])
+        store.rewrite_jsonl(self.dir / "steps.jsonl", steps)
         self._wall_offset = meta["wall_s"]
         torch.set_rng_state(rng["torch"])
         generator = torch.Generator()
@@ -346,6 +401,7 @@ class Runner:
             "policy_states": policies,
             "sampler_positions": meta["samplers"],
             "generator": generator,
+            "reports": meta["reports"],
         }
 
     def _throughput(self, provenance: dict) -> dict:
@@ -384,7 +440,11 @@ class Runner:
             "curve": self.curve,
             "ledger": self.ledger.rows(),
             "flops": self.ledger.by_category(),
-            "recovery": self.ctx.state.get("recovery"),
+            "recovery": self.ctx.reports.get("recovery"),
+            "method_metrics": {k: v for k, v in self.ctx.reports.items() if k != "recovery"},
+            "eval_size": self.config.eval_size or self.profile.eval_size,
+            "steps": store.read_jsonl(self.dir / "steps.jsonl"),
+            "max_step_flops": self._trace["max_step_flops"],
             "throughput": self._throughput(record["provenance"]),
             "provenance": {**record["provenance"], "model_hashes": prepared.model_hashes(),
                            "expert_executor": self.config.expert_executor, "rollout": self.config.rollout},

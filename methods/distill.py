@@ -70,11 +70,16 @@ class DistillConfig(DistillStepConfig):
     # domain (pooled over the last `patience` steps) is within `reward_tolerance` of its teacher's.
     reward_tolerance: float = 0.0
     use_reward_rule: bool = True
+    # A fixed schedule instead (the paper's protocol): exactly this many steps, no convergence rule
+    # (0: use the rule). The budget still ends distillation first if it runs out.
+    distill_steps: int = 0
 
     def __post_init__(self) -> None:
         DistillStepConfig.__post_init__(self)
         if not self.kl_threshold >= 0 or self.patience < 1 or not 0 <= self.reward_tolerance <= 1:
             raise ValueError("kl_threshold must be >= 0, patience >= 1 and reward_tolerance in [0, 1]")
+        if self.distill_steps < 0:
+            raise ValueError(f"distill_steps must be >= 0, got {self.distill_steps!r}")
 
 
 def subset(rollouts: Rollouts, problem_indices: list[int]) -> Rollouts:
@@ -148,6 +153,7 @@ def distill_step(
                         warmup_updates=config.distill_warmup_updates)
     stats["reverse_kl"] = reverse_kl_estimate(teacher_lp, student_lp, mask)
     stats["reward"] = float(batch.rewards.mean())
+    stats["mean_length"] = float(batch.lengths.mean())
     for domain in sorted({p.domain for p in batch.problems}):
         rows = torch.tensor([d == domain for d in batch.domains()])
         stats[f"hits:{domain}"] = float(batch.rewards[rows].sum())
@@ -170,7 +176,9 @@ def check_tokenizers(student: Policy, teachers: Mapping[str, Policy]) -> None:
 
 
 def _converged(progress: dict, config: DistillConfig, teacher_rewards: Mapping[str, float] | None) -> str | None:
-    """Why distillation has converged (`kl` or `reward`), or None."""
+    """Why distillation has converged or ended (`steps`, `kl` or `reward`), or None."""
+    if config.distill_steps:
+        return "steps" if progress["steps"] >= config.distill_steps else None
     if progress["low_kl_steps"] >= config.patience:
         return "kl"
     window = progress["window"]
@@ -194,7 +202,8 @@ def distill(
     teacher_rewards: Mapping[str, float] | None = None,
     key: str = "distill",
 ) -> str:
-    """Distil until converged or the budget is spent; returns why it stopped (`kl`, `reward`, `budget`).
+    """Distil until converged or the budget is spent; returns why it stopped (`steps`, `kl`, `reward`,
+    `budget`). The FLOPs distillation had spent when it stopped are reported as `<key>_stop_flops`.
 
     `teacher_rewards` (domain -> the teacher's sample accuracy, e.g. its last GRPO rewards) turns on
     the accuracy rule. Progress lives in `ctx.state[key]`, so a resumed run stops where it would have.
@@ -210,6 +219,8 @@ def distill(
         step = {d: [stats[f"hits:{d}"], stats[f"count:{d}"]] for d in teachers if f"count:{d}" in stats}
         progress["window"] = (progress["window"] + [step])[-config.patience :]
         progress["stopped"] = _converged(progress, config, teacher_rewards)
+        if progress["stopped"] is not None:
+            ctx.report(f"{key}_stop_flops", ctx.phase_flops(key))
         # The state is final before step_done, which may checkpoint it.
         ctx.step_done(**{k: v for k, v in stats.items() if ":" not in k})
     return progress["stopped"]

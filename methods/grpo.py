@@ -49,7 +49,11 @@ def grpo_step(ctx: RunContext, policy: Policy, sampler: Sampler, config: GRPOSte
     advantages = group_advantages(batch.rewards, config.group_size, scale=config.loss_type != "dr_grpo")
     stats = ctx.pg_step(policy, batch, advantages, lr=config.lr, loss_type=config.loss_type,
                         epochs=config.epochs, clip_eps=config.clip_eps, warmup_updates=config.warmup_updates)
+    groups = batch.rewards.view(-1, config.group_size)  # [prompts, group]
     stats["reward"] = float(batch.rewards.mean())
+    # groups whose samples all scored alike carry no gradient: the share GRPO wastes
+    stats["zero_adv_share"] = float((groups.amax(1) == groups.amin(1)).float().mean())
+    stats["mean_length"] = float(batch.lengths.mean())
     return stats
 
 
@@ -95,29 +99,62 @@ def grpo_phase(
     window: int = 3,
     patience: int = 0,
     min_gain: float = 0.01,
+    stop: str = "reward",
+    eval_every: int = 5,
+    eval_size: int = 200,
 ) -> float | None:
     """GRPO on `domains` under ledger phase `phase` until it has spent `phase_flops` (or the budget ends).
 
     Used for opd-multi's experts and self-grpo's stages. With `patience`, the phase also ends once it
-    has converged: its mean sample reward over `window` steps has not beaten its best by `min_gain` for
-    `patience` steps in a row. The loop and that count live in the run's state, so a resumed run
-    continues where it stopped. Returns the policy's mean sample reward over its last `window` steps
-    (the teacher's accuracy for distillation's stopping rule), None if it never ran.
+    has converged, judged by `stop`:
+    - `reward`: its mean sample reward over `window` steps has not beaten its best by `min_gain` for
+      `patience` steps in a row (free: the rewards are the rollouts' own);
+    - `validation`: its greedy accuracy on `eval_size` validation prompts per domain (checked every
+      `eval_every` steps, booked as evaluation) has not beaten its best by one binomial standard
+      error for `patience` checks in a row (the paper's protocol: experts stopped on a held-out
+      plateau).
+    The loop, its best point and the count live in the run's state (`grpo_plateau[phase]`, with
+    `tail_flops`: the phase's FLOPs after its best point), so a resumed run continues where it
+    stopped. Returns the policy's mean sample reward over its last `window` steps (the teacher's
+    accuracy for distillation's stopping rule), None if it never ran.
     """
+    if stop not in ("reward", "validation"):
+        raise ValueError(f"stop must be 'reward' or 'validation', got {stop!r}")
     sampler = ctx.sampler(phase, domains)
     rewards = ctx.state.setdefault("grpo_rewards", {}).setdefault(phase, [])
-    plateau = ctx.state.setdefault("grpo_plateau", {}).setdefault(phase, {"best": -1.0, "since": 0})
+    plateau = ctx.state.setdefault("grpo_plateau", {}).setdefault(
+        phase, {"best": -1.0, "since": 0, "steps": 0, "best_flops": 0.0, "tail_flops": 0.0})
     with ctx.phase(phase):
+        if stop == "validation" and patience and plateau["steps"] == 0 and plateau["best"] < 0:
+            _check(ctx, policy, plateau, domains, eval_size, 0.0)  # the starting point
         while ctx.phase_flops(phase) < phase_flops and not ctx.should_stop():
             if patience and plateau["since"] >= patience:
                 break
             stats = grpo_step(ctx, policy, sampler, config)
+            plateau["steps"] += 1
             rewards.append(stats["reward"])
             del rewards[:-window]
-            mean = sum(rewards) / len(rewards)
-            if mean > plateau["best"] + min_gain:
-                plateau.update(best=mean, since=0)
-            else:
-                plateau["since"] += 1
+            if stop == "reward":
+                mean = sum(rewards) / len(rewards)
+                _improve(plateau, mean, mean > plateau["best"] + min_gain, ctx.phase_flops(phase))
+            elif patience and plateau["steps"] % eval_every == 0:
+                _check(ctx, policy, plateau, domains, eval_size, ctx.phase_flops(phase))
+            plateau["tail_flops"] = ctx.phase_flops(phase) - plateau["best_flops"]
             ctx.step_done(**stats)
     return sum(rewards) / len(rewards) if rewards else None
+
+
+def _improve(plateau: dict, value: float, improved: bool, flops: float) -> None:
+    if improved:
+        plateau.update(best=value, since=0, best_flops=flops)
+    else:
+        plateau["since"] += 1
+
+
+def _check(ctx: RunContext, policy: Policy, plateau: dict, domains: list[str], size: int, flops: float) -> None:
+    """One validation check: improved when accuracy beats the best by one binomial standard error."""
+    accuracy = float(ctx.evaluate(policy, split="validation", domains=domains, size=size)["accuracy"])
+    best = max(plateau["best"], 0.0)
+    n = size * len(domains)
+    se = (best * (1 - best) / n) ** 0.5 if n else 0.0
+    _improve(plateau, accuracy, accuracy > plateau["best"] + se, flops)

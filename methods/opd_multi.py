@@ -11,13 +11,16 @@ Departures from the paper:
   in parallel as Ray tasks, as in the paper (`ctx.map_phases`, `bench.phases`). Each expert's FLOPs
   are booked under `expert:<domain>` either way; in parallel each expert samples from its own
   generator, so the numbers differ from the sequential run's in detail, not in kind;
-- each expert trains until it has converged (its mean sample reward over 3 steps has not gained
-  `expert_min_gain` for `expert_patience` steps), at most a fixed share of the run's budget
-  (`expert_fraction`, split evenly across domains); the paper trains experts to convergence
-  without saying how it judged it;
+- each expert trains until it has converged, at most a fixed share of the run's budget
+  (`expert_fraction`, split evenly across domains). By default converged means its mean sample
+  reward over 3 steps has not gained `expert_min_gain` for `expert_patience` steps;
+  `expert_stop=validation` is the paper's protocol instead: greedy accuracy on a validation
+  sample, checked every `expert_eval_every` steps, has not improved by one standard error for
+  `expert_patience` checks. The FLOPs each expert spent after its best point are reported
+  (`expert_tail_flops`);
 - distillation stops on a convergence rule (per-token reverse KL below `kl_threshold` for
   `patience` steps, or the student's sample accuracy at its experts' on every domain), else at the
-  budget; the paper distils for a fixed schedule;
+  budget; `distill_steps=N` is the paper's fixed schedule instead;
 - the GRPO and distillation details of `methods.grpo` and `methods.distill` apply.
 """
 
@@ -41,6 +44,9 @@ class OPDMultiConfig(GRPOStepConfig, DistillConfig):
     # budget it leaves goes to distillation.
     expert_patience: int = 10
     expert_min_gain: float = 0.01
+    expert_stop: str = "reward"  # reward | validation (the paper's protocol: a held-out-style plateau)
+    expert_eval_every: int = 5  # expert_stop=validation: steps between checks...
+    expert_eval_size: int = 200  # ...on this many validation prompts
 
     def __post_init__(self) -> None:
         GRPOStepConfig.__post_init__(self)
@@ -49,6 +55,10 @@ class OPDMultiConfig(GRPOStepConfig, DistillConfig):
             raise ValueError(f"expert_fraction must be in (0, 1), got {self.expert_fraction!r}")
         if self.expert_patience < 0 or not 0 <= self.expert_min_gain < 1:
             raise ValueError("expert_patience must be >= 0 and expert_min_gain in [0, 1)")
+        if self.expert_stop not in ("reward", "validation"):
+            raise ValueError(f"expert_stop must be reward or validation, got {self.expert_stop!r}")
+        if self.expert_eval_every < 1 or self.expert_eval_size < 1:
+            raise ValueError("expert_eval_every and expert_eval_size must be >= 1")
 
 
 class OPDMulti:
@@ -66,6 +76,11 @@ class OPDMulti:
         results = ctx.map_phases(train, ctx.domains)
         experts: dict[str, Policy] = {d: ctx.clone(ctx.student, f"expert:{d}") for d in ctx.domains}
         rewards = {d: r for d, r in results.items() if r is not None}
+        plateaus = ctx.state.get("grpo_plateau", {})
+        tails = {d: plateaus[f"expert:{d}"]["tail_flops"] for d in ctx.domains if f"expert:{d}" in plateaus}
+        for domain, tail in tails.items():
+            ctx.report(f"expert_tail_flops:{domain}", tail)
+        ctx.report("expert_tail_flops", sum(tails.values()))
         if ctx.should_stop():
             return
         with ctx.phase("distill"):
@@ -78,4 +93,5 @@ def _train_expert(ctx: RunContext, domain: str, *, phase_flops: float, config: O
     # Cloned from the untouched base: the student does not train until distillation.
     expert = ctx.clone(ctx.student, f"expert:{domain}")
     return grpo_phase(ctx, expert, f"expert:{domain}", [domain], phase_flops, config,
-                      patience=config.expert_patience, min_gain=config.expert_min_gain)
+                      patience=config.expert_patience, min_gain=config.expert_min_gain, stop=config.expert_stop,
+                      eval_every=config.expert_eval_every, eval_size=config.expert_eval_size)

@@ -10,13 +10,15 @@ state it then recovers the domain twice, each way metered in its own ledger phas
   which is the run's deliverable).
 
 Each stops as soon as the domain's greedy held-out accuracy reaches the target, checked every
-`check_every` steps on `check_size` held-out prompts with counted rollouts (the checks are compute
-the protocol spends, so they are inside each phase). The target is
-lost + `target_fraction` x (self-teacher - lost) held-out accuracy, measured once (`recover:target`),
+`check_every` steps on `check_size` held-out prompts (at least 300, so that one check's binomial
+error, under 3 points, is smaller than the gap it measures). The checks are the protocol's
+measurement, not training: they are booked as evaluation (recorded, not counted), like the runner's
+own milestones, so neither arm's FLOPs include them. The target is
+lost + `target_fraction` x (self-teacher - lost) held-out accuracy, measured once,
 or an absolute accuracy (`target`).
-The result, `ctx.state["recovery"] = {domain, target, grpo_flops, opd_flops}` (None where not
-reached within the phase's cap), is copied into summary.json; the self-teacher reduction is
-grpo_flops / opd_flops.
+The result, `ctx.report("recovery", {domain, target, grpo_flops, opd_flops, check_size,
+teacher_accuracy, lost_accuracy})` (FLOPs None where not reached within the phase's cap), becomes
+the record's `recovery` block; the self-teacher reduction is grpo_flops / opd_flops.
 
 Departures from the paper:
 - forgetting is induced by a fixed budget of GRPO on the other domains, not by a longer curriculum;
@@ -43,7 +45,7 @@ class RecoverConfig(GRPOStepConfig, DistillStepConfig):
     target_fraction: float = 0.9  # target = lost + target_fraction x (teacher - lost)...
     target: float = 0.0  # ...unless this absolute held-out accuracy is set (> 0)
     check_every: int = 1  # training steps between held-out checks
-    check_size: int = 64  # held-out prompts per check
+    check_size: int = 300  # held-out prompts per check
 
     def __post_init__(self) -> None:
         GRPOStepConfig.__post_init__(self)
@@ -55,9 +57,8 @@ class RecoverConfig(GRPOStepConfig, DistillStepConfig):
 
 
 def heldout_accuracy(ctx: RunContext, policy: Policy, domain: str, size: int) -> float:
-    """Greedy pass@1 on the domain's first `size` held-out prompts, with counted rollouts."""
-    problems = list(ctx.suite.heldout(domain)[:size])
-    return float(ctx.rollout(policy, problems, n=1, greedy=True).rewards.mean())
+    """Greedy pass@1 on the domain's first `size` held-out prompts (booked as evaluation)."""
+    return float(ctx.evaluate(policy, split="heldout", domains=[domain], size=size)["accuracy"])
 
 
 def recover_until(
@@ -117,7 +118,10 @@ class Recover:
         opd_flops = recover_until(ctx, "recover:opd", ctx.student,
                                   lambda: distill_step(ctx, ctx.student, {domain: teacher}, opd_sampler, config),
                                   target, cap, config, domain)
-        ctx.state["recovery"] = {"domain": domain, "target": target, "grpo_flops": grpo_flops, "opd_flops": opd_flops}
+        measured = ctx.state["recovery_target"]
+        ctx.report("recovery", {"domain": domain, "target": target, "grpo_flops": grpo_flops, "opd_flops": opd_flops,
+                                "check_size": config.check_size, "teacher_accuracy": measured["teacher"],
+                                "lost_accuracy": measured["lost"]})
 
     def _domains(self, ctx: RunContext) -> tuple[str, list[str]]:
         domain = self.config.domain or ctx.domains[0]
@@ -129,11 +133,10 @@ class Recover:
         return domain, others
 
     def _target(self, ctx: RunContext, teacher: Policy, domain: str) -> float:
-        """The recovery target, measured once from the self-teacher and the lost student (counted)."""
+        """The recovery target, measured once from the self-teacher and the lost student."""
         if "recovery_target" not in ctx.state:
-            with ctx.phase("recover:target"):
-                teacher_acc = heldout_accuracy(ctx, teacher, domain, self.config.check_size)
-                lost_acc = heldout_accuracy(ctx, ctx.student, domain, self.config.check_size)
+            teacher_acc = heldout_accuracy(ctx, teacher, domain, self.config.check_size)
+            lost_acc = heldout_accuracy(ctx, ctx.student, domain, self.config.check_size)
             target = self.config.target or lost_acc + self.config.target_fraction * (teacher_acc - lost_acc)
             ctx.state["recovery_target"] = {"teacher": teacher_acc, "lost": lost_acc, "target": target}
         return ctx.state["recovery_target"]["target"]

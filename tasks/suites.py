@@ -50,6 +50,8 @@ SUITES: dict[str, tuple[str, ...]] = {
 }
 
 _HELDOUT_CACHE: dict[tuple[str, str, str, int], list[Problem]] = {}
+_VALIDATION_CACHE: dict[tuple[str, str, str], list[Problem]] = {}
+VALIDATION_PER_DOMAIN = 500
 
 
 def list_suites() -> list[str]:
@@ -216,6 +218,30 @@ class Suite:
                 _HELDOUT_CACHE[key] = load_heldout(self._domains[d], self.difficulty, self.fmt)
             out.extend(_HELDOUT_CACHE[key])
         return out
+
+    def validation(self, domain: str) -> list[Problem]:
+        """A fixed validation sample of one domain: `VALIDATION_PER_DOMAIN` distinct prompts drawn from
+        the training distribution (never the held-out bucket) with a seed of its own.
+
+        What a method may stop on (e.g. an expert's held-out-style plateau) without looking at the
+        held-out split the leaderboard reports. Like training prompts, it may share prompts with a
+        run's training stream.
+        """
+        name = self.domain(domain).name
+        key = (name, self.difficulty, self.fmt)
+        if key not in _VALIDATION_CACHE:
+            rng = random.Random(f"opd-bench/validation/{name}/{self.difficulty}/{self.fmt}")
+            seen: set[str] = set()
+            out: list[Problem] = []
+            for _ in range(VALIDATION_PER_DOMAIN * _MAX_DRAWS_PER_KEPT):
+                problem = self._domains[name].sample(rng, self.difficulty, self.fmt)
+                if problem.prompt not in seen and not in_heldout_bucket(problem.prompt):
+                    seen.add(problem.prompt)
+                    out.append(problem)
+                    if len(out) == VALIDATION_PER_DOMAIN:
+                        break
+            _VALIDATION_CACHE[key] = out
+        return _VALIDATION_CACHE[key]
 
     def score(self, problem: Problem, completion: str) -> float:
         """1.0 if `completion` answers `problem` correctly, else 0.0; never raises on hostile text.

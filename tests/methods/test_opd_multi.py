@@ -67,3 +67,40 @@ def test_distillation_stops_when_converged(fast_profile, tmp_path):
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         OPDMultiConfig(**bad)
+
+
+def test_paper_protocol_validation_plateau_and_fixed_distillation_schedule(fast_profile, tmp_path):
+    # Experts stop on a validation plateau: a check every 2 steps, patience 1 check. Distillation runs
+    # exactly 3 steps (the fixed schedule), whatever its KL or accuracy.
+    summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_stop="validation",
+                         expert_patience=1, expert_eval_every=2, expert_eval_size=8, distill_steps=3,
+                         kl_threshold=1e9, patience=1, **SMALL_GRPO, **SMALL_DISTILL)
+    steps = summary["steps"]
+    distill_steps = [s for s in steps if s["phase"] == "distill"]
+    assert len(distill_steps) == 3
+    for domain in ("math", "code"):
+        expert_steps = [s for s in steps if s["phase"] == f"expert:{domain}"]
+        # checks at 0, 2, 4, ...: it stops at a multiple of 2 once a check fails to improve
+        assert expert_steps and len(expert_steps) % 2 == 0
+        # validation checks are evaluation: recorded, never counted
+        assert phase_flops(summary, f"expert:{domain}") < 0.3 * BUDGET + 0.1 * BUDGET
+    assert any(r["category"] == "eval" and r["model"].startswith("expert:") for r in summary["ledger"])
+    metrics = summary["method_metrics"]
+    assert metrics["distill_stop_flops"] == pytest.approx(phase_flops(summary, "distill"))
+    tails = [metrics[f"expert_tail_flops:{d}"] for d in ("math", "code")]
+    assert metrics["expert_tail_flops"] == pytest.approx(sum(tails))
+    for d, tail in zip(("math", "code"), tails):
+        assert 0 <= tail <= phase_flops(summary, f"expert:{d}")
+
+
+def test_expert_and_distillation_boundaries_are_evaluated(fast_profile, tmp_path):
+    summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=0,
+                         use_reward_rule="false", kl_threshold=0.0, patience=1000, **SMALL_GRPO, **SMALL_DISTILL)
+    curve = summary["curve"]
+    boundaries = [p["boundary"] for p in curve if p["phase"] == "boundary"]
+    assert "end expert:math" in boundaries and "end expert:code" in boundaries
+    for point in curve:
+        assert sum(point["phase_flops"].values()) == pytest.approx(point["flops"])
+    # the last point before distillation FLOPs appear is the end of the last expert: where distillation starts
+    start = max(i for i, p in enumerate(curve) if not p["phase_flops"].get("distill"))
+    assert curve[start].get("boundary") == "end expert:code"

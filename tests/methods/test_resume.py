@@ -51,7 +51,9 @@ def comparable(summary: dict) -> dict:
     """What must not depend on the interruption: the ledger, the FLOP totals and the curve (less wall time)."""
     curve = [{k: v for k, v in p.items() if k != "wall_s"} for p in summary["curve"]]
     ledger = [{k: v for k, v in r.items() if k != "seconds"} for r in summary["ledger"]]  # wall time, too
-    return {"ledger": ledger, "flops": summary["flops"], "curve": curve, "recovery": summary["recovery"]}
+    return {"ledger": ledger, "flops": summary["flops"], "curve": curve, "recovery": summary["recovery"],
+            "steps": summary["steps"], "method_metrics": summary["method_metrics"],
+            "max_step_flops": summary["max_step_flops"]}
 
 
 @pytest.mark.slow
@@ -73,6 +75,7 @@ def test_killed_in_distillation_resumes_to_the_same_record(fast_profile, tmp_pat
     runner.method_cls = counting(resumed_steps)
     resumed = runner.run()
     assert comparable(resumed) == comparable(whole)
+    assert len(resumed["steps"]) == len(whole_steps)  # steps.jsonl was cut back to the checkpoint, then redone
     assert resumed["curve"][-1]["flops"] >= BUDGET
     # It continued from the checkpoint (a fresh start would redo every step), redoing the lost ones.
     assert len(killed_steps) < len(whole_steps) and len(resumed_steps) > len(whole_steps) - len(killed_steps)
