@@ -1,8 +1,10 @@
-"""Leaderboards: the runs of one comparison, aggregated per method with intervals (DESIGN section 3).
+"""Leaderboards: the runs of one comparison, aggregated per method with intervals (docs/metrics.md).
 
 A board is every run with the same profile, suite, difficulty, suite version and budget: the runs
-DESIGN allows to be compared. Within a board the reference is `grpo-joint`; its aggregate final
-accuracy is the target tau of "FLOPs to target" and "savings at matched accuracy".
+that may be compared. Within a board the reference is `grpo-joint`: its gain over the base model
+sets the targets tau_k of "FLOPs to target" and "savings" (reports.relative). Every method is
+compared at matched FLOPs (accuracy at fractions of the budget, area under the curve, the Pareto
+frontier of whole curves) and at matched accuracy (FLOPs to each target, savings).
 
     boards = build_boards(to_frames(records))
 """
@@ -14,15 +16,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from reports.metrics import REFERENCE_METHOD, CurveFit, fit_scaling_curve, flops_to_target_batch
-from reports.records import BOARD_COLUMNS, Frames
-from reports.stats import (
-    CURVE_REPS, NONE, CurveSet, Estimate, curve_set, estimate, estimate_pair, interval, point,
-    resample_indices, rng_for,
+from reports.fit import CurveFit, fit_scaling_curve
+from reports.metrics import (
+    BUDGET_FRACTIONS, FIRST_MILESTONE, REFERENCE_METHOD, TARGET_GAINS, envelope_segments, interpolate_curve,
+    upper_envelope,
 )
+from reports.records import ACCURACY_AT, BOARD_COLUMNS, Frames
+from reports.relative import Reference, Relative, at_spend, empty_relative, reference_bootstrap, targets_and_savings
+from reports.stats import CURVE_REPS, NONE, CurveSet, Estimate, curve_set, estimate, estimate_pair, point, \
+    resample_indices, rng_for
 
 PHASE_GROUPS = (("expert:", "expert training"), ("stage:", "self-GRPO stages"), ("distill", "distillation"),
                 ("train", "training"), ("recover:", "recovery"))
+FRONTIER_POINTS = 257  # log-spaced FLOP values the frontier is read at, besides every evaluation
 
 
 def phase_group(phase: str) -> str:
@@ -33,8 +39,17 @@ def phase_group(phase: str) -> str:
     return "other"
 
 
-_PER_RUN = ("final_accuracy", "base_accuracy", "counted_flops", "final_mean_length", "accuracy_per_pflop",
-            "distillation_share", "self_teacher_reduction")
+# per-run columns of the runs frame a method keeps (in seed order) for figures and findings
+_PER_RUN = ("final_accuracy", "base_accuracy", "counted_flops", "final_mean_length", "gain_per_pflop_spent",
+            "distillation_share", "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction",
+            "check_size", "auc", *ACCURACY_AT)
+# MethodResult attribute -> runs-frame column, for the metrics that are one number per run
+_PER_RUN_ESTIMATES = {
+    "auc": "auc", "base_accuracy": "base_accuracy", "gain_per_pflop_spent": "gain_per_pflop_spent",
+    "distillation_share": "distillation_share", "distillation_share_plateau": "distillation_share_plateau",
+    "expert_tail_share": "expert_tail_share", "self_teacher_reduction": "self_teacher_reduction",
+    "counted_flops": "counted_flops",
+}
 
 
 @dataclass(frozen=True)
@@ -52,20 +67,26 @@ class BoardKey:
 
 @dataclass
 class MethodResult:
-    """One method on one board: its runs, metrics over seeds, aggregate curve and band."""
+    """One method on one board: its runs, metrics over seeds, aggregate curve and band.
+
+    accuracy_at: fraction of the budget -> accuracy there (1.0: the final accuracy); flops_to_target
+    and savings: target gain k -> the metric at tau_k; the other Estimates are one metric each.
+    """
 
     method: str
     is_reference: bool
     run_ids: list[str]
     seeds: list[int]
-    final_accuracy: Estimate
+    accuracy_at: dict[float, Estimate]
+    relative: Relative
+    auc: Estimate
     base_accuracy: Estimate
-    flops_to_target: Estimate
-    savings: Estimate
-    accuracy_per_pflop: Estimate
+    gain_per_pflop_spent: Estimate
     mean_length: Estimate
     length_ratio: Estimate
     distillation_share: Estimate
+    distillation_share_plateau: Estimate
+    expert_tail_share: Estimate
     self_teacher_reduction: Estimate
     counted_flops: Estimate
     curves: CurveSet
@@ -82,13 +103,64 @@ class MethodResult:
     def n_seeds(self) -> int:
         return len(self.run_ids)
 
+    @property
+    def final_accuracy(self) -> Estimate:
+        return self.accuracy_at[1.0]
+
+    @property
+    def flops_to_target(self) -> dict[float, Estimate]:
+        return self.relative.flops_to_target
+
+    @property
+    def savings(self) -> dict[float, Estimate]:
+        return self.relative.savings
+
+    def metrics(self) -> dict[str, Estimate]:
+        """Every metric by its download name (results.json / results.csv; docs/metrics.md defines each)."""
+        out = {"final_accuracy": self.final_accuracy}
+        out.update({col: self.accuracy_at[f] for f, col in zip(BUDGET_FRACTIONS, ACCURACY_AT) if f != 1.0})
+        out["auc"] = self.auc
+        for k in TARGET_GAINS:
+            out[f"flops_to_target_{gain_name(k)}"] = self.flops_to_target[k]
+        for k in TARGET_GAINS:
+            out[f"savings_{gain_name(k)}"] = self.savings[k]
+        out["reference_accuracy_at_spend"] = self.relative.reference_at_spend
+        out["accuracy_minus_reference_at_spend"] = self.relative.minus_reference_at_spend
+        for name in ("mean_length", "length_ratio", "distillation_share", "distillation_share_plateau",
+                     "expert_tail_share", "self_teacher_reduction", "counted_flops", "base_accuracy",
+                     "gain_per_pflop_spent"):
+            out[name] = getattr(self, name)
+        return out
+
+
+def gain_name(k: float) -> str:
+    """A target's short name: 0.75 -> "k75" (tau at 75% of the reference's gain)."""
+    return f"k{round(100 * k):d}"
+
+
+@dataclass
+class Frontier:
+    """The upper envelope of the methods' aggregate curves from the first milestone to the budget.
+
+    grid [X]: FLOP values; curves [M, X]: each method's aggregate curve there (board order); top [X]:
+    the envelope's accuracy; leader [X]: the method on top at each; segments: (method, from FLOPs,
+    to FLOPs), one per stretch with the same method on top.
+    """
+
+    grid: np.ndarray
+    curves: np.ndarray
+    top: np.ndarray
+    leader: list[str]
+    segments: list[tuple[str, float, float]]
+
 
 @dataclass
 class Board:
     key: BoardKey
     reference: str | None
-    target: float | None  # tau: the reference's aggregate final accuracy
+    targets: dict[float, float]  # target gain k -> tau_k; empty without the reference
     methods: list[MethodResult]
+    frontier: Frontier | None = None
     n_domains: int = 0
     warnings: list[str] = field(default_factory=list)
     label: str = ""  # key.label, plus version and budget where two boards would share it
@@ -98,17 +170,6 @@ class Board:
 
     def method(self, name: str) -> MethodResult:
         return next(m for m in self.methods if m.method == name)
-
-
-@dataclass
-class _Ref:
-    """The reference's bootstrap, shared by every method of the board so intervals are coherent."""
-
-    tau: float
-    ftt: float  # the reference's own FLOPs to tau
-    tau_reps: np.ndarray  # [R]
-    ftt_reps: np.ndarray  # [R]
-    lengths: np.ndarray
 
 
 def curves_by_run(curves: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -123,85 +184,58 @@ def curves_by_run(curves: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarra
     return {ids[s]: (f[s:e], a[s:e]) for s, e in zip(bounds[:-1], bounds[1:])}
 
 
-def _curve_estimates(cs: CurveSet, idx: np.ndarray, ref: _Ref | None, same_as_ref: bool):
-    """FLOPs to target and savings (point, interval) plus the band; idx [R, n] resampled runs.
-
-    FLOPs to target is read at the fixed target tau (its interval is this method's seed noise);
-    savings pair each replicate with a reference replicate and its own tau (both noises). The
-    reference compared with itself reuses its replicates, so its savings are exactly 0.
-    """
-    mid, thin = cs.aggregate(), cs.thinned()
-    reps = thin.replicates(idx) if cs.n_runs > 1 else None  # [R, B]
-    low = high = None
-    if reps is not None:
-        low, high = np.quantile(reps, [0.025, 0.975], axis=0)
-    band = (thin.grid, low, high)
-    if ref is None:
-        return band, mid, NONE, NONE
-    n, stat = cs.n_runs, ("single" if cs.n_runs == 1 else "iqm" if cs.n_runs >= 3 else "mean")
-    ftt = flops_to_target_batch(cs.grid, mid[None, :], np.array([ref.tau]))[0]
-    ftt_value = None if np.isnan(ftt) else float(ftt)
-    savings_value = None if ftt_value is None or ref.ftt <= 0 else 1.0 - ftt_value / ref.ftt
-    if reps is None:
-        single = Estimate(ftt_value, None, None, 1, "single"), Estimate(savings_value, None, None, 1, "single")
-        return (band, mid, *single)
-    at_tau = flops_to_target_batch(thin.grid, reps, np.full(reps.shape[0], ref.tau))
-    ftt_lo, ftt_hi = interval(np.where(np.isnan(at_tau), np.inf, at_tau))
-    m_reps = ref.ftt_reps if same_as_ref else flops_to_target_batch(thin.grid, reps, ref.tau_reps)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sav = np.where(ref.ftt_reps > 0, 1.0 - np.where(np.isnan(m_reps), np.inf, m_reps) / ref.ftt_reps, np.nan)
-    sav_lo, sav_hi = interval(sav)
-    return band, mid, Estimate(ftt_value, ftt_lo, ftt_hi, n, stat), Estimate(savings_value, sav_lo, sav_hi, n,
-                                                                              stat)
+def _band(cs: CurveSet, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """(band grid [B], replicates [R, B] or None for one run, 95% band low [B], high [B])."""
+    thin = cs.thinned()
+    if cs.n_runs < 2:
+        return thin.grid, None, None, None
+    reps = thin.replicates(idx)
+    low, high = np.quantile(reps, [0.025, 0.975], axis=0)
+    return thin.grid, reps, low, high
 
 
-def _reference(runs: pd.DataFrame, curves: dict, key: BoardKey) -> _Ref | None:
+def _reference(runs: pd.DataFrame, curves: dict, key: BoardKey) -> Reference | None:
     ref_runs = runs[runs["method"] == REFERENCE_METHOD].sort_values(["seed", "run_id"])
     if ref_runs.empty:
         return None
     cs = curve_set([curves[r] for r in ref_runs["run_id"]], key.budget_flops)
-    mid = cs.aggregate()
-    tau = float(mid[-1])
-    ftt = float(flops_to_target_batch(cs.grid, mid[None, :], np.array([tau]))[0])
-    if cs.n_runs > 1:
-        rng = rng_for(*map(str, vars(key).values()), REFERENCE_METHOD)
-        thin = cs.thinned()
-        reps = thin.replicates(resample_indices(cs.n_runs, rng, CURVE_REPS))
-        tau_reps = reps[:, -1]
-        ftt_reps = flops_to_target_batch(thin.grid, reps, tau_reps)
-    else:
-        tau_reps, ftt_reps = np.array([tau]), np.array([ftt])
-    return _Ref(tau, ftt, tau_reps, ftt_reps, ref_runs["final_mean_length"].to_numpy(float))
+    rng = rng_for(*map(str, vars(key).values()), REFERENCE_METHOD)
+    return reference_bootstrap(cs, key.budget_flops, ref_runs["final_mean_length"].to_numpy(float), rng)
 
 
-def _method_result(method: str, runs: pd.DataFrame, frames_idx: dict, key: BoardKey, ref: _Ref | None) -> MethodResult:
+def _method_result(method: str, runs: pd.DataFrame, frames_idx: dict, key: BoardKey,
+                   ref: Reference | None) -> MethodResult:
     runs = runs.sort_values(["seed", "run_id"])  # a fixed order whatever the files are called
     ids = runs["run_id"].tolist()
     rng = rng_for(*map(str, vars(key).values()), method)
     cs = curve_set([frames_idx["curves"][r] for r in ids], key.budget_flops)
     same = method == REFERENCE_METHOD
-    idx = resample_indices(len(ids), rng, CURVE_REPS)
-    (band_grid, low, high), mid, ftt, savings = _curve_estimates(cs, idx, ref, same)
+    idx = ref.idx if same and ref is not None else resample_indices(len(ids), rng, CURVE_REPS)
+    mid = cs.aggregate()
+    band_grid, reps, low, high = _band(cs, idx)
     col = lambda name: runs[name].tolist()  # noqa: E731
+    relative = empty_relative()
+    if ref is not None:
+        ftt, sav = targets_and_savings(cs, mid, reps, band_grid, ref, same)
+        spend, spend_diff = at_spend(runs["counted_flops"].to_numpy(float), runs["accuracy_at_100pct"].to_numpy(float),
+                                     idx, ref)
+        relative = Relative(ftt, sav, spend, spend_diff)
     lengths = col("final_mean_length")
     domain_accuracy, flops_by_group = _mean_tables(ids, frames_idx["domains"], frames_idx["groups"])
-    base = estimate(col("base_accuracy"), rng)
+    single = {attr: estimate(col(column), rng) for attr, column in _PER_RUN_ESTIMATES.items()}
+    base = single["base_accuracy"]
+    per_run = {c: col(c) for c in _PER_RUN}
+    per_run["final_accuracy"] = col("accuracy_at_100pct")  # at the budget, as the tables' final accuracy
     return MethodResult(
         method=method, is_reference=same, run_ids=ids, seeds=col("seed"),
-        final_accuracy=estimate(col("final_accuracy"), rng), base_accuracy=base,
-        flops_to_target=ftt, savings=savings,
-        accuracy_per_pflop=estimate(col("accuracy_per_pflop"), rng),
-        mean_length=estimate(lengths, rng),
+        accuracy_at={f: estimate(col(c), rng) for f, c in zip(BUDGET_FRACTIONS, ACCURACY_AT)},
+        relative=relative, mean_length=estimate(lengths, rng),
         length_ratio=NONE if ref is None else estimate_pair(lengths, ref.lengths, rng, same_runs=same),
-        distillation_share=estimate(col("distillation_share"), rng),
-        self_teacher_reduction=estimate(col("self_teacher_reduction"), rng),
-        counted_flops=estimate(col("counted_flops"), rng),
         curves=cs, curve_mid=mid, band_grid=band_grid, curve_low=low, curve_high=high,
         # fitted to the aggregate at the thinned grid's points: the same curve, a third of the work
         fit=fit_scaling_curve(band_grid, np.interp(band_grid, cs.grid, mid),
                               base.value if base.value is not None else float(mid[0])),
-        domain_accuracy=domain_accuracy, flops_by_group=flops_by_group,
-        per_run={c: col(c) for c in _PER_RUN},
+        domain_accuracy=domain_accuracy, flops_by_group=flops_by_group, per_run=per_run, **single,
     )
 
 
@@ -231,6 +265,25 @@ def _mean_tables(ids: list[str], domains: dict, groups: dict) -> tuple[dict[str,
     return {d: point(v) for d, v in sorted(dom_values.items())}, total
 
 
+def frontier(methods: list[MethodResult], budget_flops: float) -> Frontier | None:
+    """The Pareto frontier of whole curves: which method's aggregate curve is on top at each FLOP value.
+
+    Read at every evaluation of every method and at FRONTIER_POINTS log-spaced values from the first
+    milestone (1% of the budget) to the budget; a tie goes to the method listed first.
+    """
+    if not methods:
+        return None
+    lo = FIRST_MILESTONE * budget_flops
+    evals = np.concatenate([m.curves.grid for m in methods])
+    inside = evals[(evals > lo) & (evals < budget_flops)]
+    grid = np.unique(np.r_[np.geomspace(lo, budget_flops, FRONTIER_POINTS), inside])
+    curves = np.stack([interpolate_curve(m.curves.grid, m.curve_mid, grid) for m in methods])  # [M, X]
+    leader = upper_envelope(curves)
+    names = [methods[i].method for i in leader]
+    segments = [(methods[i].method, a, b) for i, a, b in envelope_segments(grid, leader)]
+    return Frontier(grid, curves, curves[leader, np.arange(grid.size)], names, segments)
+
+
 SUITE_ORDER = ("math_code", "four_domain", "math", "code")
 DIFFICULTY_ORDER = ("easy", "medium", "hard")
 
@@ -255,10 +308,11 @@ def build_boards(frames: Frames) -> list[Board]:
         ref = _reference(runs, curves, key)
         results = [_method_result(m, g, idx, key, ref) for m, g in runs.groupby("method")]
         results.sort(key=lambda r: (not r.is_reference, -(r.final_accuracy.value or 0.0), r.method))
-        board = Board(key, REFERENCE_METHOD if ref else None, ref.tau if ref else None, results,
+        targets = {} if ref is None else dict(zip(TARGET_GAINS, map(float, ref.tau)))
+        board = Board(key, REFERENCE_METHOD if ref else None, targets, results, frontier(results, key.budget_flops),
                       n_domains=int(runs["n_domains"].max()))
         if ref is None:
-            board.warnings.append(f"no {REFERENCE_METHOD} runs on this board: no target, savings or length ratio")
+            board.warnings.append(f"no {REFERENCE_METHOD} runs on this board: no targets, savings or length ratio")
         seeds = {tuple(sorted(r.seeds)) for r in results}
         if len(seeds) > 1:
             board.warnings.append("methods were run on different seeds; intervals are not paired")

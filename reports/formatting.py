@@ -62,6 +62,8 @@ def fmt(x: float | None, unit: str) -> str:
         return f"{x:.3f}"
     if unit == "pct":
         return f"{x * 100:.1f}%"
+    if unit == "pts":  # a difference of accuracies, in percentage points
+        return f"{x * 100:+.1f} pts".replace("-", "−")
     if unit == "ratio":
         return f"{x:.2f}×"
     if unit == "flops":

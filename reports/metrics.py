@@ -1,27 +1,33 @@
-"""The metrics of DESIGN section 3, as pure functions on one run's numbers (no pandas, no I/O).
+"""The metrics of docs/metrics.md, as pure functions on runs' numbers (no pandas, no I/O).
 
 Curves are (flops, accuracy) sequences sorted by cumulative counted FLOPs, the first point at 0 FLOPs
-(the base model). Conventions every metric here shares:
+(the base model). Conventions every metric here shares (docs/metrics.md, "Curves and interpolation"):
 
 - Carried flat: a run that stopped before its budget keeps its last accuracy up to the budget.
 - Between two evaluations accuracy is linear in log10 FLOPs. log10 is undefined at 0, so on the
   segment that starts at the base point (0 FLOPs) it is linear in FLOPs instead; a curve whose base
   point already reaches the target reaches it at 0 FLOPs.
 - "Not reached" is None for one run, NaN in the vectorised forms used by the bootstrap.
+
+A per-FLOP comparison is made at matched FLOPs (`accuracy_at_fractions`, `area_under_curve`,
+`upper_envelope`) or at matched accuracy (`flops_to_target`, `savings`), never by dividing a gain by
+what a method chose to spend: `gain_per_pflop_spent` does that, and is kept for the downloads only.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 PFLOP = 1e15
 REFERENCE_METHOD = "grpo-joint"
+BUDGET_FRACTIONS = (0.10, 0.25, 0.50, 1.00)  # accuracy at matched FLOPs: these fractions of the budget
+TARGET_GAINS = (0.5, 0.75, 0.9)  # targets tau_k = base + k x (reference final - base)
+FIRST_MILESTONE = 0.01  # the area under the curve runs from this fraction of the budget to the budget
+EXPERT_PREFIXES = ("expert:", "stage:")  # ledger phases that train the teachers distillation reads
 _TOL = 1e-12  # accuracy that equals tau up to float noise has reached it
 
 
@@ -40,11 +46,6 @@ def carry_flat(flops: Sequence[float], accuracy: Sequence[float], budget_flops: 
     return f, a
 
 
-def final_accuracy(flops: Sequence[float], accuracy: Sequence[float], budget_flops: float) -> float:
-    """Accuracy at the budget: the last evaluation, carried flat."""
-    return float(carry_flat(flops, accuracy, budget_flops)[1][-1])
-
-
 def _segment_position(x: np.ndarray, x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
     """Where x lies between x0 and x1 (0..1): in log10 FLOPs, or in FLOPs when x0 is 0."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -56,21 +57,44 @@ def _segment_position(x: np.ndarray, x0: np.ndarray, x1: np.ndarray) -> np.ndarr
     return np.where(x1 > x0, np.clip(t, 0.0, 1.0), 1.0)
 
 
-def interpolate_curve(flops: Sequence[float], accuracy: Sequence[float], grid: Sequence[float]) -> np.ndarray:
-    """Accuracy at each grid FLOP value, interpolated as the module docstring says, flat past the end.
+def interpolate_rows(flops: Sequence[float], curves: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Each curve's accuracy at FLOP values x, interpolated as the module docstring says, flat past the end.
 
+    Args:
+        flops: [G] shared evaluation FLOPs, sorted, the first may be 0.
+        curves: [R, G] accuracies.
+        x: [X] FLOP values for every curve, or [R, X] a row of values per curve.
     Returns:
-        [len(grid)] accuracies.
+        [R, X] accuracies.
     """
     f = np.asarray(flops, dtype=float)
-    a = np.asarray(accuracy, dtype=float)
-    g = np.asarray(grid, dtype=float)
-    hi = np.clip(np.searchsorted(f, g, side="left"), 0, f.size - 1)  # first point at or after g
+    c = np.atleast_2d(np.asarray(curves, dtype=float))
+    x = np.asarray(x, dtype=float)
+    xb = np.broadcast_to(x, (c.shape[0], x.shape[-1])) if x.ndim <= 1 else x
+    hi = np.clip(np.searchsorted(f, xb, side="left"), 0, f.size - 1)  # first point at or after x
     lo = np.maximum(hi - 1, 0)
-    exact = f[hi] <= g  # at or past the last point, or exactly on a point
-    t = _segment_position(g, f[lo], f[hi])
-    out = a[lo] + t * (a[hi] - a[lo])
-    return np.where(exact | (hi == lo), a[hi], out)
+    exact = f[hi] <= xb  # at or past the last point, or exactly on a point
+    t = _segment_position(xb, f[lo], f[hi])
+    a_lo, a_hi = np.take_along_axis(c, lo, axis=1), np.take_along_axis(c, hi, axis=1)
+    return np.where(exact | (hi == lo), a_hi, a_lo + t * (a_hi - a_lo))
+
+
+def interpolate_curve(flops: Sequence[float], accuracy: Sequence[float], grid: Sequence[float]) -> np.ndarray:
+    """One curve's accuracy at each grid FLOP value (`interpolate_rows` for one curve); [len(grid)]."""
+    return interpolate_rows(flops, np.asarray(accuracy, dtype=float)[None, :], np.atleast_1d(grid))[0]
+
+
+def accuracy_at_fractions(flops: Sequence[float], accuracy: Sequence[float], budget_flops: float,
+                          fractions: Sequence[float] = BUDGET_FRACTIONS) -> np.ndarray:
+    """Accuracy at matched FLOPs: the curve, carried flat, at each fraction of the budget; [F]."""
+    f, a = carry_flat(flops, accuracy, budget_flops)
+    return interpolate_curve(f, a, np.asarray(fractions, dtype=float) * budget_flops)
+
+
+def final_accuracy(flops: Sequence[float], accuracy: Sequence[float], budget_flops: float) -> float:
+    """Accuracy at the budget (100% of it): the last evaluation carried flat, or read on the curve
+    at the budget when a run's last step took it past the budget."""
+    return float(accuracy_at_fractions(flops, accuracy, budget_flops, (1.0,))[0])
 
 
 def flops_to_target_batch(flops: np.ndarray, curves: np.ndarray, tau: np.ndarray) -> np.ndarray:
@@ -107,19 +131,116 @@ def flops_to_target(flops: Sequence[float], accuracy: Sequence[float], tau: floa
     return None if math.isnan(value) else float(value)
 
 
-def savings_at_matched_accuracy(method_flops: float | None, reference_flops: float | None) -> float | None:
-    """1 - FLOPs_to_target(method) / FLOPs_to_target(reference); None when undefined.
+def targets_from_gain(base: np.ndarray | float, reference_final: np.ndarray | float,
+                      gains: Sequence[float] = TARGET_GAINS) -> np.ndarray:
+    """Targets tau_k = base + k x (reference final - base), one per k in `gains`.
 
-    A method that never reaches the target has no savings figure (None); a reference that reaches it
-    at 0 FLOPs (the base model already does) leaves the ratio undefined (None).
+    Args:
+        base, reference_final: scalars or [R] (bootstrap replicates of the reference's curve).
+    Returns:
+        [K] for scalars, [R, K] for [R] inputs.
     """
-    if method_flops is None or reference_flops is None or reference_flops <= 0:
+    k = np.asarray(gains, dtype=float)
+    b, r = np.asarray(base, dtype=float), np.asarray(reference_final, dtype=float)
+    return b[..., None] + k * (r - b)[..., None]
+
+
+def savings(method_flops: np.ndarray, reference_flops: np.ndarray) -> np.ndarray:
+    """Savings at matched accuracy, 1 - FLOPs_to_target(method) / FLOPs_to_target(reference), elementwise.
+
+    Args:
+        method_flops, reference_flops: arrays (broadcastable) of FLOPs to the same target; NaN where
+            the curve never reaches it.
+    Returns:
+        the savings; -inf where the method never reaches the target (it would need unbounded
+        FLOPs: a bootstrap interval then says "unbounded below"); NaN where the reference never
+        does or reaches it at 0 FLOPs (its base model already did: the ratio is undefined).
+    """
+    m = np.asarray(method_flops, dtype=float)
+    r = np.asarray(reference_flops, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = 1.0 - np.where(np.isnan(m), np.inf, m) / r
+    return np.where(np.isfinite(r) & (r > 0), out, np.nan)
+
+
+def savings_at_matched_accuracy(method_flops: float | None, reference_flops: float | None) -> float | None:
+    """`savings` for one run or aggregate; None when undefined, including a method that never reaches
+    the target (it has no savings figure) and a reference that reaches it at 0 FLOPs."""
+    if method_flops is None or reference_flops is None:
         return None
-    return 1.0 - method_flops / reference_flops
+    value = float(savings(np.array(method_flops), np.array(reference_flops)))
+    return None if not math.isfinite(value) else value
 
 
-def accuracy_per_pflop(final: float, base: float, counted_flops: float) -> float | None:
-    """(final accuracy - base accuracy) per counted PFLOP; None for a run that counted nothing."""
+def area_under_curve_batch(flops: Sequence[float], curves: np.ndarray, budget_flops: float,
+                           first: float = FIRST_MILESTONE) -> np.ndarray:
+    """Mean accuracy over log10 FLOPs from `first` x budget to the budget, for curves on one grid.
+
+    The integral follows the interpolation exactly: trapezoids in log10 FLOPs between evaluations,
+    and, on the stretch below a curve's first positive evaluation (linear in FLOPs from the base
+    point), the closed form of that line integrated over log10 FLOPs.
+
+    Args:
+        flops: [G] shared evaluation FLOPs, sorted, the first may be 0.
+        curves: [R, G] accuracies (flat past the last point, as carried flat).
+    Returns:
+        [R] normalised areas: accuracies in [0, 1].
+    """
+    f = np.asarray(flops, dtype=float)
+    c = np.atleast_2d(np.asarray(curves, dtype=float))
+    lo, hi = first * budget_flops, float(budget_flops)
+    x = np.r_[lo, f[(f > lo) & (f < hi)], hi]  # [X] breakpoints, all > 0
+    y = interpolate_rows(f, c, x)  # [R, X]
+    lx = np.log10(x)
+    seg = 0.5 * (y[:, 1:] + y[:, :-1]) * np.diff(lx)  # [R, X-1]
+    positive = np.flatnonzero(f > 0)
+    if positive.size and positive[0] > 0 and f[positive[0]] > lo:
+        i1 = positive[0]  # the first segment lies inside the base point's linear stretch [0, f1]
+        f1, v = f[i1], min(f[i1], hi)
+        a0, a1 = c[:, i1 - 1], c[:, i1]
+        seg[:, 0] = a0 * (math.log10(v) - math.log10(lo)) + (a1 - a0) * (v - lo) / (f1 * math.log(10))
+    return seg.sum(axis=1) / (lx[-1] - lx[0])
+
+
+def area_under_curve(flops: Sequence[float], accuracy: Sequence[float], budget_flops: float) -> float:
+    """`area_under_curve_batch` for one run's curve, carried flat to the budget."""
+    f, a = carry_flat(flops, accuracy, budget_flops)
+    return float(area_under_curve_batch(f, a[None, :], budget_flops)[0])
+
+
+def upper_envelope(curves: np.ndarray) -> np.ndarray:
+    """Which curve is on top at each FLOP value: the Pareto frontier of whole curves.
+
+    Args:
+        curves: [M, X] each method's aggregate accuracy on shared FLOP values.
+    Returns:
+        [X] the index of the highest curve at each value; a tie goes to the lower index (the
+        method listed first), so a method is on the frontier only where it is strictly above the
+        ones before it.
+    """
+    return np.argmax(np.asarray(curves, dtype=float), axis=0)
+
+
+def envelope_segments(grid: Sequence[float], leader: Sequence[int]) -> list[tuple[int, float, float]]:
+    """The envelope as runs of one leader: [(curve index, first FLOPs, last FLOPs)] in FLOP order.
+
+    A segment ends where the next one starts (the leader changes between two grid values; the
+    switch is placed at the later one), so the segments cover the grid without gaps.
+    """
+    g, lead = np.asarray(grid, dtype=float), np.asarray(leader)
+    if g.size == 0:
+        return []
+    starts = np.flatnonzero(np.r_[True, lead[1:] != lead[:-1]])
+    ends = np.r_[starts[1:], g.size - 1]
+    return [(int(lead[s]), float(g[s]), float(g[e])) for s, e in zip(starts, ends)]
+
+
+def gain_per_pflop_spent(final: float, base: float, counted_flops: float) -> float | None:
+    """(final accuracy - base accuracy) per counted PFLOP; None for a run that counted nothing.
+
+    Downloads only (docs/metrics.md, "Gain per PFLOP spent"): it divides by what a method chose to
+    spend, so a run that stops early after a small gain beats one that goes on to a larger one.
+    """
     if counted_flops <= 0:
         return None
     return (final - base) / (counted_flops / PFLOP)
@@ -134,16 +255,81 @@ def phase_flops(ledger: Iterable[Mapping[str, Any]], category: str = "counted") 
     return out
 
 
+def _expert_flops(phases: Mapping[str, float]) -> float:
+    return sum(v for k, v in phases.items() if k.startswith(EXPERT_PREFIXES))
+
+
 def distillation_share(ledger: Iterable[Mapping[str, Any]]) -> float | None:
-    """Counted FLOPs of phase `distill` / counted FLOPs of phases `expert:*` and `stage:*`.
+    """At the stopping rule: counted FLOPs of phase `distill` / those of phases `expert:*` and `stage:*`.
 
     None for a run with no expert or stage training (the share is undefined, not zero).
     """
     phases = phase_flops(ledger)
-    experts = sum(v for k, v in phases.items() if k.startswith(("expert:", "stage:")))
+    experts = _expert_flops(phases)
     if experts <= 0:
         return None
     return phases.get("distill", 0.0) / experts
+
+
+def _distillation_start(curve: Sequence[Mapping[str, Any]]) -> int | None:
+    """Index of the evaluation at the start of distillation, None when the curve never distils.
+
+    The first evaluation taken during distillation (ledger phase `distill`, or distillation FLOPs
+    spent) or, when nothing but distillation was spent since it, the one before it: the end of
+    the last expert is the student as distillation found it.
+    """
+    for i, p in enumerate(curve):
+        if p.get("ledger_phase") == "distill" or p["phase_flops"].get("distill", 0.0) > 0:
+            break
+    else:
+        return None
+    if i > 0:
+        spent = lambda q: sum(v for k, v in q["phase_flops"].items() if k != "distill")  # noqa: E731
+        if spent(curve[i - 1]) >= spent(curve[i]) * (1 - 1e-9):
+            return i - 1
+    return i
+
+
+def plateau_distillation_share(curve: Sequence[Mapping[str, Any]], eval_size: int | None,
+                               n_domains: int) -> float | None:
+    """Distillation share at the held-out plateau (docs/metrics.md, "Distillation share").
+
+    From the start of distillation on, the first evaluation whose accuracy is within one binomial
+    standard error, sqrt(best (1 - best) / N), of the best of those evaluations; N = eval_size x
+    n_domains held-out prompts per evaluation. The share is that point's distillation FLOPs / its
+    expert (or stage) FLOPs, both from its `phase_flops`.
+
+    Args:
+        curve: the record's curve points; each needs `phase_flops` (and may have `ledger_phase`).
+        eval_size: held-out prompts per domain per evaluation (the record's `eval_size`).
+    Returns:
+        the share, or None when the record lacks these fields, never distils, or has no experts.
+    """
+    if not eval_size or n_domains < 1 or not curve or any(not isinstance(p.get("phase_flops"), dict)
+                                                          for p in curve):
+        return None
+    start = _distillation_start(curve)
+    if start is None:
+        return None
+    points = curve[start:]
+    accuracy = np.array([p["accuracy"] for p in points], dtype=float)
+    best = float(accuracy.max())
+    se = math.sqrt(best * (1.0 - best) / (eval_size * n_domains))
+    plateau = points[int(np.argmax(accuracy >= best - se - _TOL))]
+    experts = _expert_flops(plateau["phase_flops"])
+    if experts <= 0:
+        return None
+    return plateau["phase_flops"].get("distill", 0.0) / experts
+
+
+def expert_tail_share(method_metrics: Mapping[str, Any] | None, ledger: Iterable[Mapping[str, Any]]) -> float | None:
+    """FLOPs experts spent after they stopped improving (`method_metrics["expert_tail_flops"]`) / all
+    expert (or stage) FLOPs; None where the record does not report it or has no expert FLOPs."""
+    tail = (method_metrics or {}).get("expert_tail_flops")
+    experts = _expert_flops(phase_flops(ledger))
+    if tail is None or experts <= 0:
+        return None
+    return float(tail) / experts
 
 
 def length_ratio(mean_length: float | None, reference_mean_length: float | None) -> float | None:
@@ -161,58 +347,3 @@ def self_teacher_reduction(recovery: Mapping[str, Any] | None) -> float | None:
     if grpo is None or opd is None or opd <= 0:
         return None
     return float(grpo) / float(opd)
-
-
-@dataclass(frozen=True)
-class CurveFit:
-    """R(C) = R0 + (A - R0) / (1 + (Cmid / C)^B), the ScaleRL form, fitted to accuracy vs FLOPs."""
-
-    asymptote: float  # A
-    efficiency: float  # B
-    midpoint_flops: float  # Cmid
-    base_accuracy: float  # R0, fixed, not fitted
-    rmse: float  # root-mean-square residual over the fitted points
-
-    def predict(self, flops: Sequence[float] | np.ndarray) -> np.ndarray:
-        return _fit_model(np.log10(np.maximum(np.asarray(flops, float), 1e-300)), self.base_accuracy,
-                          self.asymptote, self.efficiency, math.log10(self.midpoint_flops))
-
-
-def _fit_model(log_c: np.ndarray, r0: float, a: float, b: float, log_mid: float) -> np.ndarray:
-    # (Cmid / C)^B = 10^(B (log Cmid - log C)); clipped so that far tails do not overflow
-    z = np.clip(b * (log_mid - log_c) * math.log(10), -700, 700)
-    return r0 + (a - r0) / (1.0 + np.exp(z))
-
-
-def fit_scaling_curve(
-    flops: Sequence[float], accuracy: Sequence[float], base_accuracy: float, min_points: int = 3
-) -> CurveFit | None:
-    """Fit A, B and Cmid by least squares (scipy.optimize.curve_fit), R0 = base accuracy.
-
-    Points at 0 FLOPs are left out (R(0) = R0 by construction). Returns None when there are fewer than
-    `min_points` positive-FLOP points, when the optimiser fails, or when the fit is degenerate (A = R0:
-    the curve never moves, so B and Cmid mean nothing).
-    """
-    from scipy.optimize import OptimizeWarning, curve_fit  # imported here: scipy.optimize is slow to load
-
-    f = np.asarray(flops, dtype=float)
-    a = np.asarray(accuracy, dtype=float)
-    keep = f > 0
-    if keep.sum() < min_points:
-        return None
-    x, y = np.log10(f[keep]), a[keep]
-    p0 = [float(np.clip(y.max(), 0.0, 1.0)), 1.0, float(np.median(x))]
-    bounds = ([0.0, 0.05, x.min() - 3.0], [1.0, 20.0, x.max() + 3.0])
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", OptimizeWarning)
-            params, _ = curve_fit(
-                lambda lc, A, B, M: _fit_model(lc, base_accuracy, A, B, M), x, y, p0=p0, bounds=bounds, maxfev=2000
-            )
-    except (RuntimeError, ValueError, FloatingPointError):
-        return None
-    A, B, M = (float(p) for p in params)
-    if not all(map(math.isfinite, (A, B, M))) or abs(A - base_accuracy) < 1e-6:
-        return None
-    rmse = float(np.sqrt(np.mean((_fit_model(x, base_accuracy, A, B, M) - y) ** 2)))
-    return CurveFit(asymptote=A, efficiency=B, midpoint_flops=10.0**M, base_accuracy=base_accuracy, rmse=rmse)

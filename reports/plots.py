@@ -1,4 +1,4 @@
-"""The hand-drawn figures as SVG text: Pareto frontier, FLOPs by phase and kind, length, per-method curves.
+"""The hand-drawn figures as SVG text: Pareto frontier, FLOPs by phase and kind, length, per-method figures.
 
 Each function takes plain lists and dicts (no pandas) and returns one SVG document, drawn by
 `reports.svgplot` (see there for why not matplotlib). The board figures that are statistics over
@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from reports.svgplot import HEIGHT, WIDTH, LegendEntry, LinearScale, LogScale, Panel, legend, render
+import numpy as np
+
+from reports.svgplot import HEIGHT, WIDTH, LegendEntry, LinearScale, LogScale, Panel, flops_label, legend, render
 
 # seaborn.color_palette("colorblind").as_hex(), written out so that building a site imports no plotting library
 COLOURBLIND = ("#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494",
@@ -28,47 +30,39 @@ def palette(names: Sequence[str]) -> dict[str, str]:
     return {n: COLOURBLIND[i % len(COLOURBLIND)] for i, n in enumerate(names)}
 
 
-def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The points no other point beats on both fewer FLOPs and higher accuracy, by increasing FLOPs."""
-    best, out = -math.inf, []
-    for f, a in sorted(points, key=lambda p: (p[0], -p[1])):
-        if a > best:
-            out.append((f, a))
-            best = a
-    return out
-
-
 def _positive(xs, *columns):
     """Rows of (x, *columns) with x > 0: a log axis has no place for the 0-FLOP base point."""
     return [row for row in zip(xs, *columns) if row[0] > 0]
 
 
-def pareto(points: list[dict]) -> str:
-    """Final accuracy against counted FLOPs per method (interval), runs as dots, the Pareto frontier dashed.
+def frontier(series: list[dict], segments: list[dict], envelope: dict | None) -> str:
+    """The Pareto frontier of whole curves: every method's aggregate curve thin, the upper envelope thick.
 
-    points: [{"name", "colour", "flops", "acc", "acc_low", "acc_high", "run_flops": [...], "run_acc": [...]}].
+    series: [{"name", "colour", "flops": [...], "acc": [...]}] aggregate curves from the first milestone;
+    segments: [{"name", "colour", "start", "end"}] the stretches of FLOPs where one method is on top;
+    envelope: {"flops": [...], "acc": [...]} the envelope's values, or None.
+    A segment wide enough for its name is labelled with the method on top there.
     """
-    xs = [f for p in points for f in p["run_flops"] + [p["flops"]] if f]
-    ys = [a for p in points for a in p["run_acc"] + [p["acc"], p["acc_low"], p["acc_high"]] if a is not None]
-    panel = Panel(LogScale.nice(xs), LinearScale.nice(ys), _MAIN, "counted training FLOPs", "final held-out accuracy")
-    for p in points:
-        panel.points(p["run_flops"], p["run_acc"], p["colour"])
-    frontier = pareto_frontier([(p["flops"], p["acc"]) for p in points if p["flops"] and p["acc"] is not None])
-    if len(frontier) > 1:
-        fx, fy = [], []
-        for (f0, a0), (f1, _) in zip(frontier, frontier[1:]):
-            fx += [f0, f1]
-            fy += [a0, a0]
-        panel.line(fx + [frontier[-1][0]], fy + [frontier[-1][1]], "#333333", width=1.1, dash="5 3")
-    legend = []
-    for p in points:
-        if p["flops"] and p["acc"] is not None:
-            yerr = (p["acc_low"], p["acc_high"]) if p["acc_low"] is not None else None
-            panel.errorbar(p["flops"], p["acc"], p["colour"], yerr=yerr)
-            legend.append(LegendEntry(p["name"], p["colour"], "marker"))
-    legend.append(LegendEntry("Pareto frontier", "#333333", "dash"))
-    return render([panel], "Final accuracy against counted FLOPs", legend,
-                  "Each method's final accuracy and mean counted FLOPs; dots are single runs.")
+    xs = [f for s in series for f in s["flops"]]
+    ys = [a for s in series for a in s["acc"]]
+    panel = Panel(LogScale.nice(xs), LinearScale.nice(ys), _MAIN, "counted training FLOPs", "held-out accuracy")
+    for s in series:
+        panel.line(s["flops"], s["acc"], s["colour"], width=1.2, opacity=0.6)
+    if envelope is not None and segments:
+        ef, ea = np.asarray(envelope["flops"], dtype=float), np.asarray(envelope["acc"], dtype=float)
+        span = math.log10(max(xs) / min(xs)) if xs and min(xs) > 0 else 1.0
+        for seg in segments:
+            keep = (ef >= seg["start"]) & (ef <= seg["end"])
+            panel.line(ef[keep], ea[keep], seg["colour"], width=3.4)
+            if keep.sum() and math.log10(seg["end"] / seg["start"]) >= 0.12 * span:
+                mid = math.sqrt(seg["start"] * seg["end"])
+                panel.text(mid, float(np.interp(math.log10(mid), np.log10(ef), ea)), seg["name"], anchor="middle",
+                           limit=18, dy=-10)
+    legend = [LegendEntry(s["name"], s["colour"]) for s in series]
+    legend.append(LegendEntry("frontier (thick)", "#333333"))
+    return render([panel], "Pareto frontier of whole curves", legend,
+                  "Each method's aggregate accuracy against counted FLOPs (thin) and their upper envelope (thick), "
+                  "coloured by the method on top at each FLOP value.")
 
 
 def flops_breakdown(bars: list[dict], groups: Sequence[str]) -> str:
@@ -152,3 +146,49 @@ def method_curves(name: str, colour: str, runs: list[dict], series: dict, fit: d
         legend.append(LegendEntry("ScaleRL fit", "#222222", "dash"))
     return render([p], f"{name}: accuracy against FLOPs", legend,
                   "Held-out accuracy against counted FLOPs for every seed, the aggregate and its 95% band.")
+
+
+def _pieces(codes: np.ndarray, values: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) index ranges of one phase code with every value present: the lines of one trace.
+
+    codes, values: [S] a run's phase indices and one statistic (NaN where a step lacks it).
+    """
+    valid = ~np.isnan(values)
+    cut = np.flatnonzero((codes[1:] != codes[:-1]) | (valid[1:] != valid[:-1])) + 1
+    starts, ends = np.r_[0, cut], np.r_[cut, codes.size]
+    return [(int(a), int(b)) for a, b in zip(starts, ends) if valid[a]]
+
+
+def step_traces(name: str, traces: dict) -> str:
+    """Per-step statistics against counted FLOPs: a small panel per statistic, every seed a line coloured by phase.
+
+    traces: reports.method_page.step_series's output: {"stats", "phases", "runs": [{"seed", "flops" [S],
+    "phase" [S] (indices into phases), "values": {stat: [S], NaN where missing}}]}.
+    """
+    stats, runs = traces["stats"], traces["runs"]
+    cols = min(3, len(stats))
+    rows = math.ceil(len(stats) / cols)
+    cell_w, cell_h, plot_h = (WIDTH - 10) / cols, 162, 104
+    colour = [PARTS[i % len(PARTS)] for i in range(len(traces["phases"]))]
+    x_max = max([float(np.nanmax(r["flops"])) for r in runs if r["flops"].size] + [1.0])
+    panels = []
+    for j, stat in enumerate(stats):
+        left, top = 10 + (j % cols) * cell_w + 52, 58 + (j // cols) * cell_h
+        present = [v for v in (r["values"][stat] for r in runs) if np.isfinite(v).any()]
+        y = LinearScale.nice([float(np.nanmin(v)) for v in present] + [float(np.nanmax(v)) for v in present])
+        y.n_ticks = 4  # a small panel: fewer ticks than a full figure's five
+        x = LinearScale(0.0, x_max * 1.02, fmt=flops_label, n_ticks=3)
+        p = Panel(x, y, (left, top, cell_w - 52 - 14, plot_h), title=stat)
+        by_colour: dict[str, list] = {}
+        for r in runs:
+            for a, b in _pieces(r["phase"], r["values"][stat]):
+                by_colour.setdefault(colour[r["phase"][a]], []).append((r["flops"][a:b], r["values"][stat][a:b]))
+        for c, pieces in by_colour.items():
+            p.polylines(pieces, c, width=1.0, opacity=0.75)
+        panels.append(p)
+    height = 58 + rows * cell_h + 30
+    entries = [LegendEntry(ph or "(no phase)", colour[i], "line") for i, ph in enumerate(traces["phases"][:8])]
+    return render(panels, f"{name}: per-step traces against counted FLOPs", (),
+                  f"Training statistics of every step of each of {len(runs)} seeds, coloured by ledger phase; "
+                  "x: counted FLOPs after the step.", height=height,
+                  extra=legend(entries, 20, height - 22, horizontal=True))

@@ -15,9 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from reports.metrics import accuracy_per_pflop, distillation_share, self_teacher_reduction
+from reports.metrics import (
+    BUDGET_FRACTIONS, accuracy_at_fractions, area_under_curve, carry_flat, distillation_share, expert_tail_share,
+    gain_per_pflop_spent, plateau_distillation_share, self_teacher_reduction,
+)
 from reports.schema import RecordParseError, parse_record_text, validate_record
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # a result record is kilobytes; anything this big is not one
@@ -83,11 +87,19 @@ def load_many(runs_dirs: Iterable[Path | str]) -> tuple[list[dict[str, Any]], li
 
 
 BOARD_COLUMNS = ["profile", "suite", "difficulty", "suite_version", "budget_flops"]
+
+
+def fraction_column(fraction: float) -> str:
+    """The runs frame's column of accuracy at a fraction of the budget: 0.1 -> "accuracy_at_10pct"."""
+    return f"accuracy_at_{round(100 * fraction):d}pct"
+
+
+ACCURACY_AT = [fraction_column(f) for f in BUDGET_FRACTIONS]
 RUN_COLUMNS = [
     "run_id", "method", "suite", "difficulty", "profile", "suite_version", "suite_hash", "budget_flops", "seed",
-    "status", "n_domains", "base_accuracy", "final_accuracy", "final_mean_length", "counted_flops",
-    "shared_flops", "external_flops", "eval_flops", "accuracy_per_pflop", "distillation_share",
-    "self_teacher_reduction", "wall_s", "source",
+    "status", "n_domains", "base_accuracy", "final_accuracy", *ACCURACY_AT, "auc", "final_mean_length",
+    "counted_flops", "shared_flops", "external_flops", "eval_flops", "gain_per_pflop_spent", "distillation_share",
+    "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction", "check_size", "wall_s", "source",
 ]
 
 
@@ -95,7 +107,8 @@ RUN_COLUMNS = [
 class Frames:
     """The records as tables.
 
-    runs: one row per run (identity, board key, final numbers, per-run metrics).
+    runs: one row per run (identity, board key, final numbers, per-run metrics: accuracy at each
+        fraction of the budget, area under the curve, distillation shares, ...).
     curves: one row per evaluation (run_id, point, flops, accuracy, mean_length, wall_s, phase).
     ledger: one row per ledger row (run_id, category, phase, kind, model, flops, tokens, calls).
     domains: one row per run and domain (run_id, domain, base_accuracy, final_accuracy).
@@ -107,8 +120,18 @@ class Frames:
     domains: pd.DataFrame
 
 
+def _curve_metrics(r: dict[str, Any]) -> dict[str, float]:
+    """Accuracy at each fraction of the budget (the first is 10%) and the area under the curve, one run."""
+    f = np.fromiter((p["flops"] for p in r["curve"]), float, len(r["curve"]))
+    a = np.fromiter((p["accuracy"] for p in r["curve"]), float, len(r["curve"]))
+    f, a = carry_flat(f, a, r["budget_flops"])
+    at = accuracy_at_fractions(f, a, r["budget_flops"]).tolist()
+    return {**dict(zip(ACCURACY_AT, at)), "auc": area_under_curve(f, a, r["budget_flops"])}
+
+
 def _run_row(r: dict[str, Any]) -> dict[str, Any]:
     flops = r["flops"]
+    recovery = r.get("recovery") or {}
     return {
         "run_id": r["run_id"], "method": r["method"], "suite": r["suite"], "difficulty": r["difficulty"],
         "profile": r["profile"], "suite_version": r["suite_version"], "suite_hash": r["suite_hash"],
@@ -118,9 +141,13 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
         "final_mean_length": r["final_mean_length"],
         "counted_flops": float(flops["counted"]), "shared_flops": float(flops.get("shared", 0.0)),
         "external_flops": float(flops.get("external", 0.0)), "eval_flops": float(flops.get("eval", 0.0)),
-        "accuracy_per_pflop": accuracy_per_pflop(r["final_accuracy"], r["base_accuracy"], flops["counted"]),
+        **_curve_metrics(r),
+        "gain_per_pflop_spent": gain_per_pflop_spent(r["final_accuracy"], r["base_accuracy"], flops["counted"]),
         "distillation_share": distillation_share(r["ledger"]),
+        "distillation_share_plateau": plateau_distillation_share(r["curve"], r.get("eval_size"), len(r["domains"])),
+        "expert_tail_share": expert_tail_share(r.get("method_metrics"), r["ledger"]),
         "self_teacher_reduction": self_teacher_reduction(r.get("recovery")),
+        "check_size": recovery.get("check_size"),
         "wall_s": r.get("wall_s"), "source": r.get(SOURCE_KEY),
     }
 

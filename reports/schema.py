@@ -5,8 +5,11 @@ the leaderboard; it is the source of truth for what a valid record is (docs/reco
 rules). Structure and types come from JSON Schema (draft-07, compiled by `fastjsonschema`: about ten times
 faster than `jsonschema`, which matters at a thousand records; it names the first error only); the
 cross-field rules (status "complete", curve starts at 0 FLOPs and never goes back, base and final
-accuracy equal the first and last evaluations, the counted total equals the ledger's counted rows)
-are checked by hand afterwards.
+accuracy equal the first and last evaluations, the counted total equals the ledger's counted rows and
+stays within one step of the budget, per-step FLOPs never go back) are checked by hand afterwards.
+Fields added after version 1 was first published (`eval_size`, `curve[*].phase_flops`,
+`curve[*].ledger_phase`, `steps`, `method_metrics`, `max_step_flops`, more of `recovery`) are optional:
+older records stay valid.
 Non-finite numbers (NaN, Infinity) are rejected when the JSON is parsed (`parse_record_text`).
 """
 
@@ -41,8 +44,21 @@ _CURVE_POINT = {
         "domain_accuracy": _fraction_map,
         "domain_mean_length": _nonneg_map,
         "wall_s": _nonneg,
-        "phase": {"type": "string", "maxLength": MAX_NAME_CHARS},
+        "phase": {"type": "string", "maxLength": MAX_NAME_CHARS},  # a free label: start, milestone, boundary, ...
+        "ledger_phase": _name,  # the ledger phase running when the evaluation happened
+        "phase_flops": {"type": "object", "propertyNames": {"maxLength": MAX_NAME_CHARS},
+                        "additionalProperties": _nonneg},
     },
+}
+
+# One training step: the counted FLOPs after it, its ledger phase, and any numeric statistics
+_STEP = {
+    "type": "object",
+    "required": ["step", "flops"],
+    "properties": {"step": {"type": "integer", "minimum": 1}, "flops": _nonneg, "phase": _name},
+    # statistic names are not length-checked: a record has thousands of steps, each check costs ~2 us a key,
+    # and the names only reach the figure, escaped and truncated
+    "additionalProperties": {"type": ["number", "null"]},
 }
 
 _LEDGER_ROW = {
@@ -69,6 +85,9 @@ _RECOVERY = {
         "target": _fraction,
         "grpo_flops": {"type": ["number", "null"], "minimum": 0},
         "opd_flops": {"type": ["number", "null"], "minimum": 0},
+        "check_size": {"type": "integer", "minimum": 1},  # held-out prompts the recovery target was checked on
+        "teacher_accuracy": _fraction,
+        "lost_accuracy": _fraction,
     },
 }
 
@@ -119,6 +138,11 @@ RECORD_SCHEMA: dict[str, Any] = {
         "recovery": _RECOVERY,
         "provenance": _PROVENANCE,
         "wall_s": _nonneg,
+        "eval_size": {"type": "integer", "minimum": 1},  # held-out prompts per domain per evaluation
+        "steps": {"type": "array", "items": _STEP},
+        "method_metrics": {"type": "object", "propertyNames": {"maxLength": MAX_NAME_CHARS},
+                           "additionalProperties": {"type": ["number", "null"]}},
+        "max_step_flops": _nonneg,  # the largest counted FLOPs one step spent
         "throughput": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["flops", "seconds", "flop_per_s"],
             "properties": {"flops": _nonneg, "seconds": _nonneg, "flop_per_s": _nonneg, "mfu": _nonneg}}},
@@ -179,6 +203,20 @@ def _consistency(record: dict[str, Any]) -> list[str]:
         reasons.append(
             f"flops.counted ({record['flops']['counted']:.6g}) differs from the ledger's counted rows ({counted:.6g})"
         )
+    return reasons + _budget_and_steps(record)
+
+
+def _budget_and_steps(record: dict[str, Any]) -> list[str]:
+    """A run stops within one step of its budget; its steps' FLOPs never go back."""
+    reasons = []
+    step_flops, budget, counted = record.get("max_step_flops"), record["budget_flops"], record["flops"]["counted"]
+    # the runner checks the budget between steps, so the last step may cross it, by at most one step
+    if step_flops is not None and counted > (budget + step_flops) * (1 + _TOL) + 1.0:
+        reasons.append(f"flops.counted ({counted:.6g}) exceeds budget_flops ({budget:.6g}) by more than one step "
+                       f"(max_step_flops {step_flops:.6g}): the run trained past its budget")
+    flops = [s["flops"] for s in record.get("steps", ())]
+    if any(b < a for a, b in zip(flops, flops[1:])):
+        reasons.append("steps FLOPs go backwards; steps must be in order of cumulative counted FLOPs")
     return reasons
 
 

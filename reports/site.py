@@ -15,6 +15,7 @@ methods that left the leaderboard do not linger; nothing else in out_dir is touc
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
@@ -27,15 +28,28 @@ import jinja2
 import pandas as pd
 
 from reports import figures, plots
-from reports.boards import Board, build_boards, curves_by_run
+from reports.boards import Board, build_boards, curves_by_run, gain_name
 from reports.findings import PAPER, findings
 from reports.formatting import Slugs, csv_safe, is_safe_slug
+from reports.leaders import board_leads, lead_sentence
+from reports.method_page import method_view
 from reports.records import SOURCE_KEY, Frames, load_many, to_frames
-from reports.views import COLUMNS, board_view, claims_view, method_href, method_view, plot_jobs
+from reports.views import board_view, claims_view, method_href, method_plot_paths, plot_jobs
 
 _HERE = Path(__file__).parent
 SITE_SCHEMA = "opd-bench-site/1"
-RESULTS_SCHEMA = "opd-bench-results/1"
+# 2: matched-FLOP and matched-accuracy metrics at several targets; accuracy_per_pflop is gain_per_pflop_spent
+RESULTS_SCHEMA = "opd-bench-results/2"
+NOTES = {
+    "metrics": "Definitions: docs/metrics.md. Each value is an aggregate over seeds (interquartile mean from 3 "
+               "seeds, else the mean) with a 95% percentile-bootstrap interval (_low, _high) that resamples "
+               "whole runs.",
+    "targets": "tau_k = base + k x (reference final - base) for k in 0.5, 0.75, 0.9 (k50, k75, k90); "
+               "reference = grpo-joint on the same board.",
+    "gain_per_pflop_spent": "gain_per_pflop_spent = (final - base accuracy) / counted PFLOPs. It rewards stopping "
+                            "early: a run that stops after a small gain beats one that goes on to a larger gain. "
+                            "Do not rank methods by it; compare at matched FLOPs or matched accuracy instead.",
+}
 
 
 @dataclass
@@ -90,6 +104,13 @@ class _Writer:
         path.write_text(text, encoding="utf-8", errors="replace")  # a lone surrogate from JSON "\\ud800"
         self.written.append(rel)
 
+    def copy(self, rel: str, source: Path) -> None:
+        """Copy a file's bytes (a record just read and validated: no need to encode it again)."""
+        path = self._checked(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, path)
+        self.written.append(rel)
+
     def keep(self, rel: str) -> None:
         """List a file that is already in place (a record the site is being rebuilt from)."""
         self._checked(rel)
@@ -134,11 +155,13 @@ def _write_records(records: list[dict[str, Any]], writer: _Writer) -> list[str]:
     slugs, out = Slugs(), []
     for r in records:
         rel = f"records/{slugs(r['run_id'])}.json"
-        if (writer.root / rel).resolve() == Path(r[SOURCE_KEY]).resolve():
+        source = Path(r[SOURCE_KEY])
+        if (writer.root / rel).resolve() == source.resolve():
             writer.keep(rel)  # rebuilding from this very file: it is the record
         else:
-            # compact: json's C encoder only runs without indent, 2.5x faster over a thousand records
-            writer.write(rel, json.dumps({k: v for k, v in r.items() if k != SOURCE_KEY}, ensure_ascii=False))
+            # the file as read: records carry their per-step traces, and encoding a thousand of them
+            # again took ~0.5 s of a build
+            writer.copy(rel, source)
         out.append(rel)
     return out
 
@@ -149,23 +172,33 @@ def _results_json(boards: list[Board], slugs: dict, claims, skipped, generated: 
         methods = [{
             "method": m.method, "is_reference": m.is_reference, "n_seeds": m.n_seeds, "seeds": m.seeds,
             "run_ids": m.run_ids,
-            "metrics": {a: getattr(m, a).to_dict() for a in [c[0] for c in COLUMNS] +
-                        ["counted_flops", "base_accuracy", "self_teacher_reduction"]},
+            "metrics": {name: est.to_dict() for name, est in m.metrics().items()},
             "fit": None if m.fit is None else {"asymptote": m.fit.asymptote, "efficiency": m.fit.efficiency,
                                                "midpoint_flops": m.fit.midpoint_flops, "rmse": m.fit.rmse},
             "domain_accuracy": m.domain_accuracy,
         } for m in b.methods]
         out.append({**{k: v for k, v in vars(b.key).items()}, "slug": slugs[tuple(vars(b.key).values())],
-                    "n_domains": b.n_domains, "reference": b.reference, "target": b.target,
+                    "n_domains": b.n_domains, "reference": b.reference,
+                    "targets": {gain_name(k): tau for k, tau in b.targets.items()},
+                    "frontier": [{"method": n, "from_flops": lo, "to_flops": hi} for n, lo, hi in
+                                 (b.frontier.segments if b.frontier else [])],
+                    "leads": lead_sentence(board_leads(b)),
                     "warnings": b.warnings, "methods": methods})
-    claims_out = [{"number": c.number, "title": c.title, "paper": c.paper, "verdict": c.verdict, "rows": [
-        {"board": r.board, "measure": r.measure, "paper": r.paper, "estimate": r.estimate.to_dict(),
-         "verdict": r.verdict, "note": r.note} for r in c.rows]} for c in claims]
-    return {"schema": RESULTS_SCHEMA, "generated": generated, "boards": out, "findings": claims_out,
+    claims_out = [{"number": c.number, "title": c.title, "paper": c.paper, "verdict": c.verdict, "basis": c.basis,
+                   "rows": [{"board": r.board, "measure": r.measure, "paper": r.paper,
+                             "estimate": r.estimate.to_dict(), "verdict": r.verdict, "decides": r.decides,
+                             "note": r.note} for r in c.rows]}
+                  for c in claims]
+    return {"schema": RESULTS_SCHEMA, "generated": generated, "notes": NOTES, "boards": out, "findings": claims_out,
             "skipped": [{"path": str(p), "reason": r} for p, r in skipped]}
 
 
 def _results_csv(results: dict[str, Any]) -> str:
+    """One row per method and board; first, lines starting with "# " say what the columns mean.
+
+    Read it with `pandas.read_csv(path, skiprows=n)`, n the number of leading "# " lines (they are
+    before the header, so no cell is ever taken for a comment).
+    """
     rows = []
     for b in results["boards"]:
         for m in b["methods"]:
@@ -175,13 +208,15 @@ def _results_csv(results: dict[str, Any]) -> str:
                 row.update({name: est["value"], f"{name}_low": est["low"], f"{name}_high": est["high"]})
                 row[f"{name}_stat"] = est["stat"]
             rows.append({k: csv_safe(v) for k, v in row.items()})
-    return pd.DataFrame(rows).to_csv(index=False)
+    notes = "".join(f"# {v}\n" for v in results["notes"].values())
+    return notes + pd.DataFrame(rows).to_csv(index=False)
 
 
 def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, Any]], writer: _Writer,
                   env: jinja2.Environment, common: dict[str, Any]) -> tuple[list[dict], list[dict], dict]:
     """Every board's figures and method pages; returns (pages, board views, board key -> slug)."""
     by_id = {r["run_id"]: r for r in records}
+    steps = {r["run_id"]: r.get("steps") for r in records}
     curves = curves_by_run(frames.curves)
     board_slugs, method_slugs = Slugs(), Slugs()
     slug_of = {tuple(vars(b.key).values()): board_slugs(f"{b.key.suite}-{b.key.difficulty}-{b.key.profile}")
@@ -192,11 +227,15 @@ def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, A
         slug = slug_of[tuple(vars(b.key).values())]
         ms = {m.method: method_slugs(m.method) for m in b.methods}
         views.append(board_view(b, slug, ms))
-        for rel, func, kwargs in plot_jobs(b, slug, ms, plots.palette(list(ms)), curves, frames.domains):
+        drawn = set()
+        for rel, func, kwargs in plot_jobs(b, slug, ms, plots.palette(list(ms)), curves, frames.domains, steps):
             writer.draw(rel, func, kwargs)
+            drawn.add(rel)
         for m in b.methods:
             rel = method_href(slug, ms[m.method])
-            view = method_view(b, m, [by_id[r] for r in m.run_ids], f"../../plots/{slug}/m-{ms[m.method]}.svg")
+            curves_svg, steps_svg = method_plot_paths(slug, ms[m.method])
+            view = method_view(b, m, [by_id[r] for r in m.run_ids], f"../../{curves_svg}",
+                               f"../../{steps_svg}" if steps_svg in drawn else None)
             writer.write(rel, env.get_template("method.html").render(
                 root="../../", m=view, board_href=f"../../index.html#{slug}", **common))
             pages.append({"path": rel, "kind": "method", "title": f"{m.method} on {b.label}",
@@ -231,7 +270,7 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
         common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER}
         pages, views, slug_of = _write_boards(boards, frames, records, writer, env, common)
         writer.write("index.html", env.get_template("index.html").render(
-            root="", boards=views, columns=COLUMNS, skipped=[(str(p), r) for p, r in skipped], **common))
+            root="", boards=views, skipped=[(str(p), r) for p, r in skipped], **common))
         writer.write("findings.html", env.get_template("findings.html").render(
             root="", claims=claims_view(claims, slug_of), **common))
         results = _results_json(boards, slug_of, claims, skipped, generated)

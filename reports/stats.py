@@ -1,4 +1,4 @@
-"""Aggregation over seeds: point estimates with 95% bootstrap intervals (DESIGN section 3, Seeds).
+"""Aggregation over seeds: point estimates with 95% bootstrap intervals (docs/metrics.md, "Intervals").
 
 With 3 or more seeds the point estimate is the interquartile mean (as rliable's `aggregate_iqm`) and the
 interval a percentile bootstrap over runs; with 2 seeds the plain mean and the same bootstrap; with one
@@ -7,11 +7,11 @@ per run, so rliable's stratified bootstrap (resample runs within each task) is a
 the runs; it is done here in numpy, vectorised, because `rliable.library` cannot be imported next to
 pandas 3 (its `arch` dependency fails at import) and it draws from numpy's global random state.
 
-Curve metrics (FLOPs to target, savings) resample whole runs: each replicate aggregates the resampled
-runs' curves point by point on a shared FLOP grid, then reads the metric off the aggregate curve. The
-point estimate uses every evaluation of every run; replicates use at most 48 of those grid points
-(`CurveSet.thinned`), which keeps a 1,000-run build fast and moves interval ends by far less than
-their width.
+Curve metrics (FLOPs to target, savings, the reference's accuracy at a method's spend) resample whole
+runs: each replicate aggregates the resampled runs' curves point by point on a shared FLOP grid, then
+reads the metric off the aggregate curve. The point estimate uses every evaluation of every run;
+replicates use at most 48 of those grid points (`CurveSet.thinned`), which keeps a 1,000-run build
+fast and moves interval ends by far less than their width.
 """
 
 from __future__ import annotations
@@ -114,8 +114,23 @@ def interval(replicates: np.ndarray) -> tuple[float, float] | tuple[None, None]:
     return float(lo), float(hi)
 
 
-def _stat_name(n: int) -> str:
+def stat_name(n: int) -> str:
+    """The statistic a point estimate of n runs is: "single", "mean" (2 runs) or "iqm"."""
     return "single" if n == 1 else ("iqm" if n >= IQM_MIN_SEEDS else "mean")
+
+
+def from_replicates(value: float | None, replicates: np.ndarray | None, n: int) -> Estimate:
+    """An Estimate from a point value and its bootstrap replicates (None: one run, no interval).
+
+    value None (undefined, e.g. a target the aggregate never reaches) keeps the interval of the
+    replicates that are defined; non-finite replicates give an unbounded end (`interval`).
+    """
+    if value is not None and not math.isfinite(value):
+        value = None
+    if replicates is None or n < 2:
+        return Estimate(value, None, None, n, stat_name(n))
+    lo, hi = interval(replicates)
+    return Estimate(value, lo, hi, n, stat_name(n))
 
 
 def estimate(values: Sequence[float | None], rng: np.random.Generator, reps: int = DEFAULT_REPS) -> Estimate:
@@ -128,7 +143,7 @@ def estimate(values: Sequence[float | None], rng: np.random.Generator, reps: int
     if n == 1:
         return Estimate(value, None, None, 1, "single")
     lo, hi = interval(aggregate(x[resample_indices(n, rng, reps)], axis=1))
-    return Estimate(value, lo, hi, n, _stat_name(n))
+    return Estimate(value, lo, hi, n, stat_name(n))
 
 
 def _combine(op: str, x, y):
@@ -159,7 +174,7 @@ def estimate_pair(
     with np.errstate(divide="ignore", invalid="ignore"):
         replicates = _combine(op, aggregate(x[ix], axis=1), aggregate(y[iy], axis=1))
     lo, hi = interval(np.where(np.isfinite(replicates), replicates, np.nan))
-    return Estimate(value, lo, hi, n, _stat_name(n))
+    return Estimate(value, lo, hi, n, stat_name(n))
 
 
 @dataclass(frozen=True)

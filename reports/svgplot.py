@@ -56,6 +56,7 @@ class LinearScale:
     lo: float
     hi: float
     fmt: Callable[[float], str] | None = None  # tick label format; default 3 significant digits
+    n_ticks: int = 5  # about this many ticks (fewer for a small panel)
 
     def __post_init__(self) -> None:
         if not self.hi > self.lo:
@@ -66,8 +67,8 @@ class LinearScale:
         """Position in [0, 1] of a value, or of an array of values."""
         return (np.asarray(v, dtype=float) - self.lo) / (self.hi - self.lo)
 
-    def ticks(self, target: int = 5) -> list[float]:
-        raw = (self.hi - self.lo) / target
+    def ticks(self, target: int | None = None) -> list[float]:
+        raw = (self.hi - self.lo) / (target or self.n_ticks)
         mag = 10 ** math.floor(math.log10(raw))
         step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
         first = math.ceil(self.lo / step - 1e-9) * step
@@ -127,6 +128,7 @@ class Panel:
     xlabel: str = ""
     ylabel: str = ""
     y_ticks: bool = True
+    title: str = ""  # drawn above the box: a small multiple's name
     parts: list[str] = field(default_factory=list)
 
     def px(self, v):
@@ -137,12 +139,22 @@ class Panel:
         return self.box[1] + self.box[3] * (1 - np.clip(self.y.frac(v), -0.05, 1.05))
 
     def _coords(self, xs, ys) -> list[str]:
-        """'x,y' strings for points, vectorised: figures of a 1,000-run site have ~10^5 points."""
-        pairs = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
-        if not pairs:
-            return []
-        x, y = np.array(pairs, dtype=float).T
-        return [f"{a:.1f},{b:.1f}" for a, b in zip(self.px(x).tolist(), self.py(y).tolist())]
+        """'x,y' strings for points, vectorised: figures of a 1,000-run site have ~10^6 points.
+
+        Points with a missing (None or NaN) coordinate are left out.
+        """
+        if isinstance(xs, np.ndarray) and isinstance(ys, np.ndarray):
+            x, y = xs.astype(float), ys.astype(float)
+        else:
+            pairs = [(a, b) for a, b in zip(xs, ys) if a is not None and b is not None]
+            if not pairs:
+                return []
+            x, y = np.array(pairs, dtype=float).T
+        keep = ~(np.isnan(x) | np.isnan(y))
+        xy = np.empty(2 * int(keep.sum()))
+        xy[0::2], xy[1::2] = self.px(x[keep]), self.py(y[keep])
+        # one %-format over the whole array: ~2x faster than an f-string per point
+        return (("%.1f,%.1f\n" * (xy.size // 2)) % tuple(xy.tolist())).split("\n")[:-1]
 
     def line(self, xs, ys, colour: str, width: float = 1.6, dash: str = "", opacity: float = 1.0) -> None:
         pts = " ".join(self._coords(xs, ys))
@@ -150,6 +162,26 @@ class Panel:
             extra = f' stroke-dasharray="{dash}"' if dash else ""
             self.parts.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="{width}"'
                               f' stroke-opacity="{opacity}" stroke-linejoin="round"{extra}/>')
+
+    def polylines(self, pieces: Sequence[tuple[np.ndarray, np.ndarray]], colour: str, width: float = 1.0,
+                  opacity: float = 1.0) -> None:
+        """Unconnected lines of one colour as one SVG path: a figure with thousands of short traces stays
+        one element per colour, and its points are formatted in one call. pieces: [(xs [n], ys [n])]."""
+        clean = []
+        for xs, ys in pieces:
+            x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+            keep = ~(np.isnan(x) | np.isnan(y))
+            if keep.sum() > 1:  # one point draws nothing
+                clean.append((x[keep], y[keep]))
+        if not clean:
+            return
+        coords = self._coords(np.concatenate([x for x, _ in clean]), np.concatenate([y for _, y in clean]))
+        d, start = [], 0
+        for x, _ in clean:
+            d.append(f"M{coords[start]}L{' '.join(coords[start + 1:start + x.size])}")
+            start += x.size
+        self.parts.append(f'<path d="{"".join(d)}" stroke="{colour}" stroke-width="{width}" '
+                          f'stroke-opacity="{opacity}" stroke-linejoin="round"/>')
 
     def band(self, xs, lo, hi, colour: str, opacity: float = 0.16) -> None:
         upper, lower = self._coords(xs, hi), self._coords(xs, lo)
@@ -184,8 +216,9 @@ class Panel:
         self.parts.append(f'<rect x="{_n(left)}" y="{_n(top)}" width="{_n(right - left)}" height="{_n(bottom - top)}"'
                           f' fill="{colour}">{tip}</rect>')
 
-    def text(self, x: float, y: float, label: str, anchor: str = "end", limit: int = 24) -> None:
-        self.parts.append(f'<text x="{_n(self.px(x))}" y="{_n(self.py(y))}" text-anchor="{anchor}" '
+    def text(self, x: float, y: float, label: str, anchor: str = "end", limit: int = 24, dy: float = 0.0) -> None:
+        """A label at data coordinates (x, y), moved dy pixels down (negative: up)."""
+        self.parts.append(f'<text x="{_n(self.px(x))}" y="{_n(self.py(y) + dy)}" text-anchor="{anchor}" '
                           f'dominant-baseline="middle">{_esc(label, limit)}</text>')
 
     def axes(self) -> str:
@@ -200,6 +233,8 @@ class Panel:
             out.append(f'<path class="g" d="M{_n(x)} {_n(top)}v{_n(h)}"/><text class="m" x="{_n(x)}" '
                        f'y="{_n(top + h + 16)}" text-anchor="middle">{_esc(self.x.label(t))}</text>')
         out.append(f'<path class="a" d="M{_n(left)} {_n(top)}V{_n(top + h)}H{_n(left + w)}"/>')
+        if self.title:
+            out.append(f'<text x="{_n(left)}" y="{_n(top - 8)}" font-weight="600">{_esc(self.title, 40)}</text>')
         if self.xlabel:
             out.append(f'<text x="{_n(left + w / 2)}" y="{_n(top + h + 34)}" '
                        f'text-anchor="middle">{_esc(self.xlabel, 80)}</text>')

@@ -1,8 +1,12 @@
 """Synthetic, schema-valid result records for the report's tests and benchmark (tests only).
 
-The real runner is not ready yet; these records follow docs/records.md and give each method the
-behaviour the paper reports (OPD reaches the reference's accuracy sooner, an external teacher
-lengthens answers, self-GRPO recovers cheaply), with seed noise, so the metrics have something to find.
+These records follow docs/records.md, optional fields included (eval_size, per-evaluation
+phase_flops and ledger_phase, steps, method_metrics, max_step_flops, the recovery check size), and
+give each method the behaviour the paper reports, with seed noise, so the metrics have something to
+find: OPD's experts leave the student at the base model until distillation, which then overtakes
+joint GRPO with fewer FLOPs and stops early; an external teacher lengthens answers; self-GRPO
+recovers cheaply. Evaluations follow the runner's milestones: 0, 1%, 2%, 5%, then every 10% of the
+budget; opd-multi adds a boundary point where distillation starts and denser points during it.
 
     make_record(method="opd-multi", suite="math_code", seed=0)  -> dict
     make_sweep(1000)                                           -> list of dicts
@@ -30,43 +34,123 @@ _SHAPE = {
     "self-grpo": (0.29, 0.20, 1.05),
     "sft": (0.18, 0.15, 1.20),
 }
+MILESTONES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+EVAL_SIZE = 1000  # held-out prompts per domain per evaluation, the tiny profile's
+DISTILL_EVALS = 8  # opd-multi evaluates this often during distillation
+STEPS = 120  # training steps of a run, split over its phases by FLOPs (at least 12 a phase)
 
 
-def _curve(rng, base: float, gain: float, mid: float, budget: float, stop: float, length: float) -> list[dict]:
-    points = []
-    fractions = [0.0] + [round(0.1 * k, 1) for k in range(1, 11) if 0.1 * k <= stop + 1e-9]
-    for i, frac in enumerate(fractions):
-        # evaluations happen just after each tenth of the budget is spent (a step overshoots it)
-        flops = 0.0 if frac == 0 else min(frac * budget * (1 + 0.004 * rng.random()), budget)
-        acc = base if frac == 0 else base + gain / (1 + (mid / frac) ** 1.3) + rng.normal(0, 0.01)
-        points.append({"flops": flops, "accuracy": float(np.clip(acc, 0, 1)),
-                       "mean_length": round(length * (1 + 0.05 * i / 10) + rng.normal(0, 0.05), 4),
-                       "wall_s": 10.0 * i, "phase": "start" if i == 0 else "train"})
-    return points
-
-
-def _ledger(method: str, domains: list[str], counted: float, rng) -> list[dict[str, Any]]:
-    """Counted rows that add up to `counted`, split by the phases this method uses."""
+def _plan(method: str, domains: list[str], counted: float, rng) -> list[tuple[str, float]]:
+    """The run's ledger phases in the order it ran them, with the counted FLOPs of each."""
     n = len(domains)
     if method == "opd-multi":
         share = 0.052 if n <= 2 else 0.080  # the paper's distillation shares
-        phases = [(f"expert:{d}", 1 / n / (1 + share)) for d in domains] + [("distill", share / (1 + share))]
-    elif method == "self-grpo":
-        phases = [(f"stage:{d}", 0.9 / n) for d in domains] + [("distill", 0.1)]
-    elif method == "opd-external":
-        phases = [("distill", 1.0)]
+        experts = counted / (1 + share)
+        return [(f"expert:{d}", experts / n) for d in domains] + [("distill", experts * share)]
+    if method == "self-grpo":
+        return [(f"stage:{d}", 0.9 * counted / n) for d in domains] + [("distill", 0.1 * counted)]
+    return [("distill" if method == "opd-external" else "train", counted)]
+
+
+def _phase_at(plan: list[tuple[str, float]], flops: float) -> tuple[str, dict[str, float]]:
+    """The phase running after `flops` counted FLOPs (at a phase's end: that phase), and each phase's FLOPs so far."""
+    spent, phases, running = 0.0, {}, plan[0][0]
+    for phase, total in plan:
+        if phases and flops <= spent:  # this phase has not started yet
+            break
+        phases[phase] = float(max(0.0, min(total, flops - spent)))
+        running = phase
+        spent += total
+    return running, phases
+
+
+def _opd_multi_points(rng, base: float, gain: float, budget: float, plan) -> list[tuple[float, float, str]]:
+    """(flops, accuracy, label): the base model until distillation, then a rise that levels off at 3/4 of it."""
+    experts = sum(f for p, f in plan if p != "distill")
+    distill = plan[-1][1]
+    points = [(frac * budget, base, "start" if frac == 0 else "milestone") for frac in MILESTONES
+              if frac * budget < experts]
+    points.append((experts, base, "boundary"))  # the end of the last expert: the student distillation starts from
+    for t in np.linspace(1, DISTILL_EVALS, DISTILL_EVALS) / DISTILL_EVALS:
+        rise = 1 - (1 - min(t / 0.75, 1.0)) ** 2
+        points.append((experts + t * distill, base + gain * rise + rng.normal(0, 0.004), "distill"))
+    return points
+
+
+def _curve(rng, method: str, base: float, budget: float, stop: float, length: float, plan) -> list[dict]:
+    gain, mid, _ = _SHAPE.get(method, (0.2, 0.25, 1.1))
+    counted = sum(f for _, f in plan)
+    if method == "opd-multi":
+        raw = _opd_multi_points(rng, base, gain, budget, plan)
     else:
-        phases = [("train", 1.0)]
+        fracs = [f for f in MILESTONES if f <= stop + 1e-9]
+        raw = []
+        for frac in fracs:
+            # evaluations happen just after each milestone is spent (a step overshoots it)
+            flops = 0.0 if frac == 0 else min(frac * budget * (1 + 0.004 * rng.random()), counted)
+            acc = base if frac == 0 else base + gain / (1 + (mid / frac) ** 1.3) + rng.normal(0, 0.01)
+            raw.append((flops, acc, "start" if frac == 0 else "milestone"))
+        raw[-1] = (counted, raw[-1][1], "final")  # the last evaluation is after the last charge
+    points = []
+    for i, (flops, acc, label) in enumerate(raw):
+        running, phases = _phase_at(plan, flops)
+        points.append({"flops": flops, "accuracy": float(np.clip(acc, 0, 1)),
+                       "mean_length": round(length * (1 + 0.05 * i / 10) + rng.normal(0, 0.05), 4),
+                       "wall_s": 10.0 * i, "phase": label, "ledger_phase": running, "phase_flops": phases})
+    return points
+
+
+def _ledger(plan: list[tuple[str, float]], rng) -> list[dict[str, Any]]:
+    """Counted rows per phase and kind that add up to each phase's FLOPs."""
     rows = []
-    for phase, frac in phases:
-        kinds = {"rollout": 0.45, "score": 0.20, "update": 0.35}
-        for kind, k_frac in kinds.items():
+    for phase, flops in plan:
+        for kind, k_frac in {"rollout": 0.45, "score": 0.20, "update": 0.35}.items():
             model = phase if phase.startswith(("expert:", "stage:")) else "student"
             if phase == "distill" and kind == "score":
                 model = "teacher"
             rows.append({"category": "counted", "phase": phase, "kind": kind, "model": model,
-                         "flops": counted * frac * k_frac, "tokens": int(rng.integers(1e4, 1e6)), "calls": 10})
+                         "flops": flops * k_frac, "tokens": int(rng.integers(1e4, 1e6)), "calls": 10})
     return rows
+
+
+def _steps(plan: list[tuple[str, float]], rng) -> list[dict[str, Any]]:
+    """Per-step statistics: GRPO phases log rewards and clipping, distillation its reverse KL."""
+    steps, spent = [], 0.0
+    counted = sum(f for _, f in plan)
+    for phase, flops in plan:
+        n = max(12, round(STEPS * flops / counted))
+        for i in range(n):
+            t = (i + 1) / n
+            spent = min(spent + flops / n, counted)
+            row = {"step": len(steps) + 1, "flops": spent, "phase": phase,
+                   "loss": float(abs(rng.normal(0.5 * (1 - t), 0.05))), "grad_norm": float(abs(rng.normal(1.0, 0.2))),
+                   "mean_length": float(3.2 + rng.normal(0, 0.1))}
+            if phase == "distill":
+                row["reverse_kl"] = float(0.8 * np.exp(-4 * t) + abs(rng.normal(0, 0.02)))
+            else:
+                row.update(reward=float(np.clip(0.3 + 0.4 * t + rng.normal(0, 0.05), 0, 1)),
+                           zero_adv_share=float(np.clip(0.6 - 0.3 * t + rng.normal(0, 0.05), 0, 1)),
+                           clip_frac=float(abs(rng.normal(0.05, 0.01))))
+            steps.append(row)
+    steps[-1]["flops"] = counted  # the ledger's total after the last step, to the FLOP
+    return steps
+
+
+def _counted(method: str, budget: float, stop: float, n_domains: int, rng) -> float:
+    """Counted FLOPs of the whole run: opd-multi's experts take 40-46% of the budget, then it distils and stops."""
+    if method == "opd-multi":
+        share = 0.052 if n_domains <= 2 else 0.080
+        return budget * float(rng.uniform(0.40, 0.46)) * (1 + share)
+    return min(max(stop, 0.01) * budget * (1 + 0.004 * rng.random()), budget)
+
+
+def _recovery(method: str, domains: list[str], base: float, budget: float, rng) -> dict | None:
+    if method != "self-grpo":
+        return None
+    grpo = budget * 0.05
+    return {"domain": domains[0], "target": base + 0.1, "grpo_flops": grpo,
+            "opd_flops": grpo / float(rng.uniform(8, 40)), "check_size": 512, "teacher_accuracy": base + 0.12,
+            "lost_accuracy": base - 0.05}
 
 
 def make_record(
@@ -78,19 +162,16 @@ def make_record(
     key = f"{method}|{suite}|{difficulty}|{profile}|{seed}".encode("utf-8", "surrogatepass")
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
     domains = SUITES.get(suite, ["math"])
-    gain, mid, length_factor = _SHAPE.get(method, (0.2, 0.25, 1.1))
     base = 0.31 if base_accuracy is None else base_accuracy
-    curve = _curve(rng, base, gain, mid, budget_flops, stop_fraction, 3.2 * length_factor)
-    counted = curve[-1]["flops"]
-    ledger = _ledger(method, domains, counted, rng)
+    counted = _counted(method, budget_flops, stop_fraction, len(domains), rng)
+    plan = _plan(method, domains, counted, rng)
+    ledger = _ledger(plan, rng)
     counted = sum(r["flops"] for r in ledger)
-    curve[-1]["flops"] = counted  # the last evaluation is after the last charge
+    curve = _curve(rng, method, base, budget_flops, stop_fraction, 3.2 * _SHAPE.get(method, (0, 0, 1.1))[2], plan)
+    curve[-1]["flops"] = counted
+    steps = _steps(plan, rng)
     final = curve[-1]["accuracy"]
-    recovery = None
-    if method == "self-grpo":
-        grpo = budget_flops * 0.05
-        recovery = {"domain": domains[0], "target": base + 0.1, "grpo_flops": grpo,
-                    "opd_flops": grpo / float(rng.uniform(8, 40))}
+    experts = sum(f for p, f in plan if p.startswith("expert:"))
     record = {
         "schema_version": 1, "run_id": f"{method}__{suite}-{difficulty}__{profile}__s{seed}",
         "method": method, "method_config": {"lr": 1e-5, "group_size": 8, "note": "synthetic"},
@@ -102,7 +183,11 @@ def make_record(
         "final_mean_length": curve[-1]["mean_length"], "curve": curve, "ledger": ledger,
         "flops": {"counted": counted, "shared": 1e13, "eval": 4e12,
                   "external": 5e14 if method == "opd-external" else 0.0},
-        "recovery": recovery,
+        "recovery": _recovery(method, domains, base, budget_flops, rng),
+        "eval_size": EVAL_SIZE, "steps": steps,
+        "max_step_flops": float(np.max(np.diff([0.0] + [s["flops"] for s in steps]))),
+        "method_metrics": {"expert_tail_flops": 0.15 * experts, "distill_stop_flops": plan[-1][1]}
+        if method == "opd-multi" else {},
         "provenance": {"code_hash": "c0de" * 10, "suite_hash": "ab" * 32, "model_hashes": {"base": "ba5e" * 8},
                        "packages": {"torch": "2.13.0", "transformers": "5.0.0"},
                        "hardware": {"cpu": "synthetic", "cores": 2, "gpu": None},
@@ -132,4 +217,3 @@ def write_runs(records: list[dict], runs_dir: Path) -> Path:
         run_dir.mkdir(exist_ok=True)
         (run_dir / "summary.json").write_text(json.dumps(record), encoding="utf-8")
     return runs_dir
-

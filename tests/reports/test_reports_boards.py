@@ -1,9 +1,11 @@
 """Boards and findings on hand-made runs whose metrics are known."""
 
+import numpy as np
 import pytest
 
 from reports.boards import build_boards, phase_group
 from reports.findings import FAILS, HOLDS, NOT_MEASURED, UNSURE, direction, findings, within_factor
+from reports.leaders import board_leads, lead_sentence
 from reports.records import to_frames
 from reports.stats import Estimate
 from tests.reports.factory import make_record, make_sweep
@@ -12,8 +14,11 @@ BUDGET = 1e14
 FLOPS = [0.0, 1e12, 1e13, 1e14]
 
 
-def _run(method, seed, acc, flops=FLOPS, length=3.0, **kw):
+def _run(method, seed, acc, flops=FLOPS, length=3.0, counted=None, **kw):
+    """A record with this curve; counted: its counted FLOPs (default: the factory's own run's)."""
     curve = [{"flops": f, "accuracy": a, "mean_length": length} for f, a in zip(flops, acc)]
+    if counted is not None:
+        kw["flops"] = {"counted": counted}
     return make_record(method, seed=seed, budget_flops=BUDGET, curve=curve, base_accuracy=acc[0],
                        final_accuracy=acc[-1], final_mean_length=length, **kw)
 
@@ -24,20 +29,35 @@ def _board(records):
     return boards[0]
 
 
-def test_target_ftt_and_savings_match_a_hand_computation():
-    records = [_run("grpo-joint", s, [0.2, 0.3, 0.4, 0.5]) for s in range(3)]
-    records += [_run("opd-multi", s, [0.2, 0.4, 0.5, 0.6], length=4.5) for s in range(3)]
+def test_targets_ftt_and_savings_match_a_hand_computation():
+    records = [_run("grpo-joint", s, [0.2, 0.3, 0.4, 0.5], counted=1e14) for s in range(3)]
+    records += [_run("opd-multi", s, [0.2, 0.4, 0.5, 0.6], length=4.5, counted=5e13) for s in range(3)]
     board = _board(records)
-    assert board.reference == "grpo-joint" and board.target == pytest.approx(0.5)
+    # targets from the reference's gain: base 0.2, final 0.5 -> tau_k = 0.2 + k x 0.3
+    assert board.reference == "grpo-joint"
+    assert board.targets == pytest.approx({0.5: 0.35, 0.75: 0.425, 0.9: 0.47})
     ref, opd = board.method("grpo-joint"), board.method("opd-multi")
     assert board.methods[0] is ref  # the reference leads the table
-    assert ref.flops_to_target.value == pytest.approx(1e14)
-    assert opd.flops_to_target.value == pytest.approx(1e13)
-    assert opd.savings.value == pytest.approx(0.9)
-    assert (ref.savings.value, ref.savings.low, ref.savings.high) == (0.0, 0.0, 0.0)
+    # the reference: 0.35 halfway from 1e12 to 1e13 in log10; 0.425 and 0.47 between 1e13 and 1e14
+    assert [ref.flops_to_target[k].value for k in (0.5, 0.75, 0.9)] == pytest.approx([10**12.5, 10**13.25, 10**13.7])
+    # opd-multi, a non-reference method, reaches every target: 0.35 on the segment from the base point
+    # (linear in FLOPs: 0.75 of the way to 1e12), the others in log10 FLOPs between 1e12 and 1e13
+    assert [opd.flops_to_target[k].value for k in (0.5, 0.75, 0.9)] == pytest.approx([7.5e11, 10**12.25, 10**12.7])
+    assert opd.savings[0.5].value == pytest.approx(1 - 7.5e11 / 10**12.5)
+    assert opd.savings[0.75].value == pytest.approx(0.9) and opd.savings[0.9].value == pytest.approx(0.9)
+    for k in (0.5, 0.75, 0.9):
+        assert (ref.savings[k].value, ref.savings[k].low, ref.savings[k].high) == (0.0, 0.0, 0.0)
     assert opd.length_ratio.value == pytest.approx(1.5)
     assert opd.final_accuracy.value == pytest.approx(0.6) and opd.final_accuracy.stat == "iqm"
-    assert opd.accuracy_per_pflop.value == pytest.approx(0.4 / (opd.counted_flops.value / 1e15))
+    # at matched FLOPs: 10%, 25%, 50% of 1e14, linear in log10 FLOPs between 1e13 and 1e14
+    assert [opd.accuracy_at[f].value for f in (0.1, 0.25, 0.5)] == pytest.approx(
+        [0.5, 0.5 + 0.1 * np.log10(2.5), 0.5 + 0.1 * np.log10(5)])
+    assert ref.auc.value == pytest.approx(0.4) and opd.auc.value == pytest.approx(0.5)
+    # the reference's accuracy at opd-multi's own spend (5e13), and opd-multi's final accuracy minus it
+    assert opd.relative.reference_at_spend.value == pytest.approx(0.4 + 0.1 * np.log10(5))
+    assert opd.relative.minus_reference_at_spend.value == pytest.approx(0.6 - (0.4 + 0.1 * np.log10(5)))
+    assert ref.relative.minus_reference_at_spend.value == pytest.approx(0.0)
+    assert opd.gain_per_pflop_spent.value == pytest.approx(0.4 / 0.05)
     assert opd.distillation_share.value == pytest.approx(0.052)
 
 
@@ -45,8 +65,12 @@ def test_seed_noise_gives_intervals_around_the_savings():
     records = [_run("grpo-joint", s, [0.2, 0.3, 0.4, 0.5 + 0.01 * s]) for s in range(5)]
     records += [_run("opd-multi", s, [0.2, 0.4, 0.5 + 0.01 * s, 0.6]) for s in range(5)]
     opd = _board(records).method("opd-multi")
-    assert opd.savings.low <= opd.savings.value <= opd.savings.high
-    assert opd.savings.n_seeds == 5 and opd.curve_low is not None
+    for k in (0.5, 0.75, 0.9):
+        assert opd.savings[k].low <= opd.savings[k].value <= opd.savings[k].high
+        assert opd.savings[k].n_seeds == 5
+    assert opd.curve_low is not None
+    spend = opd.relative.minus_reference_at_spend
+    assert spend.low <= spend.value <= spend.high
 
 
 def test_a_run_that_stopped_early_is_carried_flat_to_the_budget():
@@ -54,22 +78,52 @@ def test_a_run_that_stopped_early_is_carried_flat_to_the_budget():
     records.append(_run("opd-multi", 0, [0.2, 0.45, 0.55], flops=FLOPS[:3]))
     opd = _board(records).method("opd-multi")
     assert opd.curves.grid[-1] == BUDGET and opd.curve_mid[-1] == pytest.approx(0.55)
-    assert opd.flops_to_target.value == pytest.approx(10 ** (12 + 0.05 / 0.1))
-    assert opd.flops_to_target.stat == "single" and opd.flops_to_target.low is None
+    assert opd.accuracy_at[0.5].value == pytest.approx(0.55) and opd.final_accuracy.value == pytest.approx(0.55)
+    # tau_0.9 = 0.47: a fifth of the way from 0.45 to 0.55, in log10 FLOPs from 1e12 to 1e13
+    assert opd.flops_to_target[0.9].value == pytest.approx(10 ** 12.2)
+    assert opd.flops_to_target[0.9].stat == "single" and opd.flops_to_target[0.9].low is None
 
 
-def test_a_method_that_never_reaches_the_target_has_no_savings():
+def test_a_method_that_never_reaches_a_target_has_no_savings_there():
     records = [_run("grpo-joint", s, [0.2, 0.3, 0.4, 0.5]) for s in range(3)]
     records += [_run("sft", s, [0.2, 0.25, 0.3, 0.35]) for s in range(3)]
     sft = _board(records).method("sft")
-    assert sft.flops_to_target.value is None and sft.savings.value is None
+    assert sft.flops_to_target[0.5].value == pytest.approx(1e14)  # tau_0.5 = 0.35, reached at the budget
+    assert sft.savings[0.5].value == pytest.approx(1 - 1e14 / 10**12.5)
+    for k in (0.75, 0.9):
+        assert sft.flops_to_target[k].value is None and sft.savings[k].value is None
+
+
+def test_a_method_that_stops_early_lower_is_not_ranked_ahead_of_one_above_it_everywhere():
+    # sft is above opd-multi at every FLOP; opd-multi stops at 1e13 after a smaller gain, so its gain
+    # per PFLOP spent is the larger: the one number that would rank it first
+    records = [_run("grpo-joint", s, [0.2, 0.3, 0.4, 0.5]) for s in range(3)]
+    records += [_run("sft", s, [0.2, 0.40, 0.50, 0.60], counted=1e14) for s in range(3)]
+    records += [_run("opd-multi", s, [0.2, 0.35, 0.45], flops=FLOPS[:3], counted=1e13) for s in range(3)]
+    board = _board(records)
+    above, early = board.method("sft"), board.method("opd-multi")
+    assert early.gain_per_pflop_spent.value > above.gain_per_pflop_spent.value
+    for f in (0.1, 0.25, 0.5, 1.0):
+        assert above.accuracy_at[f].value > early.accuracy_at[f].value, f
+    assert above.auc.value > early.auc.value
+    for k in (0.5, 0.75, 0.9):
+        if early.savings[k].value is not None:
+            assert above.savings[k].value > early.savings[k].value, k
+    assert early.savings[0.9].value is None and early.flops_to_target[0.9].value is None  # 0.47: never
+    leads = board_leads(board)
+    assert [lead.leader for lead in leads] == ["sft"] * 4
+    assert "at 100% sft leads" in lead_sentence(leads)
+    assert {name for name, _, _ in board.frontier.segments} == {"sft"}
+    assert set(board.frontier.leader) == {"sft"}
 
 
 def test_a_board_without_the_reference_warns_and_leaves_relative_metrics_empty():
     board = _board([_run("opd-multi", s, [0.2, 0.4, 0.5, 0.6]) for s in range(3)])
-    assert board.reference is None and board.target is None and board.warnings
+    assert board.reference is None and board.targets == {} and board.warnings
     m = board.method("opd-multi")
-    assert m.savings.value is None and m.length_ratio.value is None and m.final_accuracy.value == pytest.approx(0.6)
+    assert all(m.savings[k].value is None for k in (0.5, 0.75, 0.9))
+    assert m.length_ratio.value is None and m.final_accuracy.value == pytest.approx(0.6)
+    assert m.relative.reference_at_spend.value is None and m.auc.value == pytest.approx(0.5)
 
 
 def test_boards_split_by_suite_difficulty_and_budget():

@@ -3,6 +3,7 @@
 Screenshots go to test-artifacts/reports/ (gitignored) for a person to look at.
 """
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -99,9 +100,10 @@ def test_sort_switch_tabs_follow_a_link(site, page):
     desc = [float(x) for x in _column(page, "math_code-easy-tiny", 2)]
     assert desc == sorted(desc, reverse=True)
     assert page.get_attribute("#panel-math_code-easy-tiny th:nth-child(3)", "aria-sort") == "descending"
-    # FLOPs to target (column 3): methods that never reach it sort last in both directions
-    page.click("#panel-math_code-easy-tiny th:nth-child(4) button")
-    ftt = _column(page, "math_code-easy-tiny", 3)
+    # FLOPs to the main target (column 6): methods that never reach it sort last in both directions
+    assert page.get_attribute("#panel-math_code-easy-tiny th:nth-child(7)", "data-metric") == "flops_to_target_k75"
+    page.click("#panel-math_code-easy-tiny th:nth-child(7) button")
+    ftt = _column(page, "math_code-easy-tiny", 6)
     assert "" in ftt and ftt.index("") > max(i for i, x in enumerate(ftt) if x)
     page.screenshot(path=str(ARTIFACTS / "index-sorted.png"), full_page=True)
 
@@ -128,11 +130,43 @@ def test_sort_switch_tabs_follow_a_link(site, page):
     assert page.is_visible("#panel-math_code-easy-tiny")
 
 
+def test_the_method_named_ahead_has_the_highest_accuracy_in_the_table(site, page):
+    # the sentence above each table names a leader at 10%, 25%, 50% and 100% of the budget; the
+    # table's matching column (accuracy there, interpolated on the curves) must agree with it
+    page.goto((site / "index.html").as_uri())
+    column_of = {"0.1": "accuracy_at_10pct", "0.25": "accuracy_at_25pct", "0.5": "accuracy_at_50pct",
+                 "1": "final_accuracy"}
+    for panel in ("math_code-easy-tiny", "four_domain-easy-tiny"):
+        page.click(f"#tab-{panel}")
+        clauses = page.eval_on_selector_all(
+            f"#panel-{panel} p.ahead .ahead-at",
+            "spans => spans.map(s => [s.dataset.fraction, s.dataset.leader, s.textContent])")
+        assert [c[0] for c in clauses] == list(column_of), clauses
+        assert page.inner_text(f"#panel-{panel} p.ahead").startswith("At 10% of the budget ")
+        metrics = page.eval_on_selector_all(f"#panel-{panel} table.board thead th",
+                                            "ths => ths.map(th => th.dataset.metric || '')")
+        names = _column(page, panel, 0)
+        for fraction, leader, text in clauses:
+            values = [float(v) for v in _column(page, panel, metrics.index(column_of[fraction]))]
+            assert names[values.index(max(values))] == leader, (panel, fraction, leader, values)
+            assert f"{leader} leads" in text or f"{leader} is the only method" in text
+    # the same answer from the downloads: results.json's final accuracy, highest for the 100% leader
+    page.click("#tab-math_code-easy-tiny")
+    leader = page.get_attribute('#panel-math_code-easy-tiny .ahead-at[data-fraction="1"]', "data-leader")
+    results = json.loads((site / "results.json").read_text(encoding="utf-8"))
+    board = next(b for b in results["boards"] if b["slug"] == "math_code-easy-tiny")
+    best = max(board["methods"], key=lambda m: m["metrics"]["final_accuracy"]["value"])
+    assert best["method"] == leader
+
+
 def test_findings_page(site, page):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.goto((site / "findings.html").as_uri())
     assert page.locator("section.claim").count() == 4
     assert page.locator("section.claim h2 .verdict").all_inner_texts() == ["holds"] * 4
+    bases = page.locator("section.claim p.basis").all_inner_texts()
+    assert len(bases) == 4 and all(b.startswith("Verdict rests on:") and "interval" in b for b in bases)
+    assert "τ₀.₉" in bases[0] and "accuracy at 100% of the budget" in bases[2]
     page.screenshot(path=str(ARTIFACTS / "findings.png"), full_page=True)
 
 
@@ -143,4 +177,4 @@ def test_a_copied_site_works_anywhere(site, page, tmp_path):
     page.goto((copy / "index.html").as_uri() + "#four_domain-easy-tiny")
     assert page.is_visible("#panel-four_domain-easy-tiny")
     page.click("text=results.json")
-    assert "opd-bench-results/1" in page.content()
+    assert "opd-bench-results/2" in page.content()

@@ -102,7 +102,7 @@ def test_figures_drawn_by_workers_are_the_same_as_drawn_here(tmp_path, monkeypat
             pytest.skip("no worker processes on this machine (not Linux, one core, or other threads)")
     build_site([runs], tmp_path / "workers")
     svgs = sorted(p.relative_to(tmp_path / "here") for p in (tmp_path / "here" / "plots").rglob("*.svg"))
-    assert len(svgs) == 4 * 5 + 4 * 2  # 4 boards: 5 board figures and 2 method figures each
+    assert len(svgs) == 4 * 5 + 4 * 2 * 2  # 4 boards: 5 board figures, and 2 methods with curves and step traces
     for rel in svgs:
         assert (tmp_path / "here" / rel).read_bytes() == (tmp_path / "workers" / rel).read_bytes(), rel
 

@@ -1,4 +1,4 @@
-"""The DESIGN section 3 metrics on hand-made curves whose answers are known."""
+"""The metrics of docs/metrics.md on hand-made curves whose answers are known (more: test_reports_matched)."""
 
 import math
 
@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reports.fit import fit_scaling_curve
 from reports.metrics import (
-    accuracy_per_pflop, carry_flat, distillation_share, final_accuracy, fit_scaling_curve, flops_to_target,
-    flops_to_target_batch, interpolate_curve, length_ratio, savings_at_matched_accuracy, self_teacher_reduction,
+    carry_flat, distillation_share, final_accuracy, flops_to_target, flops_to_target_batch, gain_per_pflop_spent,
+    interpolate_curve, length_ratio, savings_at_matched_accuracy, self_teacher_reduction,
 )
 
 F = [0.0, 1e12, 1e14]
@@ -85,9 +86,9 @@ def test_savings_at_matched_accuracy():
     assert savings_at_matched_accuracy(5e12, 0.0) is None  # the reference's base model already did
 
 
-def test_accuracy_per_pflop():
-    assert accuracy_per_pflop(0.5, 0.3, 2e15) == pytest.approx(0.1)
-    assert accuracy_per_pflop(0.5, 0.3, 0.0) is None
+def test_gain_per_pflop_spent():
+    assert gain_per_pflop_spent(0.5, 0.3, 2e15) == pytest.approx(0.1)
+    assert gain_per_pflop_spent(0.5, 0.3, 0.0) is None
 
 
 def _row(phase, flops, category="counted", kind="update"):

@@ -13,11 +13,14 @@ from tests.reports.factory import make_record, make_sweep, write_runs
 def test_factory_records_are_valid():
     for record in make_sweep(30):
         assert validate_record(record) == [], record["run_id"]
+        assert {"eval_size", "steps", "max_step_flops", "method_metrics"} <= set(record)
+        assert all({"phase_flops", "ledger_phase"} <= set(p) for p in record["curve"])
     assert RECORD_SCHEMA["properties"]["schema_version"] == {"const": SCHEMA_VERSION}
 
 
-def _broken(**changes):
-    record = make_record()
+def _broken(of="grpo-joint", **changes):
+    """A record of method `of` with each "a__0__b" path set to its value (KeyError: deleted)."""
+    record = make_record(of)
     for path, value in changes.items():
         target = record
         *parents, leaf = path.split("__")
@@ -41,10 +44,42 @@ def _broken(**changes):
     ({"method": "x" * 500}, "method"),
     ({"curve": []}, "curve"),
     ({"budget_flops": 0}, "budget_flops"),
+    # the optional fields, when present, are checked as strictly
+    ({"eval_size": 0}, "eval_size"),
+    ({"eval_size": 2.5}, "eval_size"),
+    ({"curve__1__phase_flops": {"train": -1.0}}, "curve[1].phase_flops"),
+    ({"curve__1__ledger_phase": ""}, "curve[1].ledger_phase"),
+    ({"steps__0__step": 0}, "steps[0].step"),
+    ({"steps__0__flops": -1.0}, "steps[0].flops"),
+    ({"steps__0__reward": "high"}, "steps[0].reward"),
+    ({"steps": {"step": 1}}, "steps"),
+    ({"method_metrics": {"expert_tail_flops": "lots"}}, "method_metrics"),
+    ({"max_step_flops": -1.0}, "max_step_flops"),
+    ({"of": "self-grpo", "recovery__check_size": 0}, "recovery.check_size"),
+    ({"of": "self-grpo", "recovery__teacher_accuracy": 1.2}, "recovery.teacher_accuracy"),
 ])
 def test_schema_violations_name_the_field(changes, needle):
     reasons = validate_record(_broken(**changes))
     assert reasons and needle in reasons[0]
+
+
+def test_a_run_that_trained_past_its_budget_by_more_than_one_step_is_rejected():
+    r = make_record()
+    assert r["flops"]["counted"] <= r["budget_flops"] and validate_record(r) == []
+    # the last step may cross the budget (the runner checks between steps): by up to one step, accepted
+    r["budget_flops"] = r["flops"]["counted"] - 0.9 * r["max_step_flops"]
+    assert validate_record(r) == []
+    r["budget_flops"] = r["flops"]["counted"] - 1.5 * r["max_step_flops"]
+    reasons = validate_record(r)
+    assert len(reasons) == 1 and "trained past its budget" in reasons[0] and "more than one step" in reasons[0]
+    del r["max_step_flops"]  # an older record: no step size, no rule
+    assert validate_record(r) == []
+
+
+def test_steps_must_not_go_back_in_flops():
+    r = make_record()
+    r["steps"][3]["flops"], r["steps"][4]["flops"] = r["steps"][4]["flops"], r["steps"][3]["flops"]
+    assert any("steps FLOPs go backwards" in x for x in validate_record(r))
 
 
 def test_cross_field_rules():

@@ -1,0 +1,98 @@
+"""Each claim's verdict rests on the metric its rule names: matched accuracy or matched FLOPs, never gain per FLOP."""
+
+from reports.boards import build_boards
+from reports.findings import (
+    CONTEXT, FAILS, HOLDS, NOT_MEASURED, UNSURE, claim_distillation_share, claim_external, claim_savings,
+    claim_self_teachers,
+)
+from reports.records import to_frames
+from tests.reports.factory import make_record
+
+BUDGET = 1e14
+FLOPS = [0.0, 1e12, 1e13, 1e14]
+
+
+def _run(method, seed, acc, flops=FLOPS, counted=None, length=3.0, **kw):
+    curve = [{"flops": f, "accuracy": a, "mean_length": length} for f, a in zip(flops, acc)]
+    if counted is not None:
+        kw["flops"] = {"counted": counted}
+    return make_record(method, seed=seed, budget_flops=BUDGET, curve=curve, base_accuracy=acc[0],
+                       final_accuracy=acc[-1], final_mean_length=length, **kw)
+
+
+def _boards(records):
+    return build_boards(to_frames(records))
+
+
+REF = [[0.2, 0.3, 0.4 + 0.005 * s, 0.5 + 0.005 * s] for s in range(4)]
+
+
+def test_claim_1_shows_every_target_and_its_verdict_reads_tau_09():
+    # opd-multi is ahead up to tau_0.75 (0.425) but never reaches tau_0.9 (~0.47)
+    records = [_run("grpo-joint", s, a) for s, a in enumerate(REF)]
+    records += [_run("opd-multi", s, [0.2, 0.40 + 0.005 * s, 0.45, 0.46]) for s in range(4)]
+    claim = claim_savings(_boards(records))
+    assert [r.measure.split(",")[1].split("=")[0].strip() for r in claim.rows] == ["τ₀.₅", "τ₀.₇₅", "τ₀.₉"]
+    assert [r.decides for r in claim.rows] == [False, False, True]
+    assert claim.rows[0].estimate.value > 0 and claim.rows[0].verdict == CONTEXT
+    assert claim.rows[2].verdict == FAILS and "never reaches τ₀.₉" in claim.rows[2].note
+    assert claim.verdict == FAILS and "τ₀.₉" in claim.rule and "τ₀.₉" in claim.basis
+
+
+def test_claim_1_holds_on_savings_at_tau_09():
+    records = [_run("grpo-joint", s, a) for s, a in enumerate(REF)]
+    records += [_run("opd-multi", s, [0.2, 0.4, 0.5 + 0.005 * s, 0.6]) for s in range(4)]
+    claim = claim_savings(_boards(records))
+    assert claim.rows[2].estimate.low > 0 and claim.verdict == HOLDS
+
+
+def test_claim_3_rests_on_matched_flops_not_on_gain_per_pflop():
+    # opd-external stops at 1e12 after a small gain: per PFLOP spent it "wins" by far, yet at matched
+    # FLOPs it is below grpo-joint from 10% of the budget on, and its area under the curve is smaller
+    records = [_run("grpo-joint", s, a, counted=1e14) for s, a in enumerate(REF)]
+    records += [_run("opd-external", s, [0.2, 0.33 + 0.002 * s], flops=FLOPS[:2], counted=1e12, length=4.5)
+                for s in range(4)]
+    boards = _boards(records)
+    ext, ref = boards[0].method("opd-external"), boards[0].method("grpo-joint")
+    assert ext.gain_per_pflop_spent.value > 10 * ref.gain_per_pflop_spent.value
+    claim = claim_external(boards)
+    per_flop = [r for r in claim.rows if "opd-external − grpo-joint" in r.measure]
+    assert [r.measure.split(",")[0] for r in per_flop] == ["accuracy at 100% of the budget",
+                                                           "area under the curve (mean accuracy over log FLOPs)"]
+    assert all(r.verdict == HOLDS and r.estimate.high < 0 and r.unit == "pts" for r in per_flop)
+    assert claim.verdict == HOLDS and "per pflop" not in (claim.rule + claim.basis).lower()
+
+
+def test_claim_2_puts_the_plateau_and_the_stopping_rule_side_by_side():
+    records = [make_record(m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
+    claim = claim_distillation_share(_boards(records))
+    measures = [r.measure for r in claim.rows]
+    assert measures[:2] == ["distillation share at the stopping rule (2 domains)",
+                            "distillation share at the held-out plateau (2 domains)"]
+    assert [r.decides for r in claim.rows] == [True, True, False]  # the patience tail is context
+    assert claim.rows[1].estimate.value < claim.rows[0].estimate.value and claim.verdict == HOLDS
+    # records without per-evaluation phase FLOPs: the plateau row says so and the verdict reads the other
+    for r in records:
+        for p in r["curve"]:
+            p.pop("phase_flops")
+    claim = claim_distillation_share(_boards(records))
+    assert claim.rows[1].verdict == NOT_MEASURED and not claim.rows[1].decides and claim.verdict == HOLDS
+
+
+def _recovery_run(seed, ratio, check_size=None):
+    r = make_record("self-grpo", seed=seed)
+    r["recovery"] = {"domain": "math", "grpo_flops": 1e13, "opd_flops": 1e13 / ratio}
+    if check_size is not None:
+        r["recovery"]["check_size"] = check_size
+    return r
+
+
+def test_claim_4_shows_per_seed_ratios_the_check_size_and_an_interval_spanning_1():
+    records = [_recovery_run(s, v, 128) for s, v in enumerate([0.5, 2.0, 1.2, 0.8, 3.0])]
+    row = claim_self_teachers(_boards(records)).rows[0]
+    assert row.verdict == UNSURE and row.estimate.low < 1 < row.estimate.high
+    assert "per seed: seed 0 0.5×, seed 1 2.0×, seed 2 1.2×, seed 3 0.8×, seed 4 3.0×" in row.note
+    assert "checked on 128 held-out prompts (fewer than the 300" in row.note
+    assert "spans 1" in row.note
+    row = claim_self_teachers(_boards([_recovery_run(s, v) for s, v in enumerate([20, 25, 30])])).rows[0]
+    assert row.verdict == HOLDS and "spans 1" not in row.note and "do not say how many held-out prompts" in row.note
