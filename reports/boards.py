@@ -164,6 +164,7 @@ class Board:
     n_domains: int = 0
     warnings: list[str] = field(default_factory=list)
     label: str = ""  # key.label, plus version and budget where two boards would share it
+    odd_runs: set[str] = field(default_factory=set)  # runs from another base or world than the majority
 
     def __post_init__(self) -> None:
         self.label = self.label or self.key.label
@@ -297,6 +298,23 @@ def _board_order(key: BoardKey) -> tuple:
             key.budget_flops)
 
 
+def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:
+    """Runs whose base model (weights hash) or world version differs from the board's majority: a
+    changed base is detected here, never discovered by accident. Marked on the board and method pages."""
+    for column, what in (("base_hash", "base model (weights hash)"), ("world_version", "world version")):
+        known = runs[runs[column].notna()]
+        if known.empty:
+            continue
+        counts = known[column].value_counts()
+        majority = str(counts.index[0])
+        odd = known[known[column] != majority]
+        if not odd.empty:
+            board.odd_runs.update(odd["run_id"])
+            board.warnings.append(
+                f"{len(odd)} run(s) started from another {what} than the board's majority ({majority}): "
+                + ", ".join(sorted(odd["run_id"])))
+
+
 def build_boards(frames: Frames) -> list[Board]:
     """One Board per (profile, suite, difficulty, suite version, budget), methods reference first."""
     curves = curves_by_run(frames.curves)
@@ -316,6 +334,7 @@ def build_boards(frames: Frames) -> list[Board]:
         seeds = {tuple(sorted(r.seeds)) for r in results}
         if len(seeds) > 1:
             board.warnings.append("methods were run on different seeds; intervals are not paired")
+        _mark_odd_provenance(board, runs)
         boards.append(board)
     labels = [b.key.label for b in boards]
     for b in boards:

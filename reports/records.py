@@ -99,7 +99,8 @@ RUN_COLUMNS = [
     "run_id", "method", "suite", "difficulty", "profile", "suite_version", "suite_hash", "budget_flops", "seed",
     "status", "n_domains", "base_accuracy", "final_accuracy", *ACCURACY_AT, "auc", "final_mean_length",
     "counted_flops", "shared_flops", "external_flops", "eval_flops", "gain_per_pflop_spent", "distillation_share",
-    "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction", "check_size", "wall_s", "source",
+    "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction", "check_size", "base_hash",
+    "world_version", "wall_s", "source",
 ]
 
 
@@ -129,6 +130,14 @@ def _curve_metrics(r: dict[str, Any]) -> dict[str, float]:
     return {**dict(zip(ACCURACY_AT, at)), "auc": area_under_curve(f, a, r["budget_flops"])}
 
 
+def _provenance_str(r: dict[str, Any], *path: str) -> str | None:
+    """A string inside the record's provenance (e.g. the base model's weights hash), None if absent."""
+    value: Any = r.get("provenance") or {}
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
 def _run_row(r: dict[str, Any]) -> dict[str, Any]:
     flops = r["flops"]
     recovery = r.get("recovery") or {}
@@ -148,6 +157,8 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
         "expert_tail_share": expert_tail_share(r.get("method_metrics"), r["ledger"]),
         "self_teacher_reduction": self_teacher_reduction(r.get("recovery")),
         "check_size": recovery.get("check_size"),
+        "base_hash": _provenance_str(r, "model_hashes", "base"),
+        "world_version": _provenance_str(r, "world_version"),
         "wall_s": r.get("wall_s"), "source": r.get(SOURCE_KEY),
     }
 

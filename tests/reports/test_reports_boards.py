@@ -167,3 +167,23 @@ def test_findings_without_the_runs_are_not_measured_and_one_seed_is_inconclusive
     assert {c.verdict for c in findings(build_boards(to_frames(only_ref)))} == {NOT_MEASURED}
     one_seed = [make_record("grpo-joint", seed=0), make_record("opd-multi", seed=0)]
     assert findings(build_boards(to_frames(one_seed)))[0].verdict == UNSURE
+
+
+def test_a_run_from_another_base_or_world_is_marked(tmp_path):
+    from reports.site import build_site
+    from tests.reports.factory import write_runs
+
+    records = [make_record(method=m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
+    for r in records:
+        r["provenance"]["world_version"] = "worked-1"
+    records[4]["provenance"]["model_hashes"] = {"base": "0ther" * 4}
+    records[5]["provenance"]["world_version"] = "worked-0"
+    board = build_boards(to_frames(records))[0]
+    assert board.odd_runs == {records[4]["run_id"], records[5]["run_id"]}
+    assert any("another base model" in w and records[4]["run_id"] in w for w in board.warnings)
+    assert any("another world version" in w and records[5]["run_id"] in w for w in board.warnings)
+    clean = build_boards(to_frames(records[:4]))[0]
+    assert not clean.odd_runs and not any("another" in w for w in clean.warnings)
+    summary = build_site([write_runs(records, tmp_path / "runs")], tmp_path / "site")
+    page = next(p for p in summary.pages if "opd-multi" in p)
+    assert (tmp_path / "site" / page).read_text().count("differs from the board</span>") == 2
