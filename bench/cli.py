@@ -140,20 +140,57 @@ def run(
 
 
 @app.command()
-def prepare(profile: str = typer.Option("tiny")) -> None:
-    """Build (or find cached) the profile's shared base student and external teacher."""
+def prepare(
+    profile: str = typer.Option("tiny"),
+    check: bool = typer.Option(False, help="rebuild from scratch and compare weights hashes with the shipped models"),
+    rebuild: bool = typer.Option(False, help="train from scratch, whatever is shipped or cached"),
+    write_reference: bool = typer.Option(False, help="with --rebuild: replace the shipped reference models"),
+) -> None:
+    """Install (or build) the profile's shared base student and external teacher; print its regime table."""
     from bench import prepare as prep
+    from bench import reference
     from bench.profiles import PROFILES
+    from bench.regime import format_regime
     from bench.registry import unknown
 
     if profile not in PROFILES:
         _fail(str(unknown("profile", profile, list(PROFILES))))
-    prepared = prep.prepare(PROFILES[profile])
+    if write_reference and not rebuild:
+        _fail("--write-reference needs --rebuild: the reference is what a build from scratch gives")
+    try:
+        prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check)
+    except reference.ReferenceError as exc:
+        _fail(str(exc))
     teacher = prepared.teacher_info() or {}
     console.print(f"prepared {profile}: {prepared.folder} (built in {prepared.info.get('wall_s', '?')} s for the base, "
-                  f"{teacher.get('wall_s', '?')} s for the external teacher)")
-    for line in prep.format_calibration(prepared.calibration()):
-        console.print(line, highlight=False)
+                  f"{teacher.get('wall_s', '?')} s for the external teacher)", soft_wrap=True)
+    for line in prep.format_calibration(prepared.calibration()) + format_regime(PROFILES[profile], prepared):
+        console.print(line, highlight=False, soft_wrap=True)
+    if write_reference:
+        target = reference.write(profile, prepared.info["key"], PROFILES[profile].world_version, prepared.folder)
+        console.print(f"wrote the reference models to {target}")
+    if check:
+        shipped = reference.manifest(profile)
+        if shipped is None:
+            _fail(f"no shipped reference for profile {profile} to check against", code=1)
+        ours, theirs = prepared.model_hashes(), _shipped_hashes(profile)
+        for name in ("base", "external"):
+            same = ours.get(name) == theirs.get(name)
+            console.print(f"{name}: rebuilt {ours.get(name)}, shipped {theirs.get(name)}: "
+                          f"{'identical' if same else 'DIFFERENT'}")
+        if any(ours.get(n) != theirs.get(n) for n in ("base", "external")):
+            _fail("the rebuilt models differ from the shipped ones (see docs/world.md, Reproducibility)", code=1)
+
+
+def _shipped_hashes(profile: str) -> dict:
+    import json
+
+    from bench import reference
+
+    root = reference.ROOT / profile
+    base = json.loads((root / "prepared.json").read_text())["model_hashes"]["base"]
+    external = json.loads((root / "external.json").read_text())["model_hash"]
+    return {"base": base, "external": external}
 
 
 @app.command("list")
@@ -238,9 +275,9 @@ def sweep(
 
 @app.command()
 def reproduce(
-    profile: str = typer.Option("tiny"),
+    profile: list[str] = typer.Option(["tiny", "direct"], help="worlds to run, each on both suites (repeatable)"),
     seeds: int = typer.Option(1, help="seeds 0..N-1 per method and suite"),
-    runs: Path = typer.Option(Path("runs")),
+    runs: Path = typer.Option(Path("runs"), help="folder that holds run directories"),
     out: Path = typer.Option(Path("leaderboard"), help="site folder; records are copied to OUT/records"),
     jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
     executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
@@ -248,19 +285,21 @@ def reproduce(
     gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
-    """Every method on math_code and four_domain at one budget, the recovery protocol, then the report."""
+    """Every method on math_code and four_domain at each world's budget, the recovery protocol, then the report."""
+    from bench.regime import shipped_worlds
     from bench.runner import RunConfig
     from bench.sweep import reproduce_plan, run_sweep
     from reports.site import build_site
 
     try:
-        base = RunConfig(method="", suite="", profile=profile, runs_dir=runs, rollout=rollout)
-        configs = reproduce_plan(_seeds(seeds), base)
+        configs = [c for name in profile for c in reproduce_plan(
+            _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
     except _user_errors() as exc:
         _fail(str(exc))
-    summary = build_site([runs], out)  # copies each record it uses to OUT/records: the site rebuilds from itself
+    # copies each record it uses to OUT/records: the site rebuilds from itself
+    summary = build_site([runs], out, worlds=shipped_worlds())
     console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; findings: {out / 'findings.html'}")
     _sweep_outcome(result)
 
@@ -296,10 +335,12 @@ def report(
     """Build the static HTML leaderboard from run records."""
     from reports.site import build_site
 
+    from bench.regime import shipped_worlds
+
     missing = [str(r) for r in runs if not r.is_dir()]
     if missing:
         _fail(f"no such runs folder: {', '.join(missing)}")
-    summary = build_site(runs, out)
+    summary = build_site(runs, out, worlds=shipped_worlds())
     for path, reason in summary.skipped:
         err.print(f"skipped {path}: {reason}", highlight=False, soft_wrap=True)
     console.print(

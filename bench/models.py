@@ -61,6 +61,10 @@ TINY_SPECS: dict[str, TinySpec] = {
     "tiny-qwen2": TinySpec(family="qwen2"),
     # the external teacher: >= 4x the student's parameters
     "tiny-llama-teacher": TinySpec(layers=4, hidden=192, heads=6, kv_heads=2, ffn=576, seed=1),
+    # the worked-answer world (profile `tiny`): a ~1.3M student (and its experts), a ~6M (4.7x)
+    # external teacher; head dim 32 (vLLM's CPU attention needs at least 32)
+    "tiny-worked": TinySpec(layers=5, hidden=128, heads=4, kv_heads=2, ffn=512),
+    "tiny-worked-teacher": TinySpec(layers=6, hidden=256, heads=8, kv_heads=4, ffn=1024, seed=1),
     # about 12M parameters, for benchmarks
     "small-llama": TinySpec(layers=6, hidden=384, heads=6, kv_heads=2, ffn=1024, seed=2),
 }

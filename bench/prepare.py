@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from bench import store
+from bench import reference, store
 from bench.context import sft_step
 from bench.ledger import Ledger, ledger_context
 from bench.models import build_tiny, cache_root, load_model, save_model, state_digest, TINY_SPECS
@@ -55,6 +55,10 @@ class Prepared:
     folder: Path
     info: dict
     profile: Profile | None = None
+    rebuilt: bool = False  # built from scratch here, never from the shipped reference
+    # Named teachers from local folders (`bench run --teacher NAME=PATH`, e.g. an expert a calibration
+    # run saved): trained elsewhere, so nothing is booked for their training.
+    extra_teachers: dict[str, Path] = dataclasses.field(default_factory=dict)
 
     def load_student(self) -> tuple[Any, Any]:
         return load_model(self.folder / "student")
@@ -64,19 +68,25 @@ class Prepared:
         return store.read_json(path) if path.exists() else None
 
     def ensure_teacher(self, *, progress: bool = False) -> dict:
-        """Build the external teacher if it is not cached yet; returns its info."""
+        """Install the shipped external teacher, or build it, if it is not cached yet; returns its info."""
         info = self.teacher_info()
         if info is None:
             if self.profile is None:
                 raise RuntimeError(f"{self.folder}: the external teacher is not built and no profile was given")
-            info = _build_teacher(self.folder, self.profile, progress=progress)
+            if self.rebuilt or not reference.install(self.profile.name, self.info["key"], self.folder, "external"):
+                _build_teacher(self.folder, self.profile, progress=progress)
+            info = self.teacher_info()
         return info
 
     def load_teacher(self, name: str, ledger: Ledger) -> Policy:
         """The external teacher, built on first use. Its training is booked `external` in `ledger` once
         (a resumed run whose ledger already holds it is not charged again): recorded, never counted."""
+        if name in self.extra_teachers:
+            model, tokenizer = load_model(self.extra_teachers[name])
+            return Policy(name, model, tokenizer, ledger=ledger, trainable=False)
         if name != "external":
-            raise KeyError(f"no prepared teacher {name!r}; prepared teachers: external")
+            known = ", ".join(["external", *sorted(self.extra_teachers)])
+            raise KeyError(f"no prepared teacher {name!r}; teachers: {known} (add one with --teacher NAME=PATH)")
         info = self.ensure_teacher()
         if not ledger.total("external"):
             for row in info["ledger"]:
@@ -89,8 +99,11 @@ class Prepared:
         return self.info["ledger"]
 
     def model_hashes(self) -> dict[str, str]:
+        from bench.hf import folder_digest
+
         teacher = self.teacher_info()
-        return {**self.info["model_hashes"], **({"external": teacher["model_hash"]} if teacher else {})}
+        extra = {name: folder_digest(path) for name, path in self.extra_teachers.items()}
+        return {**self.info["model_hashes"], **({"external": teacher["model_hash"]} if teacher else {}), **extra}
 
     def calibration(self) -> list[dict]:
         """`calibrate`'s rows, with the teacher's figures where the teacher is built."""
@@ -101,11 +114,12 @@ class Prepared:
 def _key(profile: Profile, config: WarmupConfig, suite_hash: str) -> str:
     payload = {
         "profile": profile.name,
+        "world_version": profile.world_version,
         "student": dataclasses.asdict(TINY_SPECS[profile.student]),
         "teacher": dataclasses.asdict(TINY_SPECS[profile.teacher]),
         "warmup": dataclasses.asdict(config),
         "suite": suite_hash,
-        "version": 4,
+        "version": 5,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -129,17 +143,21 @@ def single_threaded() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True) -> Prepared:
-    """Build (or find in the cache) the profile's base student and, with `teacher`, its external teacher.
+def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, rebuild: bool = False) -> Prepared:
+    """Find in the cache, install from the shipped reference, or build the profile's base student and,
+    with `teacher`, its external teacher.
 
     `bench run` passes `teacher=False`: the teacher (the larger model, most of the preparation time)
-    is then built only when a method first asks for it (`Prepared.load_teacher`).
+    is then installed or built only when a method first asks for it (`Prepared.load_teacher`).
+    `rebuild`: train both from scratch into a folder of their own, whatever is shipped or cached
+    (`bench prepare --check` compares their hashes with the shipped ones).
     """
     config = profile.warmup
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
-    folder = cache_root() / "prepared" / f"{profile.name}-{_key(profile, config, suite.content_hash)}"
+    key = _key(profile, config, suite.content_hash)
+    folder = cache_root() / "prepared" / f"{profile.name}-{key}{'-rebuild' if rebuild else ''}"
     info_path = folder / "prepared.json"
-    if not info_path.exists():
+    if not info_path.exists() and (rebuild or not reference.install(profile.name, key, folder, "student")):
         started = time.perf_counter()
         ledger = Ledger()
         with ledger_context(category="shared", phase="warmup"), single_threaded():
@@ -149,6 +167,8 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True) ->
         save_model(student.model, student.tokenizer, folder / "student")
         store.write_json(info_path, {
             "profile": profile.name,
+            "key": key,
+            "world_version": profile.world_version,
             "warmup": dataclasses.asdict(config),
             "suite_hash": suite.content_hash,
             "ledger": _ledger_rows(ledger),
@@ -156,7 +176,7 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True) ->
             "calibration": calibrate(student, suite, profile),
             "wall_s": round(time.perf_counter() - started, 1),  # training and calibration, this machine
         })
-    prepared = Prepared(folder, store.read_json(info_path), profile)
+    prepared = Prepared(folder, store.read_json(info_path), profile, rebuilt=rebuild)
     if teacher:
         prepared.ensure_teacher(progress=progress)
     return prepared
@@ -186,7 +206,9 @@ def _build_teacher(folder: Path, profile: Profile, *, progress: bool) -> dict:
 
 
 def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config: WarmupConfig,
-           ledger: Ledger, rng: random.Random, *, verbose: bool, noise: float, progress: bool) -> Policy:
+           ledger: Ledger, rng: random.Random, *, verbose: bool, noise: float, progress: bool,
+           on_step: Any = None) -> Policy:
+    """`on_step(step, policy)` after every step: a calibration's checkpoints along one run."""
     from bench.evaluation import progress as bar_ctx
 
     model, tokenizer = build_tiny(TINY_SPECS[spec_name])
@@ -197,11 +219,32 @@ def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config:
     with bar_ctx(steps, enabled=progress, label=f"prepare {name}") as bar:
         for step in range(steps):
             problems = [next(sampler) for _ in range(config.batch_size)]
-            targets = [p.solution if verbose else _warmup_answer(p, config, noise, rng) for p in problems]
-            loss = sft_step(policy, [p.prompt for p in problems], targets, lr=lr * _cosine(step, steps))
+            target = config.teacher_target if verbose else config.student_target
+            targets = [_target(p, target, config, noise, rng) for p in problems]
+            loss = sft_step(policy, [p.prompt for p in problems], targets, lr=lr * _schedule(config, step, steps))
             bar.show(step + 1, f"step {step + 1}", f"loss {loss:.3f}")
+            if on_step is not None:
+                on_step(step + 1, policy, loss)
     policy.model.eval()
     return policy
+
+
+def _target(problem: Any, kind: str, config: WarmupConfig, noise: float, rng: random.Random) -> str:
+    """What a warm-up trains on: the direct answer (with its mistakes), or a worked solution's text."""
+    if kind == "answer":
+        return _warmup_answer(problem, config, noise, rng)
+    if kind == "solution":
+        return problem.solution
+    if kind == "alt_solution":
+        return problem.alt_solution or problem.solution
+    raise ValueError(f"unknown warm-up target {kind!r}; allowed: answer, solution, alt_solution")
+
+
+def _schedule(config: WarmupConfig, step: int, steps: int) -> float:
+    """The learning-rate factor of `step` (0-based) of `steps`."""
+    if config.schedule == "constant":
+        return min(1.0, (step + 1) / 100)
+    return _cosine(step, steps)
 
 
 def _cosine(step: int, steps: int) -> float:

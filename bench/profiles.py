@@ -1,6 +1,14 @@
 """Profiles: which models, token limits, budgets and evaluation sizes a run uses by default.
 
-`tiny` (default) runs on a CPU in minutes with models this project builds itself (`bench prepare`).
+Three worlds run on a CPU with models this project builds itself (`bench prepare`):
+- `tiny` (default): the worked-answer world. Answers are worked step by step over 30-60 tokens and
+  rewarded on the final answer only; the base is a ~1.3M student warmed up on worked solutions for
+  fewer steps than it needs to master them, so its mistakes are its own and differ by domain; the
+  external teacher is ~4.7x larger and trained longer on another valid solution style.
+- `direct`: the direct-answer world (answers of a few tokens, a ~0.4M student whose warm-up data
+  carries one systematic mistake), kept as the ablation of answer length.
+- `smoke`: `tiny` shrunk for checks and CI.
+`hf` runs real local Hugging Face models.
 """
 
 from __future__ import annotations
@@ -10,16 +18,24 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class WarmupConfig:
-    # Calibrated for the tiny profile (issue #4; benchmarks/calibration_sweep.py chose the recipe):
-    # 4,500 steps of 64 on math, code, graphs and strings, half the answers with the systematic mistake,
-    # trained on one thread (bench.prepare.single_threaded), give a base at 37-52% greedy per domain
-    # (pass@8 88-96%), from which each GRPO expert gains 30+ points in 4.5e11 FLOPs (README). 3,000
-    # steps were too few: whether math and code were learnt at all then turned on the data mix.
+    # The defaults are the direct world's recipe (benchmarks/calibration_sweep.py chose it): 4,500 steps
+    # of 64 on math, code, graphs and strings, half the answers with the systematic mistake, trained on
+    # one thread (bench.prepare.single_threaded), give a base at 37-52% greedy per domain (pass@8
+    # 88-96%), from which each GRPO expert gains 30+ points in 4.5e11 FLOPs. At 3,000 steps whether
+    # math and code were learnt at all turned on the data mix.
     student_steps: int = 4500
     teacher_steps: int = 900
     batch_size: int = 64
     student_lr: float = 3e-3
     teacher_lr: float = 2e-3
+    # What each model is trained to write: `answer` (the direct answer, with `mistake_rate` and
+    # `label_noise` applied), `solution` (the worked solution) or `alt_solution` (another valid style).
+    student_target: str = "answer"
+    teacher_target: str = "solution"
+    # Learning-rate schedule: `cosine` (from lr down to a tenth) or `constant` (after a 100-step linear
+    # warm-up): with `constant`, a recipe of N steps is exactly step N of a longer run, so a world can
+    # be calibrated by checkpoints along one run.
+    schedule: str = "cosine"
     label_noise: float = 0.0  # share of the student's warm-up answers with one random wrong character
     # Share with the systematic mistake (last character shifted, bench.prepare): greedy decoding then
     # often picks the mistake while sampling finds the answer (pass@8 >> pass@1), once the rule is learnt.
@@ -42,34 +58,63 @@ class Profile:
     eval_size: int  # held-out prompts per domain at each milestone
     description: str
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    # Bumped whenever the code that builds this world's models changes their bytes (tasks, recipe,
+    # model code): records carry it, and a board with records of two versions says so.
+    world_version: str = ""
 
 
-PROFILES: dict[str, Profile] = {
-    "tiny": Profile(
-        name="tiny",
-        task_format="tiny",
-        student="tiny-llama",
-        teacher="tiny-llama-teacher",
-        # Worked solutions (the external teacher's style) run to ~63 characters plus `#answer`.
-        max_new_tokens=64,
-        eval_max_new_tokens=64,
-        budget_flops=2e12,  # ~2 minutes of training on one core (~1.5e10 FLOP/s achieved)
-        eval_size=1000,
-        description="CPU, minutes: ~0.4M-parameter student, ~1.8M external teacher, built locally",
-    ),
-}
+# The direct-answer world: the tiny profile's world until the worked-answer world replaced it.
+DIRECT = Profile(
+    name="direct",
+    task_format="tiny",
+    student="tiny-llama",
+    teacher="tiny-llama-teacher",
+    # Worked solutions (the external teacher's style) run to ~63 characters plus `#answer`.
+    max_new_tokens=64,
+    eval_max_new_tokens=64,
+    budget_flops=2e12,  # ~2 minutes of training on one core (~1.5e10 FLOP/s achieved)
+    eval_size=1000,
+    world_version="direct-1",
+    description="direct answers of a few tokens: ~0.4M student, ~1.8M external teacher, built locally (CPU, minutes)",
+)
+
+# The worked-answer world. Its base and teacher recipes were chosen by the regime criteria of
+# docs/world.md on single-method runs (benchmarks/calibrate_world.py) before any comparison ran.
+WORKED = Profile(
+    name="tiny",
+    task_format="worked",
+    student="tiny-worked",
+    teacher="tiny-worked-teacher",
+    max_new_tokens=96,  # the student's solutions run to ~75 tokens; longer ones score 0
+    eval_max_new_tokens=128,  # the teacher's style runs to ~125
+    budget_flops=2e13,
+    eval_size=500,
+    world_version="worked-1",
+    description="worked answers of 30-60 tokens: ~1.3M student, ~6M external teacher (CPU, minutes after prepare)",
+    warmup=WarmupConfig(student_steps=1500, teacher_steps=3000, batch_size=64, student_lr=3e-3, teacher_lr=1.5e-3,
+                        student_target="solution", teacher_target="alt_solution", mistake_rate=0.0,
+                        schedule="constant"),
+)
+
+PROFILES: dict[str, Profile] = {"tiny": WORKED, "direct": DIRECT}
 
 # `smoke`: `tiny` shrunk for checks and CI (`bench check-adapter`, the plugin and lm-eval tests). Built
 # from `tiny` so that it follows any change to tiny's models and token limits.
 from dataclasses import replace as _replace  # noqa: E402
 
+# Its models are the direct world's small student, its token caps short: a smoke run checks the
+# plumbing on the worked tasks in seconds, not learning (an untrained model never stops before its cap).
 PROFILES["smoke"] = _replace(
-    PROFILES["tiny"],
+    WORKED,
     name="smoke",
-    budget_flops=2e11,
+    student="tiny-llama",
+    teacher="tiny-llama",
+    max_new_tokens=48,
+    eval_max_new_tokens=48,
+    budget_flops=4e11,
     eval_size=32,
-    description="checks and CI: tiny models after a 30-step warm-up, a 2e11-FLOP budget",
-    warmup=WarmupConfig(student_steps=30, teacher_steps=30, batch_size=32),
+    description="checks and CI: the tiny world's tasks, a 0.4M student after a 30-step warm-up, short caps, 4e11 FLOPs",
+    warmup=_replace(WORKED.warmup, student_steps=30, teacher_steps=30, batch_size=32),
 )
 
 # `hf`: real models. The student is `--model PATH` (any local HF causal LM folder), teachers come from

@@ -211,9 +211,17 @@ class Runner:
             if self.curve[-1]["flops"] < ctx.spent_flops:
                 self._evaluate(ctx, "final")
         self.ledger.flush()
+        self._save_final(ctx.student)
         summary = self._summary(prepared)
         store.write_json(self.dir / "summary.json", summary)
         return summary
+
+    def _save_final(self, student: Policy) -> None:
+        """The deliverable as a Hugging Face folder (`final/`): loadable by transformers, lm-eval,
+        or `bench run --teacher NAME=RUN/final` (a calibration's expert as a teacher)."""
+        from bench.models import save_model
+
+        save_model(student.model, student.tokenizer, self.dir / "final")
 
     def _models(self, prepare: Any) -> Any:
         """The tiny profile builds its models (`bench prepare`); hf runs use the folders given."""
@@ -222,7 +230,12 @@ class Runner:
 
             c = self.config
             return local_models(c.model, c.external, c.teachers, c.device)
-        return prepare.prepare(self.profile, progress=self.show_progress, teacher=False)  # teacher: on first use
+        from bench.models import resolve_model
+
+        teachers = {name: resolve_model(path) for name, path in self.config.teachers}
+        prepared = prepare.prepare(self.profile, progress=self.show_progress, teacher=False)  # teacher: on first use
+        prepared.extra_teachers = teachers
+        return prepared
 
     # -- run directory --------------------------------------------------------------------------
     def _check_dir(self) -> None:
@@ -262,7 +275,8 @@ class Runner:
             "eval_size": self.config.eval_size or self.profile.eval_size,
             "max_new_tokens": self.config.max_new_tokens or self.profile.max_new_tokens,
             "models": {"student": self.config.model, "external": self.config.external,
-                       "teachers": dict(self.config.teachers)} if self.config.model else None,
+                       "teachers": dict(self.config.teachers)} if self.config.model
+            else ({"teachers": dict(self.config.teachers)} if self.config.teachers else None),
         }
         return {
             "run_id": self.run_id,
@@ -277,6 +291,7 @@ class Runner:
             "code_hash": store.code_hash(),
             "git_commit": store.git_commit(),
             "suite_hash": self.suite.content_hash,
+            "world_version": self.profile.world_version,
             "packages": store.package_versions(),
             "hardware": store.hardware(),
             "created": store.now_iso(),

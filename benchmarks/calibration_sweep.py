@@ -60,11 +60,11 @@ def experiment(cfg: dict, out: Path) -> None:
         student_steps=cfg["steps"], mistake_rate=cfg.get("mistake", 0.5), label_noise=cfg.get("noise", 0.0),
         student_lr=cfg.get("lr", 3e-3), batch_size=cfg.get("batch", 64), seed=cfg.get("seed", 0),
         domain_weights=tuple(cfg.get("weights", {}).items()))
-    profiles.PROFILES["tiny"] = dataclasses.replace(profiles.PROFILES["tiny"], warmup=warmup)
+    profiles.PROFILES["direct"] = dataclasses.replace(profiles.PROFILES["direct"], warmup=warmup)
     from bench.prepare import prepare
     from bench.runner import RunConfig, Runner
 
-    prepared = prepare(profiles.PROFILES["tiny"], progress=False, teacher=False)
+    prepared = prepare(profiles.PROFILES["direct"], progress=False, teacher=False)
     emit(stage="base", calibration=prepared.calibration(), wall=prepared.info["wall_s"])
     for domain in cfg.get("grpo_domains", []):
         config = RunConfig(method="grpo", suite=domain, seed=cfg.get("seed", 0), budget_flops=cfg.get("budget", 9e11),

@@ -154,11 +154,34 @@ def distill_step(
     stats["reverse_kl"] = reverse_kl_estimate(teacher_lp, student_lp, mask)
     stats["reward"] = float(batch.rewards.mean())
     stats["mean_length"] = float(batch.lengths.mean())
+    stats["completion_share"] = float(mask.sum() / batch.attention_mask.sum())
+    stats.update(signal_spread(teacher_lp, student_lp, mask))
     for domain in sorted({p.domain for p in batch.problems}):
         rows = torch.tensor([d == domain for d in batch.domains()])
         stats[f"hits:{domain}"] = float(batch.rewards[rows].sum())
         stats[f"count:{domain}"] = float(rows.sum())
     return stats
+
+
+def signal_spread(teacher_lp: torch.Tensor, student_lp: torch.Tensor, mask: torch.Tensor,
+                  threshold: float = 0.5) -> dict[str, float]:
+    """How many tokens carry the teacher's signal, and whether one position carries most of it.
+
+    Args:
+        teacher_lp, student_lp: [B, T] per-token log-probs of the sampled tokens; mask: [B, T] completion.
+    Returns:
+        informative_tokens: mean number per sample of completion tokens with
+            |log p_teacher - log p_student| > `threshold` nats;
+        max_position_share: the largest share of the batch's total |log-ratio| that falls on one
+            completion position (counted from each completion's first token).
+    """
+    gap = (teacher_lp - student_lp).abs() * mask  # [B, T]
+    informative = float(((gap > threshold) & mask.bool()).sum(1).float().mean())
+    start = mask.float().argmax(1)  # [B] first completion column of each row
+    position = torch.arange(mask.shape[1]).unsqueeze(0) - start.unsqueeze(1)  # [B, T]
+    per_position = torch.zeros(mask.shape[1]).index_add_(0, position.clamp(min=0).flatten(), gap.flatten())
+    total = float(gap.sum())
+    return {"informative_tokens": informative, "max_position_share": float(per_position.max()) / total if total else 0.0}
 
 
 def check_tokenizers(student: Policy, teachers: Mapping[str, Policy]) -> None:

@@ -54,6 +54,7 @@ def grpo_step(ctx: RunContext, policy: Policy, sampler: Sampler, config: GRPOSte
     # groups whose samples all scored alike carry no gradient: the share GRPO wastes
     stats["zero_adv_share"] = float((groups.amax(1) == groups.amin(1)).float().mean())
     stats["mean_length"] = float(batch.lengths.mean())
+    stats["completion_share"] = float(batch.completion_mask.sum() / batch.attention_mask.sum())
     return stats
 
 

@@ -8,10 +8,16 @@ generators and its comparison rule:
 - `in_heldout_bucket(prompt)`: the train/held-out split, a fixed hash bucket of the prompt text;
 - `extract_answer(completion, fmt)`: the one extraction rule every verifier starts with.
 
+Formats: `tiny` (compact prompts, direct answers of a few characters), `worked` (compact prompts,
+answers worked step by step over 30-60 characters and rewarded on the final answer only) and `hf`
+(natural-language chat prompts for real models).
+
 Final-answer rule (all domains): a completion is looked at through its first `MAX_COMPLETION_CHARS`
-characters only; if it contains the format's marker (`#` in `tiny`, `####` in `hf`) the answer is the
-text after the last marker, otherwise the whole completion; surrounding whitespace is stripped. So a
-bare answer (`13`) and a worked solution (`17+5=22;22-9=13#13`) are both scored by the same verifier.
+characters only; if it contains the format's marker (`#` in `tiny` and `worked`, `####` in `hf`) the
+answer is the text after the last marker, otherwise (`tiny` and `hf` only) the whole completion;
+surrounding whitespace is stripped. So in `tiny` a bare answer (`13`) and a worked solution
+(`17+5=22;22-9=13#13`) are both scored by the same verifier; in `worked` an answer without the
+marker is no answer.
 Model output is hostile text: verifiers never evaluate it, and return 0.0 instead of raising.
 """
 
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 DIFFICULTIES = ("easy", "medium", "hard")
-FORMATS = ("tiny", "hf")
+FORMATS = ("tiny", "worked", "hf")
 
 # Verifiers read at most this many characters of a completion: bounds the work hostile text can cause.
 MAX_COMPLETION_CHARS = 2000
@@ -33,7 +39,7 @@ MAX_COMPLETION_CHARS = 2000
 HELDOUT_BUCKETS = 8
 _SPLIT_SALT = b"opd-bench/split/v1\x00"
 
-FINAL_MARKERS = {"tiny": "#", "hf": "####"}
+FINAL_MARKERS = {"tiny": "#", "worked": "#", "hf": "####"}
 HF_INSTRUCTION = (
     "Think step by step if it helps, then give the final answer on the last line after '####', "
     "for example '#### 42'."
@@ -55,6 +61,8 @@ class Problem:
         answer: canonical reference answer, the short form a tiny model should emit.
         solution: verbose worked solution ending with the answer in its final-answer form.
         meta: generator name, difficulty and whatever the verifier needs (JSON-serialisable).
+        alt_solution: another valid worked solution in a different style or procedure (`worked`
+            format: what the external teacher is trained on), "" where there is none.
     """
 
     domain: str
@@ -62,6 +70,7 @@ class Problem:
     answer: str
     solution: str
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    alt_solution: str = ""
 
 
 @runtime_checkable
@@ -109,13 +118,15 @@ def extract_answer(completion: object, fmt: str) -> str | None:
     cut = text.rfind(marker)
     if cut >= 0:
         text = text[cut + len(marker) :]
+    elif fmt == "worked":
+        return None
     text = text.strip()
     return text or None
 
 
 def final_form(answer: str, fmt: str) -> str:
-    """How a worked solution states its final answer: `#13` in tiny, `#### 13` in hf."""
-    return f"#{answer}" if fmt == "tiny" else f"#### {answer}"
+    """How a worked solution states its final answer: `#13` in tiny and worked, `#### 13` in hf."""
+    return f"#### {answer}" if fmt == "hf" else f"#{answer}"
 
 
 def parse_int(text: str | None, max_digits: int = 30) -> int | None:
@@ -151,9 +162,14 @@ def pick(rng: random.Random, weighted: Sequence[tuple[str, float]]) -> str:
 
 
 def level_config(
-    tiny_levels: dict[str, Any], hf_levels: dict[str, Any], separator: str, difficulty: str, fmt: str
+    tiny_levels: dict[str, Any], hf_levels: dict[str, Any], separator: str, difficulty: str, fmt: str,
+    worked_levels: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A domain's generator settings for one difficulty and format (they feed the suite's hash)."""
     if fmt == "tiny":
         return {"tiny": tiny_levels[difficulty], "separator": separator}
+    if fmt == "worked":
+        if worked_levels is None:
+            raise UnknownSuiteError("this domain has no worked format; domains with one: math, code, graphs, strings")
+        return {"worked": worked_levels[difficulty], "separator": separator}
     return {"hf": [list(entry) for entry in hf_levels[difficulty]]}

@@ -7,6 +7,11 @@ Python cannot put after a `;`, so hard programs put the loop and the final print
 (the only character outside printable ASCII in any tiny prompt is that `\\n`). Worked solution: each
 variable's value after each statement (and each loop iteration), e.g. `a=3;b=6;print 7#7`.
 
+Worked prompt: two variables and a loop whose body updates both, e.g.
+`a=3;b=4\nfor i in range(3):a=a+b;b=b+1\nprint(a)>`; the solution traces the state after each
+iteration, `i=0:a=7,b=5;i=1:a=12,b=6;i=2:a=18,b=7#18`; the alternative solution (the external teacher's) shows
+each iteration's arithmetic, `i=0:a=3+4=7,b=4+1=5;i=1:...#18`. Values stay within 0..max_value.
+
 hf prompt: the same programs laid out as ordinary Python in a code block, and reasoning-gym `bf`
 (print the output of a Brainf*ck program; difficulty 1 at every level, difficulty 2 costs ~50 ms a
 problem). reasoning-gym `codeio` is left out: its snippets use unseeded randomness (numpy's global
@@ -42,6 +47,13 @@ TINY_LEVELS: dict[str, dict[str, Any]] = {
                "iters": [0, 0], "max_abs_answer": 999},
     "hard": {"n_assign": [2, 2], "max_const": 9, "ops": "+-*", "conditional": False, "loop": True,
              "iters": [2, 4], "max_abs_answer": 999},
+}
+
+# Worked format: iterations, the largest starting value and constant, the range every value stays in.
+WORKED_LEVELS: dict[str, dict[str, Any]] = {
+    "easy": {"iters": [4, 5], "init_max": 9, "const_max": 3, "max_value": 99},
+    "medium": {"iters": [5, 6], "init_max": 9, "const_max": 5, "max_value": 99},
+    "hard": {"iters": [5, 6], "init_max": 20, "const_max": 9, "max_value": 199},
 }
 
 HF_LEVELS: dict[str, list[tuple[str, float, dict[str, Any]]]] = {
@@ -195,17 +207,56 @@ def _program_problem(rng: random.Random, level: dict[str, Any], difficulty: str,
     return Problem("code", prompt, answer, _solution(steps, answer, fmt), meta)
 
 
+def _worked_expr(rng: random.Random, target: str, level: dict[str, Any]) -> list[str]:
+    """`x op y` for one loop statement: x a variable, y the other variable, `i` or a constant."""
+    other = "b" if target == "a" else "a"
+    left = rng.choice([target, target, other])
+    right = rng.choice([other if left == target else target, "i", str(rng.randint(1, level["const_max"]))])
+    return [left, rng.choice("+-"), right]
+
+
+def _worked_problem(rng: random.Random, level: dict[str, Any], difficulty: str) -> Problem:
+    for _ in range(1000):
+        a, b = rng.randint(1, level["init_max"]), rng.randint(1, level["init_max"])
+        iters = rng.randint(*level["iters"])
+        body = [("a", _worked_expr(rng, "a", level)), ("b", _worked_expr(rng, "b", level))]
+        state, steps, alt = {"a": a, "b": b}, [], []
+        for i in range(iters):
+            state["i"] = i
+            shown = []
+            for target, (x, op, y) in body:
+                xv, yv = state[x], state[y] if y in state else int(y)
+                state[target] = xv + yv if op == "+" else xv - yv
+                shown.append(f"{target}={xv}{op}{yv}={state[target]}")
+            steps.append(f"i={i}:a={state['a']},b={state['b']}")
+            alt.append(f"i={i}:" + ",".join(shown))
+            if not all(0 <= state[v] <= level["max_value"] for v in "ab"):
+                break
+        else:
+            out = rng.choice("ab")
+            loop = ";".join(f"{t}={''.join(e)}" for t, e in body)
+            source = f"a={a};b={b}\nfor i in range({iters}):{loop}\nprint({out})"
+            answer = run_program(source)
+            meta = {"generator": "loop", "difficulty": difficulty, "fmt": "worked"}
+            final = final_form(answer, "worked")
+            return Problem("code", source + SEPARATOR, answer, ";".join(steps) + final, meta,
+                           alt_solution=";".join(alt) + final)
+    raise RuntimeError("code generator: no loop within max_value in 1000 draws")
+
+
 class CodeDomain:
     """Tracing generated Python programs; hf adds reasoning-gym bf and codeio."""
 
     name = "code"
 
     def config(self, difficulty: str, fmt: str) -> dict[str, Any]:
-        return level_config(TINY_LEVELS, HF_LEVELS, SEPARATOR, difficulty, fmt)
+        return level_config(TINY_LEVELS, HF_LEVELS, SEPARATOR, difficulty, fmt, WORKED_LEVELS)
 
     def sample(self, rng: random.Random, difficulty: str, fmt: str) -> Problem:
         if fmt == "tiny":
             return _program_problem(rng, TINY_LEVELS[difficulty], difficulty, fmt)
+        if fmt == "worked":
+            return _worked_problem(rng, WORKED_LEVELS[difficulty], difficulty)
         own = {"program": lambda settings: _program_problem(rng, settings, difficulty, fmt)}
         return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 

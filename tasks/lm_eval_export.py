@@ -33,7 +33,7 @@ from tasks.suites import Suite
 
 # Generation limit per prompt format: the `eval_max_new_tokens` of the profile of that format (tiny, hf),
 # so that lm-eval and `bench.evaluation.Evaluator` score the same completions.
-MAX_GEN_TOKS = {"tiny": 64, "hf": 512}
+MAX_GEN_TOKS = {"tiny": 64, "worked": 128, "hf": 512}
 
 _UTILS = '''"""lm-eval hooks for OPD-Bench suites (written by tasks.lm_eval_export; regenerate, do not edit)."""
 

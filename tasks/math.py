@@ -6,6 +6,12 @@ space whose answer a 2-layer student can learn in one pass (mostly copying, one 
 for the tiny profile (issue #4); multi-digit chains are far harder for it. Hard levels add one `*`,
 evaluated first (usual precedence), e.g. `3+4*5-2=` -> `4*5=20;3+20=23;23-2=21#21`.
 
+Worked prompt: column addition or subtraction of two numbers of equal length (`48371+25968=`), worked
+right to left one column at a time with its carry or borrow, then the answer after `#`:
+`1+8=9,7+6=13,3+9+1=13,8+5+1=14,4+2+1=7#74339`; subtraction borrows by writing the column's top digit
+plus ten (`48371-25968=` -> `11-8=3,7-6-1=0,13-9=4,8-5-1=2,4-2=2#22403`). The alternative solution
+(the external teacher's) states every carry in and out: `1+8+0=9c0;7+6+0=13c1;...#74339`.
+
 hf prompt: the same chains in words ("Calculate 17 + 5 - 9."), reasoning-gym `chain_sum`,
 `basic_arithmetic` and the `gsm_symbolic` word problems, with the hf final-answer instruction.
 
@@ -30,6 +36,13 @@ TINY_LEVELS: dict[str, dict[str, Any]] = {
              "mul_max_operand": 0},
     "medium": {"n_operands": [4, 4], "max_operand": 20, "ops": "+-", "max_mul": 0, "mul_max_operand": 0},
     "hard": {"n_operands": [5, 5], "max_operand": 20, "ops": "+-*", "max_mul": 1, "mul_max_operand": 12},
+}
+
+# Worked format: operand length in digits and the operations.
+WORKED_LEVELS: dict[str, dict[str, Any]] = {
+    "easy": {"digits": [4, 5], "ops": "+-"},
+    "medium": {"digits": [5, 6], "ops": "+-"},
+    "hard": {"digits": [6, 7], "ops": "+-"},
 }
 
 # hf mixture: (generator, weight, settings). "chain" is ours; "rg:<name>" is a reasoning-gym dataset.
@@ -106,6 +119,41 @@ def _chain_problem(rng: random.Random, level: dict[str, Any], difficulty: str, f
     return Problem("math", prompt, answer, f"{worked}\n{final_form(answer, fmt)}", meta)
 
 
+def columns(a: int, b: int, op: str) -> tuple[list[str], list[str]]:
+    """Column steps of `a op b` (equal-length operands, a >= b for `-`), right to left.
+
+    Returns (the solution's steps, the alternative solution's steps).
+    """
+    steps, alt = [], []
+    carry = 0
+    for x, y in zip(map(int, reversed(str(a))), map(int, reversed(str(b)))):
+        if op == "+":
+            total = x + y + carry
+            steps.append(f"{x}+{y}{'+1' if carry else ''}={total}")
+            alt.append(f"{x}+{y}+{carry}={total}c{total // 10}")
+            carry = total // 10
+        else:
+            borrow = int(x - carry < y)
+            top = x + 10 * borrow
+            steps.append(f"{top}-{y}{'-1' if carry else ''}={top - y - carry}")
+            alt.append(f"{top}-{y}-{carry}={top - y - carry}b{borrow}")
+            carry = borrow
+    return steps, alt
+
+
+def _worked_problem(rng: random.Random, level: dict[str, Any], difficulty: str) -> Problem:
+    n = rng.randint(*level["digits"])
+    a, b = (rng.randint(10 ** (n - 1), 10**n - 1) for _ in range(2))
+    op = rng.choice(level["ops"])
+    if op == "-" and a < b:
+        a, b = b, a
+    answer = str(a + b if op == "+" else a - b)
+    steps, alt = columns(a, b, op)
+    meta = {"generator": "columns", "difficulty": difficulty, "fmt": "worked"}
+    return Problem("math", f"{a}{op}{b}{SEPARATOR}", answer, ",".join(steps) + final_form(answer, "worked"), meta,
+                   alt_solution=";".join(alt) + final_form(answer, "worked"))
+
+
 def _normalise(text: str | None, fmt: str) -> int | None:
     if text is None:
         return None
@@ -121,11 +169,13 @@ class MathDomain:
     name = "math"
 
     def config(self, difficulty: str, fmt: str) -> dict[str, Any]:
-        return level_config(TINY_LEVELS, HF_LEVELS, SEPARATOR, difficulty, fmt)
+        return level_config(TINY_LEVELS, HF_LEVELS, SEPARATOR, difficulty, fmt, WORKED_LEVELS)
 
     def sample(self, rng: random.Random, difficulty: str, fmt: str) -> Problem:
         if fmt == "tiny":
             return _chain_problem(rng, TINY_LEVELS[difficulty], difficulty, fmt)
+        if fmt == "worked":
+            return _worked_problem(rng, WORKED_LEVELS[difficulty], difficulty)
         own = {"chain": lambda settings: _chain_problem(rng, settings, difficulty, fmt)}
         return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 

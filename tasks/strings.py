@@ -6,6 +6,12 @@ Tiny prompt: an operation code, the input, then the separator `>`:
 - count `c:a:abaca>` -> `3`, worked `a1b1a2c2a3#3` (running count after each letter).
 Counting draws its text from a small alphabet (`count_alphabet` letters) so counts are not all 0/1.
 
+Worked prompt: reverse or count over 11-13 letters (easy), with a running trace: reverse
+`r:abcdefghij>` -> `j,i,h,g,f,e,d,c,b,a#jihgfedcba`; count `c:a:abacadbcab>` -> the letters with
+the running count, `a1b1a2c2a3d3b3c3a4b4#4`. The alternative solution (the external teacher's)
+numbers the positions it reads in reverse (`10j,9i,...,1a#jihgfedcba`) and lists only the
+matches while counting (`a1,a2,a3,a4#4`).
+
 hf prompt: reasoning-gym `spell_backward`, `letter_counting` and `number_sorting`, plus our reverse and
 sort in words. Normalisation (own generators): extract the final answer and drop spaces and quotes;
 reverse and sort compare case-insensitively, counts as plain ASCII integers. reasoning-gym problems
@@ -28,6 +34,12 @@ TINY_LEVELS: dict[str, dict[str, Any]] = {
     "easy": {"ops": "rsc", "length": [3, 4], "alphabet": 26, "count_alphabet": 3},
     "medium": {"ops": "rsc", "length": [5, 5], "alphabet": 26, "count_alphabet": 4},
     "hard": {"ops": "rsc", "length": [6, 6], "alphabet": 26, "count_alphabet": 4},
+}
+
+WORKED_LEVELS: dict[str, dict[str, Any]] = {
+    "easy": {"ops": "rc", "length": [11, 13], "alphabet": 26, "count_alphabet": 4},
+    "medium": {"ops": "rc", "length": [12, 14], "alphabet": 26, "count_alphabet": 4},
+    "hard": {"ops": "rc", "length": [14, 16], "alphabet": 26, "count_alphabet": 5},
 }
 
 HF_LEVELS: dict[str, list[tuple[str, float, dict[str, Any]]]] = {
@@ -82,13 +94,23 @@ def _answer_and_steps(op: str, target: str, text: str) -> tuple[str, str]:
     return str(running), "".join(steps)
 
 
+def _alt_steps(op: str, target: str, text: str) -> str:
+    """The alternative trace: positions read in reverse, or only the matches while counting."""
+    if op == "r":
+        return ",".join(f"{i + 1}{text[i]}" for i in reversed(range(len(text))))
+    hits = [ch for ch in text if ch == target]
+    return ",".join(f"{ch}{k + 1}" for k, ch in enumerate(hits)) or "none"
+
+
 def _problem(rng: random.Random, level: dict[str, Any], difficulty: str, fmt: str) -> Problem:
     op, target, text = _draw(rng, level)
     answer, steps = _answer_and_steps(op, target, text)
     meta = {"generator": "text", "op": op, "difficulty": difficulty, "fmt": fmt}
-    if fmt == "tiny":
+    if fmt in ("tiny", "worked"):
         head = f"c:{target}:" if op == "c" else f"{op}:"
-        return Problem("strings", f"{head}{text}{SEPARATOR}", answer, steps + final_form(answer, fmt), meta)
+        alt = _alt_steps(op, target, text) + final_form(answer, fmt) if fmt == "worked" else ""
+        return Problem("strings", f"{head}{text}{SEPARATOR}", answer, steps + final_form(answer, fmt), meta,
+                       alt_solution=alt)
     if op == "c":
         body = f'How many times does the letter "{target}" appear in the string "{text}"?'
     else:
@@ -109,11 +131,13 @@ class StringsDomain:
     name = "strings"
 
     def config(self, difficulty: str, fmt: str) -> dict[str, Any]:
-        return level_config(TINY_LEVELS, HF_LEVELS, SEPARATOR, difficulty, fmt)
+        return level_config(TINY_LEVELS, HF_LEVELS, SEPARATOR, difficulty, fmt, WORKED_LEVELS)
 
     def sample(self, rng: random.Random, difficulty: str, fmt: str) -> Problem:
         if fmt == "tiny":
             return _problem(rng, TINY_LEVELS[difficulty], difficulty, fmt)
+        if fmt == "worked":
+            return _problem(rng, WORKED_LEVELS[difficulty], difficulty, fmt)
         own = {"text": lambda settings: _problem(rng, settings, difficulty, fmt)}
         return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 

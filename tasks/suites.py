@@ -78,7 +78,9 @@ def get_suite(name: str, difficulty: str = "easy", fmt: str = "tiny") -> Suite:
     check_choice("suite", name, list(SUITES))
     check_choice("difficulty", difficulty, DIFFICULTIES)
     check_choice("format", fmt, FORMATS)
-    return Suite(name, difficulty, fmt, SUITES[name])
+    suite = Suite(name, difficulty, fmt, SUITES[name])
+    suite.config()  # a domain without this format says so here, in one line
+    return suite
 
 
 def cache_dir() -> Path:
@@ -144,7 +146,7 @@ def load_heldout(domain: Domain, difficulty: str, fmt: str) -> list[Problem]:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         rows = ({"domain": p.domain, "prompt": p.prompt, "answer": p.answer, "solution": p.solution,
-                 "meta": json.dumps(p.meta, sort_keys=True)} for p in problems)
+                 "alt_solution": p.alt_solution, "meta": json.dumps(p.meta, sort_keys=True)} for p in problems)
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
         os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
     except OSError:
@@ -264,8 +266,8 @@ class Suite:
     def heldout_records(self) -> list[dict[str, Any]]:
         """Held-out problems as flat JSON-friendly rows (`meta` as a JSON string)."""
         return [
-            {"id": f"{self.id}/{d}/{i}", "domain": p.domain, "prompt": p.prompt,
-             "answer": p.answer, "solution": p.solution, "meta": json.dumps(p.meta, sort_keys=True)}
+            {"id": f"{self.id}/{d}/{i}", "domain": p.domain, "prompt": p.prompt, "answer": p.answer,
+             "solution": p.solution, "alt_solution": p.alt_solution, "meta": json.dumps(p.meta, sort_keys=True)}
             for d in self.domains
             for i, p in enumerate(self.heldout(d))
         ]
@@ -292,4 +294,5 @@ def problem_from_record(record: Mapping[str, Any]) -> Problem:
         answer=str(record["answer"]),
         solution=str(record["solution"]),
         meta=json.loads(meta) if isinstance(meta, str) else dict(meta),
+        alt_solution=str(record.get("alt_solution") or ""),
     )

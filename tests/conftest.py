@@ -21,11 +21,11 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def fast_profile():
-    """The tiny profile with a short warm-up and a small budget: real models, seconds not minutes."""
+    """The direct-answer profile with a short warm-up and a small budget: real models, seconds not minutes."""
     from bench.profiles import PROFILES, WarmupConfig
 
     profile = dataclasses.replace(
-        PROFILES["tiny"],
+        PROFILES["direct"],
         name="tiny-test",
         budget_flops=4e11,
         eval_size=64,

@@ -200,3 +200,18 @@ def test_reports_does_not_import_torch_or_the_engine():
             "bad = [m for m in ('torch', 'transformers', 'bench') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPORTS.parent, timeout=120)
+
+
+def test_findings_page_shows_each_worlds_regime_table(tmp_path):
+    runs = write_runs([make_record(method="grpo-joint", seed=s) for s in range(2)], tmp_path / "runs")
+    worlds = [{"profile": "tiny", "description": "worked answers", "rows": [
+        {"criterion": "completion length", "needs": ">= 30", "measured": "math 37.0", "met": True},
+        {"criterion": "rollout share", "needs": ">= 20%", "measured": "12% <b>", "met": False},
+        {"criterion": "joint minus expert", "needs": "reported", "measured": "math -1.0", "met": None}]}]
+    build_site([runs], tmp_path / "site", worlds=worlds)
+    page = (tmp_path / "site" / "findings.html").read_text()
+    assert 'id="world-tiny"' in page and "completion length" in page and "12% &lt;b&gt;" in page
+    assert page.count("verdict-holds\">met") == 1 and page.count("not met") == 1 and ">reported<" in page
+    assert json.loads((tmp_path / "site" / "results.json").read_text())["worlds"] == worlds
+    build_site([runs], tmp_path / "bare")
+    assert 'id="worlds"' not in (tmp_path / "bare" / "findings.html").read_text()

@@ -123,8 +123,8 @@ def test_lm_eval_stops_where_bench_stops(suite, exported):
 
 
 def test_export_decodes_like_the_evaluator(suite, exported):
-    """Greedy, EOS-only stop, the profile's token cap; the default caps are the tiny and hf profiles'."""
-    for profile in ("tiny", "hf"):
+    """Greedy, EOS-only stop, the profile's token cap; the default caps are the profiles' own."""
+    for profile in ("direct", "tiny", "hf"):
         assert MAX_GEN_TOKS[PROFILES[profile].task_format] == PROFILES[profile].eval_max_new_tokens
     for d in suite.domains:
         config = yaml.safe_load(

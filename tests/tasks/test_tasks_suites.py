@@ -178,7 +178,7 @@ def test_heldout_dataset_is_cached_parquet(tmp_path, monkeypatch):
     suite = get_suite("math_code", "easy", "tiny")
     ds = suite.heldout_dataset()
     assert len(ds) == 2 * HELDOUT_PER_DOMAIN
-    assert set(ds.column_names) == {"id", "domain", "prompt", "answer", "solution", "meta"}
+    assert set(ds.column_names) == {"id", "domain", "prompt", "answer", "solution", "alt_solution", "meta"}
     files = list((tmp_path / "suites").glob("*.parquet"))
     assert len(files) == 1 and suite.content_hash[:16] in files[0].name
     mtime = files[0].stat().st_mtime_ns

@@ -1,0 +1,128 @@
+"""Shipped reference models: a profile's base student and external teacher, as built once, hash-checked.
+
+A tiny world's models are trained on a CPU, and float sums on a CPU depend on its instruction set:
+the same recipe, code and packages give bit-identical weights in any process and at any thread
+count on one machine (`bench prepare` trains on one thread), but not across CPUs (the kernels of
+MKL and of torch's vectorised ops take other code paths on another processor). So that every user
+starts from the same models, `bench/reference/<profile>/` holds the models `bench prepare` built
+for the reference results, with the sha256 of every file:
+
+    bench/reference/tiny/manifest.json          {"key": ..., "world_version": ..., "files": {path: sha256}}
+    bench/reference/tiny/prepared.json          the base's record (warm-up FLOPs, calibration, hash)
+    bench/reference/tiny/student/...            the base, a Hugging Face folder
+    bench/reference/tiny/external.json, external/...   the external teacher, likewise
+
+`bench prepare` installs them into the cache when their recipe key matches the profile's (a changed
+recipe, task or model spec gives another key, and the models are built instead); a file whose hash
+differs from the manifest stops it with one line. `bench prepare --check` rebuilds from scratch and
+compares weights hashes; `bench prepare --rebuild --write-reference` replaces the shipped models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent / "reference"
+PARTS = {"student": ("student", "prepared.json"), "external": ("external", "external.json")}
+
+
+class ReferenceError(RuntimeError):
+    """Shipped reference files that do not match their manifest."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest(profile_name: str) -> dict | None:
+    path = ROOT / profile_name / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def install(profile_name: str, key: str, folder: Path, part: str) -> bool:
+    """Copy the shipped `part` (`student` or `external`) into `folder` if it was built for `key`.
+
+    Returns False when there is no reference for this profile and key (the caller builds instead).
+    Raises ReferenceError when a shipped file does not match its manifest's sha256.
+    """
+    meta = manifest(profile_name)
+    source = ROOT / profile_name
+    if meta is None or meta.get("key") != key or not (source / PARTS[part][1]).exists():
+        return False
+    files = {rel: digest for rel, digest in meta["files"].items()
+             if rel == PARTS[part][1] or rel.startswith(PARTS[part][0] + "/")}
+    for rel, digest in files.items():
+        if not (source / rel).exists() or _sha256(source / rel) != digest:
+            raise ReferenceError(f"shipped reference file {source / rel} does not match its sha256 in "
+                                 f"{source / 'manifest.json'}; restore it (git checkout) or run bench prepare --rebuild")
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{part}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source / PARTS[part][0], tmp)
+    shutil.rmtree(folder / PARTS[part][0], ignore_errors=True)
+    tmp.rename(folder / PARTS[part][0])
+    shutil.copyfile(source / PARTS[part][1], folder / PARTS[part][1])  # last: it marks the part as ready
+    return True
+
+
+def write(profile_name: str, key: str, world_version: str, folder: Path) -> Path:
+    """Replace the shipped reference of `profile_name` with the built models in `folder`."""
+    target = ROOT / profile_name
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for directory, info in PARTS.values():
+        shutil.copytree(folder / directory, target / directory)
+        shutil.copyfile(folder / info, target / info)
+    files = {str(p.relative_to(target)): _sha256(p) for p in sorted(target.rglob("*")) if p.is_file()}
+    meta = {"key": key, "world_version": world_version, "files": files}
+    (target / "manifest.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    return target
+
+
+def cpu_signature() -> str:
+    """The processor, torch's vectorised-kernel level and torch's version: what a base's bytes depend on."""
+    import torch
+
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model} / {torch.backends.cpu.get_cpu_capability()} / torch {torch.__version__}"
+
+
+def record_smoke_digest() -> Path:
+    """Build the smoke base from scratch and record its weights hash for this CPU (`smoke-digest.json`)."""
+    import tempfile
+
+    from bench.prepare import prepare
+    from bench.profiles import PROFILES
+
+    with tempfile.TemporaryDirectory() as cache:
+        import os
+
+        os.environ["OPD_BENCH_CACHE"] = cache
+        base = prepare(PROFILES["smoke"], progress=False, teacher=False, rebuild=True).model_hashes()["base"]
+    path = ROOT / "smoke-digest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"world_version": PROFILES["smoke"].world_version, "cpu": cpu_signature(), "base": base}
+    path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--smoke-digest"]:
+        sys.exit("usage: python -m bench.reference --smoke-digest")
+    print(record_smoke_digest())

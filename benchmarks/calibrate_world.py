@@ -1,0 +1,181 @@
+"""Calibrate a world by single-method runs and measure its regime criteria (docs/world.md).
+
+Runs, from the profile's prepared base, only single-method runs (no method is compared with another):
+- per domain, a GRPO expert (`grpo`, that domain alone) at learning rate x0.5, x1 and x2; the x1
+  expert trains on the four-domain suite's prompts of its domain and is evaluated on every domain
+  (the transfer matrix);
+- per domain, OPD from that domain's x1 expert (saved by its run as a Hugging Face folder) into the
+  base (`opd-external` with the expert as its teacher), at x0.5, x1 and x2;
+- one `grpo-joint` run on the four domains with four experts' budget (the joint-vs-expert gap).
+Then computes every criterion and writes them, with the per-run figures, to a JSON file that
+`bench prepare` prints beside its own measurements (bench/reference/<profile>-calibration.json).
+
+    OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --jobs 2            # tiny, all of it
+    OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --profile smoke --expert-budget 4e10 \\
+        --opd-budget 2e10 --eval-size 16 --out /tmp/cal.json                    # a quick dry run
+
+Runs are kept under --runs (default runs-calibration/) and skipped when complete, so an
+interrupted calibration continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bench  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch loads)
+
+LR_MULTS = (0.5, 1.0, 2.0)
+SUITE = "four_domain"
+
+
+def _run(spec: dict) -> dict:
+    """One run in a worker process; returns its record (an existing complete run is read back)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from bench.runner import RunConfig, Runner
+
+    summary = Path(spec["runs"]) / spec["name"] / "summary.json"
+    if summary.exists():
+        return json.loads(summary.read_text())
+    config = RunConfig(
+        method=spec["method"], suite=spec["suite"], profile=spec["profile"], seed=0,
+        budget_flops=spec["budget"], runs_dir=Path(spec["runs"]), run_name=spec["name"],
+        eval_size=spec["eval_size"], overrides=tuple(spec["overrides"].items()),
+        teachers=tuple(spec.get("teachers", {}).items()),
+    )
+    started = time.perf_counter()
+    record = Runner(config, progress=False).run()
+    print(f"{spec['name']}: {100 * record['base_accuracy']:.1f}% -> {100 * record['final_accuracy']:.1f}% "
+          f"in {time.perf_counter() - started:.0f} s", flush=True)
+    return record
+
+
+def _lr(method: str, mult: float) -> dict:
+    from methods.distill import DistillStepConfig
+    from methods.grpo import GRPOStepConfig
+
+    if method == "grpo":
+        return {"lr": str(GRPOStepConfig().lr * mult)}
+    return {"distill_lr": str(DistillStepConfig().distill_lr * mult)}
+
+
+def plan(args: argparse.Namespace, domains: tuple[str, ...]) -> tuple[list[dict], list[dict], dict]:
+    common = {"profile": args.profile, "runs": str(args.runs), "eval_size": args.eval_size}
+    experts = [{**common, "name": f"grpo-{d}-x{m:g}", "method": "grpo", "suite": SUITE if m == 1 else d,
+                "budget": args.expert_budget, "domain": d, "mult": m,
+                "overrides": {"domain": d, **_lr("grpo", m)}}
+               for d in domains for m in LR_MULTS]
+    # The rule never fires: OPD runs its whole budget, so the curve shows where it plateaus.
+    opd = [{**common, "name": f"opd-{d}-x{m:g}", "method": "opd-external", "suite": d, "budget": args.opd_budget,
+            "domain": d, "mult": m, "teachers": {f"expert-{d}": str(args.runs / f"grpo-{d}-x1" / "final")},
+            "overrides": {"teacher": f"expert-{d}", "kl_threshold": "0", "use_reward_rule": "false",
+                          **_lr("opd", m)}}
+           for d in domains for m in LR_MULTS]
+    joint = {**common, "name": "grpo-joint", "method": "grpo-joint", "suite": SUITE,
+             "budget": args.expert_budget * len(domains), "overrides": {}}
+    return experts, opd, joint
+
+
+def plateau_step(record: dict) -> dict:
+    """The first evaluation within one binomial standard error of the run's best, as steps and FLOPs."""
+    curve = record["curve"]
+    n = record["eval_size"] * len(record["domains"])
+    best = max(p["accuracy"] for p in curve)
+    se = math.sqrt(best * (1 - best) / n)
+    point = next(p for p in curve if p["accuracy"] >= best - se)
+    steps = sum(1 for s in record["steps"] if s["flops"] <= point["flops"])
+    return {"steps": steps, "flops": point["flops"], "accuracy": point["accuracy"], "best": best}
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def criteria(experts: list[dict], opd: list[dict], joint: dict, records: dict, prepared_info: dict) -> dict:
+    """Every criterion of docs/world.md from the calibration's records."""
+    domains = sorted({e["domain"] for e in experts})
+    rec = lambda spec: records[spec["name"]]  # noqa: E731
+    x1 = {e["domain"]: rec(e) for e in experts if e["mult"] == 1}
+    out: dict = {"domains": domains}
+    base = {r["domain"]: r for r in prepared_info["calibration"]}
+    out["completion_length"] = {d: base[d]["base_length"] for d in domains}
+    update_steps = [s for e in experts for s in rec(e)["steps"]]
+    out["completion_share"] = _mean([s.get("completion_share") for s in update_steps])
+    first = {o["domain"]: rec(o)["steps"][0] for o in opd if o["mult"] == 1}
+    out["informative_tokens"] = {d: first[d].get("informative_tokens") for d in domains}
+    out["max_position_share"] = {d: first[d].get("max_position_share") for d in domains}
+    out["zero_adv_share"] = {d: _mean([s.get("zero_adv_share") for s in x1[d]["steps"]]) for d in domains}
+    out["plateau"] = {
+        d: {f"{how}x{m:g}": plateau_step(rec(spec)) for how, group in (("grpo", experts), ("opd", opd))
+            for spec in group if spec["domain"] == d for m in [spec["mult"]]}
+        for d in domains
+    }
+    out["transfer"] = {a: {b: x1[a]["final_domain_accuracy"][b] - x1[a]["base_domain_accuracy"][b] for b in domains}
+                       for a in domains}
+    out["expert_accuracy"] = {d: x1[d]["final_domain_accuracy"][d] for d in domains}
+    out["joint_accuracy"] = dict(joint["final_domain_accuracy"])
+    out["joint_vs_expert"] = {d: joint["final_domain_accuracy"][d] - x1[d]["final_domain_accuracy"][d]
+                              for d in domains}
+    rollout = sum(r["flops"] for e in experts for r in rec(e)["ledger"]
+                  if r["category"] == "counted" and r["kind"] == "rollout")
+    counted = sum(rec(e)["flops"]["counted"] for e in experts)
+    out["rollout_share"] = rollout / counted if counted else None
+    out["base"] = {d: {k: base[d][k] for k in ("base_pass1", "base_pass8", "base_sample_acc")} for d in domains}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--runs", type=Path, default=Path("runs-calibration"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: bench/reference/<profile>-calibration.json, which bench prepare prints")
+    parser.add_argument("--expert-budget", type=float, default=1e13)
+    parser.add_argument("--opd-budget", type=float, default=5e12)
+    parser.add_argument("--eval-size", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+
+    from bench.prepare import prepare
+    from bench.profiles import PROFILES
+    from bench.registry import get_suite
+
+    from bench.regime import calibration_path
+
+    profile = PROFILES[args.profile]
+    args.out = args.out or calibration_path(args.profile)
+    prepared = prepare(profile)
+    domains = get_suite(SUITE, "easy", profile.task_format).domains
+    experts, opd, joint = plan(args, domains)
+    records: dict[str, dict] = {}
+    started = time.perf_counter()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        # experts first (OPD needs their final weights), the joint run beside them
+        for spec, record in zip([*experts, joint], pool.map(_run, [*experts, joint])):
+            records[spec["name"]] = record
+        for spec, record in zip(opd, pool.map(_run, opd)):
+            records[spec["name"]] = record
+    result = {
+        "profile": args.profile, "world_version": profile.world_version,
+        "model_hashes": prepared.model_hashes(), "expert_budget": args.expert_budget,
+        "opd_budget": args.opd_budget, "eval_size": args.eval_size,
+        "wall_s": round(time.perf_counter() - started),
+        "criteria": criteria(experts, opd, joint, records, prepared.info),
+    }
+    args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(result["criteria"], indent=1, sort_keys=True))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
