@@ -243,7 +243,8 @@ def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, A
     return pages, views, slug_of
 
 
-def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = None) -> SiteSummary:
+def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = None,
+               worlds: list[dict[str, Any]] | None = None) -> SiteSummary:
     """Build the leaderboard from every valid record under `runs_dirs` into `out_dir`.
 
     Args:
@@ -251,6 +252,9 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
             built site's records/ (a rebuild into the same site keeps the records it reads).
         out_dir: the site folder; created if missing.
         generated: the build time shown on pages (default: now, UTC, ISO 8601).
+        worlds: each world's regime table for the findings page, plain data:
+            [{"profile", "description", "rows": [{"criterion", "needs", "measured", "met"}]}]
+            (`met` True, False or None for reported only); the caller measures, the site shows.
     Returns:
         a SiteSummary; invalid records are listed there, in site.json and on the index page.
     """
@@ -272,8 +276,9 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
         writer.write("index.html", env.get_template("index.html").render(
             root="", boards=views, skipped=[(str(p), r) for p, r in skipped], **common))
         writer.write("findings.html", env.get_template("findings.html").render(
-            root="", claims=claims_view(claims, slug_of), **common))
+            root="", claims=claims_view(claims, slug_of), worlds=worlds or [], **common))
         results = _results_json(boards, slug_of, claims, skipped, generated)
+        results["worlds"] = worlds or []
         writer.write("results.json", json.dumps(results, indent=1, ensure_ascii=False))
         writer.write("results.csv", _results_csv(results))
         for name in ("site.css", "site.js"):
