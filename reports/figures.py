@@ -9,8 +9,9 @@ seaborn's built-in ("ci", 95) would bootstrap the mean, in a Python loop of 1,00
 
 matplotlib (Agg backend, SVG, text kept as text: `svg.fonttype` none) and seaborn are imported on
 the first figure, not with `reports`. Styling matches `reports.svgplot` (which draws the per-method
-figures: ~100 of them, where matplotlib's 0.1-0.3 s a figure would not fit the 10 s budget), and
-colours are the board's palette (`reports.plots.palette`), the same as the tables' swatches.
+figures: ~100 of them, where matplotlib's 0.1-0.3 s a figure would not fit the 10 s budget), dark
+variant included (DARK_STYLE, for a reader in the dark colour scheme), and colours are each method's
+own (`reports.colours`), the same as the tables' swatches and every other figure's.
 Names come from records: `_labels` strips what XML forbids and truncates; matplotlib escapes the
 rest, and mathtext is off so a `$` is a dollar sign.
 """
@@ -32,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from reports.stats import CURVE_REPS, DEFAULT_REPS, aggregate, interval, point
-from reports.svgplot import LogScale, flops_label
+from reports.svgplot import ACC_MIN_SPAN, LogScale, flops_label
 
 WIDTH_PT, HEIGHT_PT = 680, 360  # the SVG's user units, as reports.svgplot.WIDTH / HEIGHT
 FONTS = ["system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica", "Arial", "DejaVu Sans"]
@@ -48,6 +49,13 @@ RC = {
 # the plot box of reports.svgplot (left 70, top 34, 420 x 274 of 680 x 360): legend on the right
 _BOX = {"left": 70 / WIDTH_PT, "right": 490 / WIDTH_PT, "top": 1 - 34 / HEIGHT_PT, "bottom": 52 / HEIGHT_PT}
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# The dark variant of RC's colours, as reports.svgplot's: matplotlib writes each colour into an inline
+# style attribute ("fill: #333333"), which a stylesheet rule overrides only with !important
+_DARK = {"fill: #ffffff": "fill:#1b1f27", "fill: #333333": "fill:#d5d9e0", "fill: #5b6475": "fill:#a3abb9",
+         "fill: #1d2330": "fill:#eef0f4", "stroke: #e3e6ec": "stroke:#343a46", "stroke: #333333": "stroke:#d5d9e0"}
+DARK_STYLE = ("<style>@media (prefers-color-scheme:dark){"
+              + "".join(f'[style*="{k}"]{{{v} !important}}' for k, v in _DARK.items()) + "}</style>")
+_SVG_OPEN = re.compile(r"<svg\b[^>]*>")
 
 
 MAX_WORKERS = 4
@@ -133,6 +141,7 @@ def _figure(title: str, draw: Callable) -> str:
     """Draw on a fresh figure under the site's style (no global pyplot state) and return its SVG.
 
     draw(ax) returns the legend entries, [(label, kind, colour, dashes)] with kind "line" or "box".
+    The SVG gets DARK_STYLE right after its opening tag.
     """
     _import_plotting()
     import matplotlib
@@ -156,7 +165,9 @@ def _figure(title: str, draw: Callable) -> str:
         out = io.StringIO()
         # no metadata block: no timestamp (a rebuilt site is byte-identical), no links to matplotlib.org
         fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
-    return out.getvalue()
+    svg = out.getvalue()
+    opening = _SVG_OPEN.search(svg)
+    return svg if opening is None else svg[: opening.end()] + DARK_STYLE + svg[opening.end():]
 
 
 def accuracy_curves(curves: pd.DataFrame, colours: dict[str, str], reference: str | None,
@@ -203,7 +214,12 @@ def accuracy_curves(curves: pd.DataFrame, colours: dict[str, str], reference: st
         if base_accuracy is not None:
             ax.axhline(base_accuracy, color="#888888", linewidth=1.0, dashes=(2, 3))
             entries.append(("base model", "line", "#888888", (2, 3)))
-        ax.set_ylim(bottom=max(0.0, min(ax.get_ylim()[0], base_accuracy or 1.0) - 0.02))
+        bottom = max(0.0, min(ax.get_ylim()[0], base_accuracy or 1.0) - 0.02)
+        top = ax.get_ylim()[1]
+        if top - bottom < ACC_MIN_SPAN:  # equal accuracies (all 0 in a smoke run): a readable span, not noise
+            top = bottom + ACC_MIN_SPAN
+            bottom, top = (1.0 - ACC_MIN_SPAN, 1.0) if top > 1.0 else (bottom, top)
+        ax.set_ylim(bottom, top)
         return entries
 
     return _figure(f"Accuracy against FLOPs: {title}", draw)

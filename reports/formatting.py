@@ -21,7 +21,8 @@ _RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lp
 
 def is_safe_slug(s: str) -> bool:
     """A slug usable as a file name on any OS: lower-case alphanumerics joined by single - or _."""
-    return len(s) <= MAX_SLUG + 9 and bool(_SAFE.match(s)) and s not in _RESERVED
+    # room for a hashed slug (MAX_SLUG + 9), a counter suffix (Slugs) and a figure's "m-" / "s-" prefix
+    return len(s) <= MAX_SLUG + 16 and bool(_SAFE.match(s)) and s not in _RESERVED
 
 
 def slugify(name: str) -> str:
@@ -95,7 +96,11 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def csv_safe(value: object) -> object:
-    """A string cell that a spreadsheet would run as a formula gets a leading apostrophe (OWASP)."""
+    """A string cell that a spreadsheet would run as a formula gets a leading apostrophe (OWASP).
+
+    For text cells (names from records) only: a metric is written as a number (results.csv's "-inf"
+    is an unbounded interval end, which pandas and spreadsheets read as a number, not a formula).
+    """
     if isinstance(value, str) and value.startswith(_FORMULA_START):
         return "'" + value
     return value

@@ -1,4 +1,5 @@
-"""A method page's content: its metrics, ledger, configurations, provenance and per-step traces.
+"""A method page's content: its metrics, ledger, configurations, provenance, per-step traces, the command
+that reproduces each run and each run's sample completions.
 
 Plain dicts for the `method.html` template (Jinja autoescapes every value). The per-step traces come
 from the records' optional `steps` (docs/records.md): every seed's steps, thinned to at most about
@@ -15,12 +16,16 @@ from typing import Any
 import numpy as np
 
 from reports.boards import Board, MethodResult
+from reports.colours import method_colour
 from reports.columns import METRICS, metric_cell, tau_label
 from reports.formatting import fmt
+from reports.reproduce import git_commit, run_command
+from reports.samples import samples_view
 
 STEP_STATS = ("reward", "zero_adv_share", "reverse_kl", "loss", "grad_norm", "clip_frac", "mean_length")
 MAX_STEP_PANELS = 9  # statistics beyond these (a plugin may log dozens) are left out of the figure
 MAX_STEP_POINTS = 400  # per run; the figure is ~600 px wide, more points would only add bytes
+MAX_SAMPLE_RUNS = 3  # runs whose sample completions a page shows (the first seeds); the rest are in their records
 _NOT_STATS = {"step", "flops", "phase"}
 
 
@@ -139,9 +144,24 @@ def _provenance(records: list[dict], odd_runs: set[str] = frozenset()) -> tuple[
     return runs, pk
 
 
+def _reproduce(records: list[dict], record_hrefs: dict[str, str]) -> list[dict]:
+    """Per run: the command that reproduces it, its commit, its record file and its sample completions."""
+    out = []
+    for i, r in enumerate(records):
+        command = run_command(r)
+        out.append({"run_id": r["run_id"], "seed": r["seed"], "command": command["text"], "unset": command["unset"],
+                    "commit": git_commit(r), "record_href": record_hrefs.get(r["run_id"]),
+                    "samples": samples_view(r) if i < MAX_SAMPLE_RUNS else None,
+                    "has_samples": bool(r.get("samples"))})
+    return out
+
+
 def method_view(board: Board, m: MethodResult, records: list[dict], plot_src: str,
-                steps_src: str | None = None) -> dict[str, Any]:
-    """A method page: metrics, curves, per-step traces, ledger breakdown, configs and provenance of its runs."""
+                steps_src: str | None = None, record_hrefs: dict[str, str] | None = None) -> dict[str, Any]:
+    """A method page: metrics, curves, per-step traces, ledger breakdown, configs and provenance of its runs.
+
+    record_hrefs: run id -> the link to its record file from the page (the site's records/ copy).
+    """
     configs: dict[str, list[int]] = defaultdict(list)
     for r in records:
         configs[json.dumps(r["method_config"], indent=2, sort_keys=True, ensure_ascii=False)].append(r["seed"])
@@ -153,7 +173,10 @@ def method_view(board: Board, m: MethodResult, records: list[dict], plot_src: st
         fit = {"A": fmt(m.fit.asymptote, "acc"), "B": fmt(m.fit.efficiency, "num"),
                "Cmid": fmt(m.fit.midpoint_flops, "flops"), "R0": fmt(m.fit.base_accuracy, "acc"),
                "rmse": fmt(m.fit.rmse, "num")}
-    return {"method": m.method, "board": board.label, "is_reference": m.is_reference,
+    reproduce = _reproduce(records, record_hrefs or {})
+    return {"method": m.method, "colour": method_colour(m.method), "board": board.label, "is_reference": m.is_reference,
+            "reproduce": reproduce, "has_samples": any(r["samples"] for r in reproduce),
+            "samples_elsewhere": [r for r in reproduce if r["has_samples"] and not r["samples"]],
             "n_seeds": m.n_seeds, "seeds": m.seeds, "metrics": metrics, "fit": fit, "plot_src": plot_src,
             "steps_src": steps_src, "configs": [{"text": k, "seeds": v} for k, v in configs.items()],
             "ledger": ledger, "categories": categories, "runs": runs, "packages": packages,

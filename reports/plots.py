@@ -3,8 +3,9 @@
 Each function takes plain lists and dicts (no pandas) and returns one SVG document, drawn by
 `reports.svgplot` (see there for why not matplotlib). The board figures that are statistics over
 seeds (accuracy against FLOPs with bands, accuracy per domain) are seaborn's: `reports.figures`.
-Colours are seaborn's colour-blind palette, in the board's method order, the same as the swatches in
-the site's tables (CSS classes c0..c9) and in reports.figures.
+Colours are each method's own (`reports.colours`): the same on every board, in the tables' swatches
+and in reports.figures. Lines that are not a method's (the frontier's legend key, the fit) are drawn in
+INK, the SVG's text colour, so they follow its dark variant.
 Names on figures come from records: svgplot escapes and truncates every one.
 """
 
@@ -15,7 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reports.svgplot import HEIGHT, WIDTH, LegendEntry, LinearScale, LogScale, Panel, flops_label, legend, render
+from reports.colours import method_colours
+from reports.svgplot import HEIGHT, INK, WIDTH, LegendEntry, LinearScale, LogScale, Panel, flops_label, legend, render
 
 # seaborn.color_palette("colorblind").as_hex(), written out so that building a site imports no plotting library
 COLOURBLIND = ("#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494",
@@ -26,8 +28,8 @@ _MAIN = (70, 34, WIDTH - 70 - 190, HEIGHT - 34 - 52)  # plot box leaving room fo
 
 
 def palette(names: Sequence[str]) -> dict[str, str]:
-    """A colour per name, in order; more than ten names reuse colours."""
-    return {n: COLOURBLIND[i % len(COLOURBLIND)] for i, n in enumerate(names)}
+    """Each method's colour (`reports.colours.method_colour`), in the given order."""
+    return method_colours(names)
 
 
 def _positive(xs, *columns):
@@ -45,7 +47,7 @@ def frontier(series: list[dict], segments: list[dict], envelope: dict | None) ->
     """
     xs = [f for s in series for f in s["flops"]]
     ys = [a for s in series for a in s["acc"]]
-    panel = Panel(LogScale.nice(xs), LinearScale.nice(ys), _MAIN, "counted training FLOPs", "held-out accuracy")
+    panel = Panel(LogScale.nice(xs), LinearScale.accuracy(ys), _MAIN, "counted training FLOPs", "held-out accuracy")
     for s in series:
         panel.line(s["flops"], s["acc"], s["colour"], width=1.2, opacity=0.6)
     if envelope is not None and segments:
@@ -59,7 +61,7 @@ def frontier(series: list[dict], segments: list[dict], envelope: dict | None) ->
                 panel.text(mid, float(np.interp(math.log10(mid), np.log10(ef), ea)), seg["name"], anchor="middle",
                            limit=18, dy=-10)
     legend = [LegendEntry(s["name"], s["colour"]) for s in series]
-    legend.append(LegendEntry("frontier (thick)", "#333333"))
+    legend.append(LegendEntry("frontier (thick)", INK))
     return render([panel], "Pareto frontier of whole curves", legend,
                   "Each method's aggregate accuracy against counted FLOPs (thin) and their upper envelope (thick), "
                   "coloured by the method on top at each FLOP value.")
@@ -104,7 +106,7 @@ def length_accuracy(points: list[dict]) -> str:
     xs = [v for p in points for v in p["run_length"] + [p["length_low"], p["length_high"], p["length"]]
           if v is not None]
     ys = [v for p in points for v in p["run_acc"] + [p["acc_low"], p["acc_high"], p["acc"]] if v is not None]
-    panel = Panel(LinearScale.nice(xs), LinearScale.nice(ys), _MAIN, "mean response length (tokens)",
+    panel = Panel(LinearScale.nice(xs), LinearScale.accuracy(ys), _MAIN, "mean response length (tokens)",
                   "final held-out accuracy")
     legend = []
     for p in points:
@@ -128,7 +130,7 @@ def method_curves(name: str, colour: str, runs: list[dict], series: dict, fit: d
     """
     xs = [f for r in runs for f in r["flops"] if f > 0] + [f for f in series["grid"] if f > 0]
     ys = [a for r in runs for a in r["acc"]] + list(series["mid"])
-    p = Panel(LogScale.nice(xs), LinearScale.nice(ys, floor=0.0), _MAIN, "counted training FLOPs", "held-out accuracy")
+    p = Panel(LogScale.nice(xs), LinearScale.accuracy(ys), _MAIN, "counted training FLOPs", "held-out accuracy")
     for r in runs:
         rows = _positive(r["flops"], r["acc"])
         if rows:
@@ -142,8 +144,8 @@ def method_curves(name: str, colour: str, runs: list[dict], series: dict, fit: d
         p.line(*zip(*rows), colour, width=2.4)
     legend = [LegendEntry(f"aggregate of {len(runs)} seeds", colour), LegendEntry("single seeds", "#9a9a9a")]
     if fit is not None:
-        p.line(fit["flops"], fit["acc"], "#222222", width=1.1, dash="5 3")
-        legend.append(LegendEntry("ScaleRL fit", "#222222", "dash"))
+        p.line(fit["flops"], fit["acc"], INK, width=1.1, dash="5 3")
+        legend.append(LegendEntry("ScaleRL fit", INK, "dash"))
     return render([p], f"{name}: accuracy against FLOPs", legend,
                   "Held-out accuracy against counted FLOPs for every seed, the aggregate and its 95% band.")
 

@@ -8,8 +8,8 @@ cross-field rules (status "complete", curve starts at 0 FLOPs and never goes bac
 accuracy equal the first and last evaluations, the counted total equals the ledger's counted rows and
 stays within one step of the budget, per-step FLOPs never go back) are checked by hand afterwards.
 Fields added after version 1 was first published (`eval_size`, `curve[*].phase_flops`,
-`curve[*].ledger_phase`, `steps`, `method_metrics`, `max_step_flops`, more of `recovery`) are optional:
-older records stay valid.
+`curve[*].ledger_phase`, `steps`, `method_metrics`, `max_step_flops`, more of `recovery`, `samples`,
+`provenance.git_commit`) are optional: older records stay valid.
 Non-finite numbers (NaN, Infinity) are rejected when the JSON is parsed (`parse_record_text`).
 """
 
@@ -91,6 +91,22 @@ _RECOVERY = {
     },
 }
 
+MAX_SAMPLE_CHARS = 2000  # a sample's prompt and completion each; a record is read whole into memory
+MAX_SAMPLES = 5000
+
+# One held-out prompt, the student's completion and its reward, at one evaluation (docs/records.md)
+_SAMPLE = {
+    "type": "object",
+    "required": ["flops", "domain", "prompt", "completion", "reward"],
+    "properties": {
+        "flops": _nonneg,  # the counted FLOPs of the evaluation it was scored at
+        "domain": _name,
+        "prompt": {"type": "string", "maxLength": MAX_SAMPLE_CHARS},
+        "completion": {"type": "string", "maxLength": MAX_SAMPLE_CHARS},
+        "reward": _fraction,
+    },
+}
+
 _PROVENANCE = {
     "type": "object",
     "properties": {
@@ -100,6 +116,7 @@ _PROVENANCE = {
         "packages": {"type": "object", "additionalProperties": {"type": "string", "maxLength": MAX_NAME_CHARS}},
         "hardware": {"type": "object"},
         "created": {"type": "string", "maxLength": MAX_NAME_CHARS},
+        "git_commit": {"type": ["string", "null"], "maxLength": MAX_NAME_CHARS},
     },
 }
 
@@ -143,6 +160,7 @@ RECORD_SCHEMA: dict[str, Any] = {
         "method_metrics": {"type": "object", "propertyNames": {"maxLength": MAX_NAME_CHARS},
                            "additionalProperties": {"type": ["number", "null"]}},
         "max_step_flops": _nonneg,  # the largest counted FLOPs one step spent
+        "samples": {"type": "array", "maxItems": MAX_SAMPLES, "items": _SAMPLE},
         "throughput": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["flops", "seconds", "flop_per_s"],
             "properties": {"flops": _nonneg, "seconds": _nonneg, "flop_per_s": _nonneg, "mfu": _nonneg}}},

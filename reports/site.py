@@ -2,23 +2,24 @@
 
     summary = build_site([Path("runs")], Path("leaderboard"))
 
-Writes, under out_dir: index.html (a tab per board, sortable tables, figures), methods/<board>/<method>.html
-(one page per method and board), findings.html (the paper's claims beside ours), plots/**.svg,
-static/ (CSS and JS), results.csv, results.json, records/<run>.json (a copy of every record used, so
-`bench report --runs leaderboard/records --out leaderboard/` rebuilds the site from itself) and
-site.json (every page and file written). Fully static: no network, no CDN, works from file://. Every
+Writes, under out_dir: index.html (what the site measures and at what scale, a tab per board with
+sortable tables and figures, and an About section on the method), methods/<board>/<method>.html (one
+page per method and board, with the command that reproduces each run and its sample completions),
+findings.html (the paper's claims beside ours), plots/**.svg, static/ (CSS and JS), results.csv,
+results.json, records/<run>.json (a copy of every record used, so `bench report --runs
+leaderboard/records --out leaderboard/` rebuilds the site from itself) and site.json (every page and
+file written). Fully static: no network, no CDN, works from file://. Every
 string from a record is autoescaped by Jinja and every path is made of slugs. Files listed in a
 previous build's site.json are removed first, except record files this build reads, so pages of
-methods that left the leaderboard do not linger; nothing else in out_dir is touched.
+methods that left the leaderboard do not linger; nothing else in out_dir is touched. A build that
+would delete the record files of runs it does not read refuses first (SiteOverwriteError) unless forced.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import math
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,12 +30,18 @@ import pandas as pd
 
 from reports import figures, plots
 from reports.boards import Board, build_boards, curves_by_run, gain_name
-from reports.findings import PAPER, findings
-from reports.formatting import Slugs, csv_safe, is_safe_slug
+from reports.findings import PAPER, PAPER_ID, PAPER_TITLE, findings
+from reports.formatting import Slugs, csv_safe
 from reports.leaders import board_leads, lead_sentence
 from reports.method_page import method_view
+from reports.metrics import REFERENCE_METHOD
+from reports.output import SiteOverwriteError, Writer, check_overwrite, remove_previous
 from reports.records import SOURCE_KEY, Frames, load_many, to_frames
-from reports.views import board_view, claims_view, method_href, method_plot_paths, plot_jobs
+from reports.reproduce import SITE_COMMAND, commits
+from reports.stats import CURVE_REPS, DEFAULT_REPS
+from reports.views import board_view, claims_view, method_href, method_plot_paths, plot_jobs, worlds_view
+
+__all__ = ["SiteOverwriteError", "SiteSummary", "build_site"]  # SiteOverwriteError: build_site raises it
 
 _HERE = Path(__file__).parent
 SITE_SCHEMA = "opd-bench-site/1"
@@ -78,79 +85,7 @@ def _environment() -> jinja2.Environment:
     )
 
 
-class _Writer:
-    """Writes files under one root, refusing any path that is not made of safe slugs.
-
-    Figures go through `draw`: seaborn's to the worker processes when there are any (`finish` writes
-    them), the rest drawn here at once.
-    """
-
-    def __init__(self, root: Path, pool: Executor | None = None) -> None:
-        self.root = root.resolve()
-        self.pool = pool
-        self.written: list[str] = []
-        self._pending: list[tuple[str, Future, Callable[..., str], dict[str, Any]]] = []
-
-    def _checked(self, rel: str) -> Path:
-        parts = rel.split("/")
-        stems = [p.rsplit(".", 1)[0] for p in parts]
-        if not all(is_safe_slug(s) for s in stems) or ".." in parts:
-            raise ValueError(f"refusing to write unsafe path {rel!r}")
-        return self.root / rel
-
-    def write(self, rel: str, text: str) -> None:
-        path = self._checked(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8", errors="replace")  # a lone surrogate from JSON "\\ud800"
-        self.written.append(rel)
-
-    def copy(self, rel: str, source: Path) -> None:
-        """Copy a file's bytes (a record just read and validated: no need to encode it again)."""
-        path = self._checked(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, path)
-        self.written.append(rel)
-
-    def keep(self, rel: str) -> None:
-        """List a file that is already in place (a record the site is being rebuilt from)."""
-        self._checked(rel)
-        self.written.append(rel)
-
-    def draw(self, rel: str, func: Callable[..., str], kwargs: dict[str, Any]) -> None:
-        if self.pool is not None and func in figures.SEABORN_FIGURES:
-            self._pending.append((rel, self.pool.submit(func, **kwargs), func, kwargs))
-        else:
-            self.write(rel, func(**kwargs))
-
-    def finish(self) -> None:
-        """Write the workers' figures; this process, done with the rest, draws those not yet started."""
-        here = {}
-        for rel, future, func, kwargs in reversed(self._pending):  # workers take from the front
-            if future.cancel():
-                here[rel] = func(**kwargs)
-        for rel, future, _, _ in self._pending:
-            self.write(rel, here[rel] if rel in here else future.result())
-        self._pending.clear()
-
-
-def _remove_previous(root: Path, keep: set[Path]) -> None:
-    """Delete the files a previous build listed in site.json (only those, only inside root), except `keep`.
-
-    keep: the record files this build reads (resolved): a site rebuilt from its own records/ keeps them.
-    """
-    index = root / "site.json"
-    try:
-        previous = json.loads(index.read_text(encoding="utf-8")).get("files", [])
-    except (OSError, ValueError, AttributeError):
-        return
-    root = root.resolve()
-    for rel in previous if isinstance(previous, list) else []:
-        path = (root / str(rel)).resolve()
-        if path.is_relative_to(root) and path.is_file() and path not in keep:
-            path.unlink()
-
-
-def _write_records(records: list[dict[str, Any]], writer: _Writer) -> list[str]:
+def _write_records(records: list[dict[str, Any]], writer: Writer) -> list[str]:
     """Copy each record used into records/<slug of its run id>.json, so the site can be rebuilt from itself."""
     slugs, out = Slugs(), []
     for r in records:
@@ -193,29 +128,43 @@ def _results_json(boards: list[Board], slugs: dict, claims, skipped, generated: 
             "skipped": [{"path": str(p), "reason": r} for p, r in skipped]}
 
 
+def _number(value: float | str | None) -> float:
+    """A metric as a CSV number: infinity ("inf" in results.json) is written inf, an undefined one empty (NaN)."""
+    return math.nan if value is None else float(value)
+
+
 def _results_csv(results: dict[str, Any]) -> str:
     """One row per method and board; first, lines starting with "# " say what the columns mean.
 
     Read it with `pandas.read_csv(path, skiprows=n)`, n the number of leading "# " lines (they are
-    before the header, so no cell is ever taken for a comment).
+    before the header, so no cell is ever taken for a comment). Metric cells are numbers (pandas reads
+    float columns; an unbounded interval end is inf or -inf, an undefined value empty); only text
+    cells get the spreadsheet-formula guard (`csv_safe`).
     """
     rows = []
     for b in results["boards"]:
         for m in b["methods"]:
             row = {k: b[k] for k in ("profile", "suite", "difficulty", "suite_version", "budget_flops")}
             row.update(method=m["method"], is_reference=m["is_reference"], n_seeds=m["n_seeds"])
+            row = {k: csv_safe(v) for k, v in row.items()}  # the text cells (names come from records)
             for name, est in m["metrics"].items():
-                row.update({name: est["value"], f"{name}_low": est["low"], f"{name}_high": est["high"]})
-                row[f"{name}_stat"] = est["stat"]
-            rows.append({k: csv_safe(v) for k, v in row.items()})
+                row.update({name: _number(est["value"]), f"{name}_low": _number(est["low"]),
+                            f"{name}_high": _number(est["high"])})
+                row[f"{name}_stat"] = csv_safe(est["stat"])
+            rows.append(row)
     notes = "".join(f"# {v}\n" for v in results["notes"].values())
     return notes + pd.DataFrame(rows).to_csv(index=False)
 
 
-def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, Any]], writer: _Writer,
-                  env: jinja2.Environment, common: dict[str, Any]) -> tuple[list[dict], list[dict], dict]:
-    """Every board's figures and method pages; returns (pages, board views, board key -> slug)."""
+def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, Any]], record_files: list[str],
+                  writer: Writer, env: jinja2.Environment,
+                  common: dict[str, Any]) -> tuple[list[dict], list[dict], dict]:
+    """Every board's figures and method pages; returns (pages, board views, board key -> slug).
+
+    record_files: each record's copy in the site (records/<slug>.json), in the order of `records`.
+    """
     by_id = {r["run_id"]: r for r in records}
+    record_hrefs = {r["run_id"]: f"../../{rel}" for r, rel in zip(records, record_files)}
     steps = {r["run_id"]: r.get("steps") for r in records}
     curves = curves_by_run(frames.curves)
     board_slugs, method_slugs = Slugs(), Slugs()
@@ -235,7 +184,7 @@ def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, A
             rel = method_href(slug, ms[m.method])
             curves_svg, steps_svg = method_plot_paths(slug, ms[m.method])
             view = method_view(b, m, [by_id[r] for r in m.run_ids], f"../../{curves_svg}",
-                               f"../../{steps_svg}" if steps_svg in drawn else None)
+                               f"../../{steps_svg}" if steps_svg in drawn else None, record_hrefs)
             writer.write(rel, env.get_template("method.html").render(
                 root="../../", m=view, board_href=f"../../index.html#{slug}", **common))
             pages.append({"path": rel, "kind": "method", "title": f"{m.method} on {b.label}",
@@ -244,7 +193,7 @@ def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, A
 
 
 def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = None,
-               worlds: list[dict[str, Any]] | None = None) -> SiteSummary:
+               worlds: list[dict[str, Any]] | None = None, force: bool = False) -> SiteSummary:
     """Build the leaderboard from every valid record under `runs_dirs` into `out_dir`.
 
     Args:
@@ -252,31 +201,43 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
             built site's records/ (a rebuild into the same site keeps the records it reads).
         out_dir: the site folder; created if missing.
         generated: the build time shown on pages (default: now, UTC, ISO 8601).
-        worlds: each world's regime table for the findings page, plain data:
+        worlds: each world's description and regime table, plain data:
             [{"profile", "description", "rows": [{"criterion", "needs", "measured", "met"}]}]
-            (`met` True, False or None for reported only); the caller measures, the site shows.
+            (`met` True, False or None for reported only); the caller measures, the site shows. The
+            index says what scale the results come from with the descriptions, the findings page
+            shows the regime tables.
+        force: build even when `out_dir` holds a built site whose records/ has runs this build does
+            not read (they are deleted); without it that raises SiteOverwriteError and nothing is touched.
     Returns:
         a SiteSummary; invalid records are listed there, in site.json and on the index page.
+    Raises:
+        SiteOverwriteError: see `force`.
     """
     t0 = time.perf_counter()
     generated = generated or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     records, skipped = load_many(runs_dirs)
+    out_dir = Path(out_dir)
+    inputs = {Path(r[SOURCE_KEY]).resolve() for r in records} | {Path(p).resolve() for p, _ in skipped}
+    if not force:
+        check_overwrite(out_dir, {r["run_id"] for r in records}, inputs)
     frames = to_frames(records)
     boards = build_boards(frames)
     claims = findings(boards)
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    _remove_previous(out_dir, keep={Path(r[SOURCE_KEY]).resolve() for r in records} |
-                     {Path(p).resolve() for p, _ in skipped})
+    remove_previous(out_dir, keep=inputs)
     with figures.drawing_pool(n_figures=len(figures.SEABORN_FIGURES) * len(boards)) as pool:
-        writer, env = _Writer(out_dir, pool), _environment()
+        writer, env = Writer(out_dir, pool), _environment()
         record_files = _write_records(records, writer)
-        common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER}
-        pages, views, slug_of = _write_boards(boards, frames, records, writer, env, common)
+        common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER,
+                  "paper_title": PAPER_TITLE, "paper_id": PAPER_ID, "site_command": SITE_COMMAND,
+                  "commits": commits(records), "reference": REFERENCE_METHOD,
+                  "reps": {"per_run": DEFAULT_REPS, "curve": CURVE_REPS}}
+        pages, views, slug_of = _write_boards(boards, frames, records, record_files, writer, env, common)
+        common["worlds"] = worlds_view(worlds or [], views)
         writer.write("index.html", env.get_template("index.html").render(
             root="", boards=views, skipped=[(str(p), r) for p, r in skipped], **common))
         writer.write("findings.html", env.get_template("findings.html").render(
-            root="", claims=claims_view(claims, slug_of), worlds=worlds or [], **common))
+            root="", claims=claims_view(claims, slug_of), regimes=worlds or [], **common))
         results = _results_json(boards, slug_of, claims, skipped, generated)
         results["worlds"] = worlds or []
         writer.write("results.json", json.dumps(results, indent=1, ensure_ascii=False))

@@ -4,7 +4,10 @@ Why not matplotlib for these: a 1,000-record site has ~110 of them (a curve per 
 the board's Pareto, FLOPs and length figures) and must build in 10 s on two shared cores; matplotlib
 takes 0.1-0.3 s a figure on a loaded core, this writer under 2 ms. The board figures that are
 statistics over seeds are seaborn's (`reports.figures`). Its output is plain, deterministic SVG text: every
-string goes through XML escaping (`_esc`), nothing is executable, and fonts match the site's.
+string goes through XML escaping (`_esc`), nothing is executable, and fonts match the site's. Its style
+has a dark variant (`prefers-color-scheme: dark`, which a figure shown by an <img> follows too), and
+lines drawn in INK take the text's colour in either. Accuracy axes (`LinearScale.accuracy`) stay in
+[0, 1] and span at least ACC_MIN_SPAN, so a run stuck at 0 gets an axis, not one of ±5e-11.
 
     p = Panel(x=LogScale(1e12, 3e14), y=LinearScale(0.2, 0.7), box=(60, 20, 420, 300))
     p.line(xs, ys, colour="#0173b2"); svg = render([p], legend=[...], title="...")
@@ -21,9 +24,15 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 WIDTH, HEIGHT = 680, 360
-_STYLE = ("text{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;"
+_STYLE = ("svg{color:#222}text{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;"
           "font-size:11px;fill:#333}.t{font-size:13px;font-weight:600;fill:#1d2330}.m{fill:#5b6475}"
-          "path{fill:none}.g{stroke:#e3e6ec;stroke-width:1}.a{stroke:#8a909c;stroke-width:1}")
+          "path{fill:none}.g{stroke:#e3e6ec;stroke-width:1}.a{stroke:#8a909c;stroke-width:1}.bg{fill:#fff}"
+          ".ring{stroke:#fff}"
+          # the dark variant, for a page (or a browser) in the dark colour scheme: an <img> follows it too
+          "@media (prefers-color-scheme:dark){svg{color:#e6e8ec}text{fill:#d5d9e0}.t{fill:#eef0f4}.m{fill:#a3abb9}"
+          ".g{stroke:#343a46}.bg{fill:#1b1f27}.ring{stroke:#1b1f27}}")
+INK = "currentColor"  # lines that are not a method's (a fit, a legend key): the text colour, light or dark
+ACC_MIN_SPAN = 0.1  # an accuracy axis spans at least this, inside [0, 1]
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -78,12 +87,32 @@ class LinearScale:
         return self.fmt(v) if self.fmt else f"{v:.3g}"
 
     @staticmethod
-    def nice(values: Sequence[float], pad: float = 0.05, floor: float | None = None) -> LinearScale:
+    def nice(values: Sequence[float], pad: float = 0.05, floor: float | None = None, ceil: float | None = None,
+             min_span: float = 0.0) -> LinearScale:
+        """A scale around the finite values, padded by `pad` of their span, kept inside [floor, ceil].
+
+        Equal values (a newcomer's smoke run at accuracy 0) get a readable span: at least `min_span`,
+        else a tenth of their size each side (1 each side of 0), never a span of floating-point noise.
+        """
         vals = [v for v in values if v is not None and math.isfinite(v)] or [0.0, 1.0]
         lo, hi = min(vals), max(vals)
-        span = (hi - lo) or max(abs(hi), 1e-9)
+        if hi - lo < min_span:
+            mid = (lo + hi) / 2
+            lo, hi = mid - min_span / 2, mid + min_span / 2
+        elif hi - lo <= 1e-9 * max(1.0, abs(lo), abs(hi)):
+            half = abs(hi) * 0.1 or 1.0
+            lo, hi = lo - half, hi + half
+        span = hi - lo
         lo, hi = lo - pad * span, hi + pad * span
-        return LinearScale(lo if floor is None else max(lo, floor), hi)
+        lo, hi = lo if floor is None else max(lo, floor), hi if ceil is None else min(hi, ceil)
+        if hi - lo < min_span:  # clamped at an end: extend from it
+            lo, hi = (lo, lo + min_span) if floor is not None and lo == floor else (hi - min_span, hi)
+        return LinearScale(lo, hi)
+
+    @staticmethod
+    def accuracy(values: Sequence[float]) -> LinearScale:
+        """An accuracy axis: inside [0, 1], at least ACC_MIN_SPAN wide."""
+        return LinearScale.nice(values, floor=0.0, ceil=1.0, min_span=ACC_MIN_SPAN)
 
 
 @dataclass
@@ -205,8 +234,8 @@ class Panel:
             a, b = self.px(xerr[0]), self.px(xerr[1])
             self.parts.append(f'<path d="M{_n(a)} {_n(cy)}H{_n(b)}M{_n(a)} {_n(cy - 3)}v6M{_n(b)} {_n(cy - 3)}v6" '
                               f'stroke="{colour}" stroke-width="1.3"/>')
-        self.parts.append(f'<circle cx="{_n(cx)}" cy="{_n(cy)}" r="{r}" fill="{colour}" stroke="#fff" '
-                          f'stroke-width="1"/>')
+        self.parts.append(f'<circle class="ring" cx="{_n(cx)}" cy="{_n(cy)}" r="{r}" fill="{colour}" '
+                          f'stroke="#fff" stroke-width="1"/>')
 
     def rect(self, x0: float, x1: float, y0: float, y1: float, colour: str, title: str = "") -> None:
         """A bar between data coordinates (x0, y0) and (x1, y1), with an optional hover title."""
@@ -283,5 +312,5 @@ def render(panels: Sequence[Panel], title: str, entries: Sequence[LegendEntry] =
     body = "".join(p.svg() for p in panels) + extra
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}"'
             f' role="img"><title>{_esc(title, 120)}</title><desc>{_esc(description, 300)}</desc>'
-            f'<style>{_STYLE}</style><rect width="100%" height="100%" fill="#fff"/>'
+            f'<style>{_STYLE}</style><rect class="bg" width="100%" height="100%" fill="#fff"/>'
             f'<text class="t" x="12" y="20">{_esc(title, 90)}</text>{body}{leg}</svg>\n')

@@ -16,6 +16,7 @@ import pandas as pd
 
 from reports import figures, plots
 from reports.boards import PHASE_GROUPS, Board, MethodResult
+from reports.colours import method_colour
 from reports.columns import COLUMNS, METRICS, metric_cell, tau_label
 from reports.findings import Claim
 from reports.formatting import fmt, fmt_estimate
@@ -51,11 +52,11 @@ def _leads_view(board: Board) -> dict[str, Any]:
 
 
 def board_view(board: Board, slug: str, method_slugs: dict[str, str]) -> dict[str, Any]:
-    """The index page's tab for one board (row colours: CSS classes c0..c9, the plots' palette order)."""
+    """The index page's tab for one board (row colours: each method's own, as in every figure)."""
     rows = []
-    for i, m in enumerate(board.methods):
+    for m in board.methods:
         rows.append({
-            "method": m.method, "href": method_href(slug, method_slugs[m.method]), "colour_index": i % 10,
+            "method": m.method, "href": method_href(slug, method_slugs[m.method]), "colour": method_colour(m.method),
             "is_reference": m.is_reference, "n_seeds": m.n_seeds, "single": m.n_seeds == 1,
             "cells": [metric_cell(m, name) for name in COLUMNS],
         })
@@ -70,6 +71,23 @@ def board_view(board: Board, slug: str, method_slugs: dict[str, str]) -> dict[st
         "plots": [{"src": f"plots/{slug}/{name}.svg", "caption": caption} for name, caption in BOARD_PLOTS
                   if name != "domains" or _shows_domains(board)],
     }
+
+
+def worlds_view(worlds: list[dict[str, Any]], boards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every world the caller describes or a board runs in: its description and its boards' budgets.
+
+    worlds: build_site's `worlds` ({"profile", "description", ...}); boards: `board_view`s. A board whose
+    profile no world describes gets a world with no description; "shown" says a world has boards here.
+    """
+    described = {str(w.get("profile")): w for w in worlds}
+    out = []
+    for profile in dict.fromkeys([*described, *(b["profile"] for b in boards)]):
+        mine = [{"label": b["label"], "slug": b["slug"], "budget": b["budget"], "reference": b["reference"],
+                 "n_runs": b["n_runs"]} for b in boards if b["profile"] == profile]
+        description = described.get(profile, {}).get("description")
+        out.append({"profile": profile, "description": str(description) if description else None, "boards": mine,
+                    "shown": bool(mine)})
+    return out
 
 
 def _series(m: MethodResult, colour: str) -> dict[str, Any]:
@@ -174,8 +192,9 @@ def plot_jobs(board: Board, slug: str, method_slugs: dict[str, str], colours: di
               steps_by_run: dict[str, list | None] | None = None) -> list[tuple[str, Callable, dict[str, Any]]]:
     """(path under the site, figure function, keyword arguments) for every figure of a board.
 
-    domains: the records' per-run domain accuracies (reports.records.Frames.domains); steps_by_run:
-    run_id -> the record's `steps` (None or missing: no trace figure).
+    colours: method -> colour (`reports.plots.palette`: each method's own, on every board); domains:
+    the records' per-run domain accuracies (reports.records.Frames.domains); steps_by_run: run_id ->
+    the record's `steps` (None or missing: no trace figure).
     """
     ms = board.methods
     base = ms[0].base_accuracy.value if ms else None

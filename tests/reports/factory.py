@@ -1,9 +1,9 @@
 """Synthetic, schema-valid result records for the report's tests and benchmark (tests only).
 
 These records follow docs/records.md, optional fields included (eval_size, per-evaluation
-phase_flops and ledger_phase, steps, method_metrics, max_step_flops, the recovery check size), and
-give each method the behaviour the paper reports, with seed noise, so the metrics have something to
-find: OPD's experts leave the student at the base model until distillation, which then overtakes
+phase_flops and ledger_phase, steps, method_metrics, max_step_flops, the recovery check size, samples,
+the git commit), and give each method the behaviour the paper reports, with seed noise, so the
+metrics have something to find: OPD's experts leave the student at the base model until distillation, which then overtakes
 joint GRPO with fewer FLOPs and stops early; an external teacher lengthens answers; self-GRPO
 recovers cheaply. Evaluations follow the runner's milestones: 0, 1%, 2%, 5%, then every 10% of the
 budget; opd-multi adds a boundary point where distillation starts and denser points during it.
@@ -38,6 +38,12 @@ MILESTONES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9
 EVAL_SIZE = 1000  # held-out prompts per domain per evaluation, the tiny profile's
 DISTILL_EVALS = 8  # opd-multi evaluates this often during distillation
 STEPS = 120  # training steps of a run, split over its phases by FLOPs (at least 12 a phase)
+# the fixed held-out prompts whose completions a record keeps at every evaluation: (prompt, answer)
+SAMPLE_PROMPTS = {"math": [("17+25=", "42"), ("8*7=", "56")], "code": [("x=3;x+=4;print(x)", "7"),
+                                                                     ("print(len('abc'))", "3")],
+                  "graphs": [("a-b b-c c-d: a..d?", "3"), ("a-b a-c: b..c?", "2")],
+                  "strings": [("reverse 'opd'", "dpo"), ("count 'a' in 'banana'", "3")]}
+GIT_COMMIT = "5eed" * 10
 
 
 def _plan(method: str, domains: list[str], counted: float, rng) -> list[tuple[str, float]]:
@@ -153,6 +159,19 @@ def _recovery(method: str, domains: list[str], base: float, budget: float, rng) 
             "lost_accuracy": base - 0.05}
 
 
+def _samples(curve: list[dict], domains: list[str], rng) -> list[dict[str, Any]]:
+    """Each evaluation's completions of the fixed prompts: right (reward 1) about as often as its accuracy."""
+    out = []
+    for point in curve:
+        for d in domains:
+            for prompt, answer in SAMPLE_PROMPTS.get(d, [("1+1=", "2")]):
+                right = bool(rng.random() < point["accuracy"])
+                out.append({"flops": point["flops"], "domain": d, "prompt": prompt,
+                            "completion": f"{prompt} ... #{answer if right else answer + '1'}",
+                            "reward": 1.0 if right else 0.0})
+    return out
+
+
 def make_record(
     method: str = "grpo-joint", suite: str = "math_code", difficulty: str = "easy", profile: str = "tiny",
     seed: int = 0, budget_flops: float = 3e14, stop_fraction: float = 1.0, base_accuracy: float | None = None,
@@ -191,8 +210,10 @@ def make_record(
         "provenance": {"code_hash": "c0de" * 10, "suite_hash": "ab" * 32, "model_hashes": {"base": "ba5e" * 8},
                        "packages": {"torch": "2.13.0", "transformers": "5.0.0"},
                        "hardware": {"cpu": "synthetic", "cores": 2, "gpu": None},
-                       "created": "2026-01-01T00:00:00Z"},
+                       "created": "2026-01-01T00:00:00Z", "git_commit": GIT_COMMIT},
         "wall_s": 123.4,
+        # its own generator: the other fields stay what they were before records carried samples
+        "samples": _samples(curve, domains, np.random.default_rng(rng.integers(2**32) ^ 0x5A)),
     }
     record.update(overrides)
     return record

@@ -13,7 +13,8 @@ from tests.reports.factory import make_record, make_sweep, write_runs
 def test_factory_records_are_valid():
     for record in make_sweep(30):
         assert validate_record(record) == [], record["run_id"]
-        assert {"eval_size", "steps", "max_step_flops", "method_metrics"} <= set(record)
+        assert {"eval_size", "steps", "max_step_flops", "method_metrics", "samples"} <= set(record)
+        assert record["samples"] and record["provenance"]["git_commit"]
         assert all({"phase_flops", "ledger_phase"} <= set(p) for p in record["curve"])
     assert RECORD_SCHEMA["properties"]["schema_version"] == {"const": SCHEMA_VERSION}
 
@@ -57,10 +58,27 @@ def _broken(of="grpo-joint", **changes):
     ({"max_step_flops": -1.0}, "max_step_flops"),
     ({"of": "self-grpo", "recovery__check_size": 0}, "recovery.check_size"),
     ({"of": "self-grpo", "recovery__teacher_accuracy": 1.2}, "recovery.teacher_accuracy"),
+    ({"samples__0__prompt": "x" * 2001}, "samples[0].prompt"),
+    ({"samples__0__completion": "x" * 2001}, "samples[0].completion"),
+    ({"samples__0__reward": 1.5}, "samples[0].reward"),
+    ({"samples__0__flops": -1.0}, "samples[0].flops"),
+    ({"samples__0__domain": ""}, "samples[0].domain"),
+    ({"samples__0__completion": KeyError}, "samples[0]"),
+    ({"samples__0__prompt": 7}, "samples[0].prompt"),
+    ({"samples": [{"flops": 0.0, "domain": "math", "prompt": "", "completion": "", "reward": 0.0}] * 5001},
+     "samples"),
+    ({"provenance__git_commit": 5}, "provenance.git_commit"),
 ])
 def test_schema_violations_name_the_field(changes, needle):
     reasons = validate_record(_broken(**changes))
     assert reasons and needle in reasons[0]
+
+
+def test_samples_and_git_commit_are_optional_and_bounded():
+    assert validate_record(_broken(samples=KeyError)) == []  # records without samples stay valid
+    assert validate_record(_broken(provenance__git_commit=None)) == []  # the runner outside a git checkout
+    longest = {"flops": 0.0, "domain": "math", "prompt": "p" * 2000, "completion": "c" * 2000, "reward": 1}
+    assert validate_record(_broken(samples=[longest] * 5000)) == []
 
 
 def test_a_run_that_trained_past_its_budget_by_more_than_one_step_is_rejected():

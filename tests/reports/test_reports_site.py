@@ -13,7 +13,7 @@ import pytest
 
 from reports.formatting import Slugs, csv_safe, is_safe_slug, slugify
 from reports.records import load_records
-from reports.site import build_site
+from reports.site import SiteOverwriteError, build_site
 from tests.reports.factory import make_record, make_sweep, write_runs
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
@@ -131,10 +131,37 @@ def test_rebuild_removes_stale_pages_and_nothing_else(tmp_path):
     old = make_record("old-method")["run_id"]
     assert (out / "methods" / "math_code-easy-tiny" / "old-method.html").is_file()
     assert (out / "records" / f"{slugify(old)}.json").is_file()
-    summary = build_site([runs2], out)
+    summary = build_site([runs2], out, force=True)  # dropping a record is asked for
     assert not (out / "methods" / "math_code-easy-tiny" / "old-method.html").exists()
     assert not (out / "records" / f"{slugify(old)}.json").exists()  # the site holds only the records it shows
     assert (out / "README.md").read_text() == "mine" and summary.n_records == 1
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_build_that_would_lose_records_refuses_and_touches_nothing(tmp_path):
+    full = write_runs([make_record(m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(2)], tmp_path / "a")
+    part = write_runs([make_record("grpo-joint", seed=0)], tmp_path / "b")
+    out = tmp_path / "site"
+    build_site([full], out)
+    before = _snapshot(out)
+    with pytest.raises(SiteOverwriteError) as caught:
+        build_site([part], out)
+    message = str(caught.value)
+    assert "3 of its records" in message and "force=True" in message and "another output folder" in message
+    assert _snapshot(out) == before  # nothing deleted, nothing written again
+    # the same runs again, more runs, or the site's own records: nothing is lost, no error
+    build_site([full], out)
+    build_site([out / "records"], out)
+    build_site([full, part], out)
+    # a folder with no built site is written to as before; force replaces the site
+    (tmp_path / "plain").mkdir()
+    build_site([part], tmp_path / "plain")
+    summary = build_site([part], out, force=True)
+    assert summary.n_records == 1 and len(list((out / "records").glob("*.json"))) == 1
 
 
 def test_site_keeps_its_records_and_rebuilds_from_them(site, tmp_path):

@@ -1,0 +1,129 @@
+"""Writing a site into its folder: safe paths only, the previous build's files removed, records never lost.
+
+`Writer` writes files under the site folder (every path made of slugs). `remove_previous` deletes what
+the previous build listed in its site.json. `check_overwrite` runs first: a build that would delete
+record files of runs it does not show (a smaller runs folder built into a full leaderboard) raises
+SiteOverwriteError before anything in the folder is touched, unless forced.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from pathlib import Path
+from typing import Any
+
+from reports import figures
+from reports.formatting import is_safe_slug
+
+
+class SiteOverwriteError(RuntimeError):
+    """The output folder holds a built site with records this build would lose; nothing was written."""
+
+
+class Writer:
+    """Writes files under one root, refusing any path that is not made of safe slugs.
+
+    Figures go through `draw`: seaborn's to the worker processes when there are any (`finish` writes
+    them), the rest drawn here at once.
+    """
+
+    def __init__(self, root: Path, pool: Executor | None = None) -> None:
+        self.root = root.resolve()
+        self.pool = pool
+        self.written: list[str] = []
+        self._pending: list[tuple[str, Future, Callable[..., str], dict[str, Any]]] = []
+
+    def _checked(self, rel: str) -> Path:
+        parts = rel.split("/")
+        stems = [p.rsplit(".", 1)[0] for p in parts]
+        if not all(is_safe_slug(s) for s in stems) or ".." in parts:
+            raise ValueError(f"refusing to write unsafe path {rel!r}")
+        return self.root / rel
+
+    def write(self, rel: str, text: str) -> None:
+        path = self._checked(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8", errors="replace")  # a lone surrogate from JSON "\\ud800"
+        self.written.append(rel)
+
+    def copy(self, rel: str, source: Path) -> None:
+        """Copy a file's bytes (a record just read and validated: no need to encode it again)."""
+        path = self._checked(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, path)
+        self.written.append(rel)
+
+    def keep(self, rel: str) -> None:
+        """List a file that is already in place (a record the site is being rebuilt from)."""
+        self._checked(rel)
+        self.written.append(rel)
+
+    def draw(self, rel: str, func: Callable[..., str], kwargs: dict[str, Any]) -> None:
+        if self.pool is not None and func in figures.SEABORN_FIGURES:
+            self._pending.append((rel, self.pool.submit(func, **kwargs), func, kwargs))
+        else:
+            self.write(rel, func(**kwargs))
+
+    def finish(self) -> None:
+        """Write the workers' figures; this process, done with the rest, draws those not yet started."""
+        here = {}
+        for rel, future, func, kwargs in reversed(self._pending):  # workers take from the front
+            if future.cancel():
+                here[rel] = func(**kwargs)
+        for rel, future, _, _ in self._pending:
+            self.write(rel, here[rel] if rel in here else future.result())
+        self._pending.clear()
+
+
+def remove_previous(root: Path, keep: set[Path]) -> None:
+    """Delete the files a previous build listed in site.json (only those, only inside root), except `keep`.
+
+    keep: the record files this build reads (resolved): a site rebuilt from its own records/ keeps them.
+    """
+    index = root / "site.json"
+    try:
+        previous = json.loads(index.read_text(encoding="utf-8")).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return
+    root = root.resolve()
+    for rel in previous if isinstance(previous, list) else []:
+        path = (root / str(rel)).resolve()
+        if path.is_relative_to(root) and path.is_file() and path not in keep:
+            path.unlink()
+
+
+def _run_id(path: Path) -> str | None:
+    """The run id a record file names, or None for a file that is not a readable record."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    run_id = value.get("run_id") if isinstance(value, dict) else None
+    return run_id if isinstance(run_id, str) else None
+
+
+def check_overwrite(root: Path, run_ids: set[str], inputs: set[Path]) -> None:
+    """Refuse to build into a site whose records/ holds runs this build does not read.
+
+    Args:
+        root: the output folder.
+        run_ids: the run ids of the records this build shows.
+        inputs: every record file this build reads (resolved): those are kept, never lost.
+    Raises:
+        SiteOverwriteError naming how many records would be lost, when `root` holds a built site
+        (site.json) with record files (records/*.json) of other run ids.
+    """
+    if not (root / "site.json").is_file():
+        return
+    lost = [p for p in sorted((root / "records").glob("*.json"))
+            if p.resolve() not in inputs and (run_id := _run_id(p)) is not None and run_id not in run_ids]
+    if lost:
+        n = len(lost)
+        raise SiteOverwriteError(
+            f"{root} holds a built site, and {n} of its record{'s' if n != 1 else ''} ({lost[0].name}"
+            f"{', ...' if n > 1 else ''}) would be lost: {'they are runs' if n > 1 else 'it is a run'} this build "
+            "does not read. Nothing was written. Pass force=True (--force on the command line) to replace the "
+            "site, or choose another output folder.")

@@ -1,0 +1,81 @@
+"""How to reproduce what the site shows: the command of each run, the commits of the records, the site's command.
+
+    run_command(record)      -> "bench run --method opd-multi --suite math_code ... --set lr=0.0005 ..."
+    commits(records)         -> [{"commit": "560b4b6…", "records": 33}, {"commit": None, "records": 2}]
+
+A run's command names every field of the record's resolved `method_config` with `--set`, not only
+those that differ from today's defaults: defaults may change, the record's values do not. Every
+argument is quoted for a POSIX shell (`shlex.quote`), since names and config values are untrusted:
+a value such as `$(rm -rf ~)` is printed as one quoted word, and Jinja escapes it for the page.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from typing import Any
+
+SITE_COMMAND = "bench reproduce --seeds 3"  # what the reference leaderboard is built with
+
+
+def budget_text(flops: float) -> str:
+    """The shortest text that reads back as exactly this budget: 2e12, 3.5e13, 123456789."""
+    for digits in range(1, 18):
+        text = f"{flops:.{digits}g}"
+        if float(text) == flops:
+            return text.replace("e+", "e")
+    return repr(float(flops))  # pragma: no cover
+
+
+def _set_value(value: Any) -> str | None:
+    """A config value as `bench run --set` parses it (bool, int, float, comma-separated tuple, str); None
+    for a value it cannot express (null, a mapping, a nested list)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return str(value) if not isinstance(value, float) else repr(value)
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        return ",".join(str(v) for v in value)
+    return None
+
+
+def run_command(record: dict[str, Any]) -> dict[str, Any]:
+    """The `bench run` command that reproduces a record, and the config fields it cannot pass.
+
+    Returns:
+        {"text": the command, three lines joined by backslash continuations (every --set on the last),
+        "unset": [keys of method_config whose values `--set` cannot express (the page points to the
+        config block for those)]}.
+    """
+    q = shlex.quote
+    parts = [f"bench run --method {q(record['method'])} --suite {q(record['suite'])} "
+             f"--difficulty {q(record['difficulty'])}",
+             f"--profile {q(record['profile'])} --seed {int(record['seed'])} "
+             f"--budget {budget_text(float(record['budget_flops']))}"]
+    if record.get("eval_size") is not None:
+        parts[-1] += f" --eval-size {int(record['eval_size'])}"
+    unset, sets = [], []
+    config = record.get("method_config") or {}
+    for key in sorted(config, key=str):
+        value = _set_value(config[key])
+        if value is None:
+            unset.append(str(key))
+        else:
+            sets.append(f"--set {q(f'{key}={value}')}")
+    if sets:
+        parts.append(" ".join(sets))  # one line: the page wraps it, a shell reads it as one
+    return {"text": " \\\n  ".join(parts), "unset": unset}
+
+
+def git_commit(record: dict[str, Any]) -> str | None:
+    """The record's `provenance.git_commit` (a string), or None."""
+    commit = (record.get("provenance") or {}).get("git_commit")
+    return commit if isinstance(commit, str) and commit else None
+
+
+def commits(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The commits the records were made at, most records first: [{"commit": str or None, "records": n}]."""
+    counts = Counter(git_commit(r) for r in records)
+    order = sorted(counts.items(), key=lambda x: (x[0] is None, -x[1], x[0] or ""))
+    return [{"commit": c, "records": n} for c, n in order]
+
