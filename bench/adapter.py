@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from bench.errors import AdapterError
+
 if TYPE_CHECKING:
     from bench.context import RunContext
 
@@ -24,10 +26,6 @@ class Method(Protocol):
     def run(self, ctx: RunContext) -> None:
         """Train `ctx.student` (and any helpers) until `ctx.should_stop()` or the method is done."""
         ...
-
-
-class AdapterError(TypeError):
-    """A method class does not satisfy the adapter protocol."""
 
 
 def check_method_class(cls: Any, where: str = "") -> type:

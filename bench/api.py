@@ -24,8 +24,9 @@ surface: built-in methods use nothing else, so a plugin can do all they do.
 
 from __future__ import annotations
 
-from bench.adapter import AdapterError, Method, check_method_class
+from bench.adapter import Method, check_method_class
 from bench.context import RunContext, Sampler
+from bench.errors import AdapterError
 from bench.losses import (
     distillation_advantages,
     group_advantages,

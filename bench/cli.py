@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
+from bench.errors import USER_ERRORS, ReferenceError, unknown
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
 console = Console()
@@ -38,16 +39,6 @@ def _fail(message: str, code: int = 2) -> None:
     # Escaped: a message such as "pip install 'opd-bench[ray]'" is text, not rich markup.
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from bench.adapter import AdapterError
-    from bench.ledger import CorruptRunError
-    from bench.models import UnknownModelError
-    from bench.registry import UnknownNameError
-    from bench.runner import RunError
-
-    return (AdapterError, CorruptRunError, UnknownModelError, UnknownNameError, RunError)
 
 
 def _budget(value: Optional[str]) -> Optional[float]:
@@ -126,7 +117,7 @@ def run(
             distill_eval_every=distill_eval_every, rollout=rollout,
         )
         summary = Runner(config, resume=resume, progress=progress).run()
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     table = Table(title=f"{summary['run_id']}")
     for col in ("base acc", "final acc", "counted FLOPs", "mean length", "wall s"):
@@ -151,7 +142,6 @@ def prepare(
     from bench import reference
     from bench.profiles import PROFILES
     from bench.regime import format_regime
-    from bench.registry import unknown
 
     if profile not in PROFILES:
         _fail(str(unknown("profile", profile, list(PROFILES))))
@@ -159,7 +149,7 @@ def prepare(
         _fail("--write-reference needs --rebuild: the reference is what a build from scratch gives")
     try:
         prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check)
-    except reference.ReferenceError as exc:
+    except ReferenceError as exc:
         _fail(str(exc))
     teacher = prepared.teacher_info() or {}
     console.print(f"prepared {profile}: {prepared.folder} (built in {prepared.info.get('wall_s', '?')} s for the base, "
@@ -196,7 +186,7 @@ def _shipped_hashes(profile: str) -> dict:
 @app.command("list")
 def list_(what: str = typer.Argument(..., help="methods, suites or profiles")) -> None:
     """List methods, suites or profiles."""
-    from bench.registry import method_names, unknown
+    from bench.registry import method_names
 
     if what == "methods":
         for name in method_names():
@@ -228,7 +218,7 @@ def flops(model: str = typer.Argument(..., help="tiny spec name or local HF mode
 
     try:
         loaded, _ = load_model(model)
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     console.print(audit.format_audit(audit.flops_report(loaded)))
 
@@ -268,7 +258,7 @@ def sweep(
         configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     _sweep_outcome(result)
 
@@ -296,7 +286,7 @@ def reproduce(
             _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     # copies each record it uses to OUT/records: the site rebuilds from itself
     summary = build_site([runs], out, worlds=shipped_worlds())
@@ -361,7 +351,7 @@ def check_adapter(
 
     try:
         result = check(plugin, suite=suite)
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     verdict = "[green]PASS[/green]" if result.ok else "[red]FAIL[/red]"
     console.print(
@@ -386,7 +376,7 @@ def export_lm_eval(
 
     try:
         path = export(get_suite(suite, difficulty, fmt), out)
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     console.print(f"wrote {path}; score a model with: lm_eval --include_path {out} --tasks {path.stem}")
 

@@ -21,7 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.runner import RunConfig, RunError
+from bench.errors import RunError, unknown
+from bench.runner import RunConfig
 
 Outcome = tuple[RunConfig, "str | BaseException"]
 RAY_MISSING = "the ray executor needs Ray, which is not installed: pip install 'opd-bench[ray]'"
@@ -162,8 +163,6 @@ def make_executor(name: str, *, jobs: int | None = None, address: str | None = N
         if address and jobs:
             raise RunError("--jobs sets the CPUs of a local Ray instance; with --address the cluster decides")
         return RayExecutor(address, gpus_per_run, num_cpus=jobs)
-    from bench.registry import unknown
-
     raise unknown("executor", name, ["local", "ray"])
 
 

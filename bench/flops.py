@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bench.errors import UnsupportedModelError
+
 # model_type -> number of MLP matrices (gated MLPs have gate, up and down projections)
 _MLP_MATRICES = {
     "llama": 3,
@@ -31,10 +33,6 @@ _MLP_MATRICES = {
     "opt": 2,
 }
 SUPPORTED_FAMILIES = tuple(sorted(_MLP_MATRICES))
-
-
-class UnsupportedModelError(ValueError):
-    """The config's architecture has no analytic FLOP formula here."""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.errors import CorruptRunError
+
 KINDS = ("rollout", "score", "update")
 CATEGORIES = ("counted", "shared", "external", "eval")
 
@@ -262,7 +264,3 @@ class Ledger:
             except (ValueError, KeyError, TypeError) as exc:
                 raise CorruptRunError(f"{self.path}: line {n} is not a ledger row ({exc})") from exc
         self.rows_written = n
-
-
-class CorruptRunError(RuntimeError):
-    """A run directory's files cannot be read back."""

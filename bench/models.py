@@ -28,6 +28,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from bench.errors import UnknownModelError
+
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
 
 
@@ -184,18 +186,6 @@ def state_digest(model: torch.nn.Module) -> str:
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-class UnknownModelError(ValueError):
-    def __init__(self, name: str, known: list[str], missing_path: bool = False) -> None:
-        import difflib
-
-        hint = difflib.get_close_matches(name, known, n=1)
-        what = "no model folder with a config.json at" if missing_path else "unknown model"
-        msg = f"{what} {name!r}; use a local Hugging Face model folder or one of: {', '.join(known)}"
-        if hint:
-            msg += f" (did you mean {hint[0]!r}?)"
-        super().__init__(msg)
 
 
 if __name__ == "__main__":

@@ -25,12 +25,10 @@ import json
 import shutil
 from pathlib import Path
 
+from bench.errors import ReferenceError
+
 ROOT = Path(__file__).resolve().parent / "reference"
 PARTS = {"student": ("student", "prepared.json"), "external": ("external", "external.json")}
-
-
-class ReferenceError(RuntimeError):
-    """Shipped reference files that do not match their manifest."""
 
 
 def _sha256(path: Path) -> str:

@@ -21,19 +21,16 @@ import torch
 
 from bench import evaluation, store
 from bench.context import RunContext
-from bench.ledger import CorruptRunError, Ledger, current_phase
+from bench.errors import CorruptRunError, RunError, unknown
+from bench.ledger import Ledger, current_phase
 from bench.phases import EXECUTORS
 from bench.policy import Policy
 from bench.profiles import PROFILES, Profile
-from bench.registry import get_method, get_suite, unknown
+from bench.registry import get_method, get_suite
 from bench.rollout import ROLLOUT_BACKENDS, make_backend
 from bench.rollout_vllm import vllm_missing
 
 SCHEMA_VERSION = 1
-
-
-class RunError(RuntimeError):
-    """A run cannot start or continue; the message says why and what to do."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from bench.executors import LocalExecutor, SweepExecutor
-from bench.runner import RunConfig, RunError
+from bench.errors import RunError
+from bench.runner import RunConfig
 
 # `bench reproduce`: every method that the paper's findings compare, on both multi-domain suites,
 # plus the single-domain recovery protocol (finding 4) on math_code.

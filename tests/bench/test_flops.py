@@ -16,7 +16,8 @@ import transformers
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench import audit
-from bench.flops import FlopSpec, UnsupportedModelError
+from bench.errors import UnsupportedModelError
+from bench.flops import FlopSpec
 from bench.ledger import Ledger, ledger_context
 from bench.metering import meter, unmeter
 

@@ -29,7 +29,7 @@ def test_stages_then_self_distillation(fast_profile, tmp_path):
 
 
 def test_order_must_name_each_domain_once(fast_profile, tmp_path):
-    from bench.runner import RunError
+    from bench.errors import RunError
 
     with pytest.raises(ValueError, match="order"):
         run_method(fast_profile, tmp_path, "self-grpo", BUDGET, order="math")
