@@ -213,14 +213,43 @@ def list_(what: str = typer.Argument(..., help="methods, suites or profiles")) -
 @app.command()
 def flops(model: str = typer.Argument(..., help="tiny spec name or local HF model folder")) -> None:
     """Per-token FLOPs from the analytic formula, audited against torch's instrumented counter."""
-    from bench import audit
+    from bench.accounting import audit
     from bench.models import load_model
 
     try:
         loaded, _ = load_model(model)
     except USER_ERRORS as exc:
         _fail(str(exc))
-    console.print(audit.format_audit(audit.flops_report(loaded)))
+    console.print(audit_table(audit.flops_report(loaded)))
+
+
+def audit_table(report: dict) -> Table:
+    """A `flops_report` as a rich table: one row per audited pass, per-token costs in the caption."""
+    from rich import box
+
+    from bench.accounting.audit import TOLERANCE, AuditRow
+
+    rows = [AuditRow(**r) for r in report["audit"]]
+    attention = ", ".join(sorted({row.attention for row in rows}))
+    table = Table(title=f"FLOP audit ({attention} attention, tolerance {TOLERANCE:.0%})", box=box.SIMPLE)
+    for name in ("phase", "charged", "analytic", "instrumented", "diff", "fvcore diff"):
+        phase = name == "phase"
+        table.add_column(name, justify="left" if phase else "right", min_width=16 if phase else len(name))
+    for row in rows:
+        fv = row.fvcore_flops
+        table.add_row(
+            row.phase,
+            *(f"{n:.4g}" for n in (row.charged_flops, row.analytic_flops, row.instrumented_flops)),
+            f"{row.rel_diff:+.2%}",
+            "-" if fv is None else f"{(fv - row.analytic_flops) / row.analytic_flops:+.2%}",
+            style=None if row.ok else "bold red",
+        )
+    table.caption = (
+        f"{report['model_type']}, {report['matmul_params']:,} matmul params. Per token at context "
+        f"{report['context_tokens']}: forward {report['forward_flops_per_token']:.4g}, train "
+        f"{report['train_flops_per_token_mean']:.4g} (mean over a full pass)."
+    )
+    return table
 
 
 def _split(value: str) -> list[str]:

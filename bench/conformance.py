@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import prepare as prep
-from bench.audit import TOLERANCE, count_flops
+from bench.accounting.audit import TOLERANCE, count_flops
 from bench.profiles import PROFILES, Profile
 from bench.registry import get_method
 from bench.runner import RunConfig, Runner

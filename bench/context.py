@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from bench.ledger import Ledger, ledger_context
+from bench.accounting.ledger import Ledger, ledger_context
 from bench.losses import policy_gradient_loss, sft_loss
 from bench.policy import Policy, Rollouts
 from bench.rollout import RolloutBackend, padded_logprobs, to_padded

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench.ledger import ledger_context
+from bench.accounting.ledger import ledger_context
 from bench.policy import Policy
 from bench.rollout import RolloutBackend, TorchRollout
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from bench.ledger import Ledger
+from bench.accounting.ledger import Ledger
 from bench.models import load_model, resolve_model
 from bench.policy import Policy
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from bench.ledger import Ledger
+from bench.accounting.ledger import Ledger
 from bench.policy import Policy
 
 EXECUTORS = ("sequential", "isolated", "ray")

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.ledger import Ledger
+from bench.accounting.ledger import Ledger
 from bench.losses import token_logprobs
-from bench.metering import meter
+from bench.accounting.metering import meter
 
 
 @dataclass

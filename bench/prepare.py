@@ -39,7 +39,7 @@ import torch
 
 from bench import reference, store
 from bench.context import sft_step
-from bench.ledger import Ledger, ledger_context
+from bench.accounting.ledger import Ledger, ledger_context
 from bench.models import build_tiny, cache_root, load_model, save_model, state_digest, TINY_SPECS
 from bench.policy import Policy
 from bench.profiles import Profile, WarmupConfig
@@ -281,7 +281,7 @@ def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int
     first `sample_size` (both at most the profile's eval_size, so a test profile stays fast).
     """
     from bench.evaluation import Evaluator
-    from bench.ledger import ledger_context
+    from bench.accounting.ledger import ledger_context
     from bench.rollout import TorchRollout
 
     greedy_size, sample_size = min(greedy_size, profile.eval_size), min(sample_size, profile.eval_size)

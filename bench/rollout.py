@@ -10,7 +10,7 @@
 - sampling is by inverse CDF (one uniform per row): `torch.multinomial` draws an exponential per
   vocabulary entry and cost ~10% of a decode step.
 
-Every model call goes through the model's own `forward`, so a metered model (`bench.metering`) is
+Every model call goes through the model's own `forward`, so a metered model (`bench.accounting.metering`) is
 charged for exactly the work done, as kind `rollout`. Speed: `python benchmarks/bench_rollout.py`.
 """
 
@@ -23,8 +23,9 @@ from typing import Protocol, runtime_checkable
 import torch
 from transformers import DynamicCache
 
-from bench.ledger import ledger_context
-from bench.rollout_kv import cache_argument, drop_rows, fast_decode_attention, make_cache
+from bench.accounting.ledger import ledger_context
+from bench.hf_compat import cache_argument
+from bench.rollout_kv import drop_rows, fast_decode_attention, make_cache
 
 
 @dataclass

@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-from bench.flops import FlopSpec
-from bench.metering import charge_outside
+from bench.accounting.flops import FlopSpec
+from bench.accounting.metering import charge_outside
 from bench.rollout import RolloutBatch, check_args
 
 

@@ -22,7 +22,7 @@ import torch
 from bench import evaluation, store
 from bench.context import RunContext
 from bench.errors import CorruptRunError, RunError, unknown
-from bench.ledger import Ledger, current_phase
+from bench.accounting.ledger import Ledger, current_phase
 from bench.phases import EXECUTORS
 from bench.policy import Policy
 from bench.profiles import PROFILES, Profile

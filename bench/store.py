@@ -106,7 +106,7 @@ def hardware() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    from bench.flops import device_peak_flops
+    from bench.accounting.flops import device_peak_flops
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "gpu_peak_bf16_flops": device_peak_flops(gpu),

@@ -15,9 +15,9 @@ import time
 import bench  # noqa: F401
 import torch
 
-from bench.ledger import Ledger
+from bench.accounting.ledger import Ledger
 from bench.losses import sft_loss, token_logprobs
-from bench.metering import meter, unmeter
+from bench.accounting.metering import meter, unmeter
 from bench.models import TINY_SPECS, build_tiny
 
 

@@ -23,7 +23,7 @@ two `on_step_end`s minus our step in between: data loading, generation, rewards,
 clipping, optimiser and scheduler, what a user of the trainer pays (setup excluded, as it is paid once).
 Times are CPU seconds of this process (the machine may be shared); steps/s are medians over the timed
 steps, speed-ups the median of the per-step ratios (TRL's step k / our step k, run back to back).
-FLOPs: ours from the ledger; both counted with `bench.audit`'s instrumented counter on the first step.
+FLOPs: ours from the ledger; both counted with `bench.accounting.audit`'s instrumented counter on the first step.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ from datasets import Dataset  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 from trl import DistillationConfig, DistillationTrainer, GRPOConfig, GRPOTrainer  # noqa: E402
 
-from bench.audit import audited  # noqa: E402
+from bench.accounting.audit import audited  # noqa: E402
 from bench.context import RunContext  # noqa: E402
-from bench.ledger import Ledger  # noqa: E402
+from bench.accounting.ledger import Ledger  # noqa: E402
 from bench.models import TINY_SPECS, build_tiny, build_tokenizer, param_count  # noqa: E402
 from bench.policy import Policy  # noqa: E402
 from bench.rollout import TorchRollout  # noqa: E402
@@ -184,7 +184,7 @@ class Ours:
 
 
 class Interleave(TrainerCallback):
-    """Runs our step after each TRL step and times both; counts the first step of each with `bench.audit`."""
+    """Runs our step after each TRL step and times both; counts the first step of each with `bench.accounting.audit`."""
 
     def __init__(self, ours: Ours, warmup: int) -> None:
         self.ours, self.warmup = ours, warmup

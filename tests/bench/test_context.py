@@ -38,7 +38,7 @@ def test_logprobs_on_the_completion_only_match_the_full_ones_and_cost_less(famil
     """`keep`: the same log-probs and gradients on the kept positions, a smaller LM-head charge."""
     import transformers
 
-    from bench.ledger import Ledger
+    from bench.accounting.ledger import Ledger
     from bench.models import build_tokenizer
     from bench.policy import Policy
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.cli import app
-from bench.ledger import Ledger
+from bench.accounting.ledger import Ledger
 from bench.models import load_model, tiny_model_dir
 from bench.policy import Policy
 

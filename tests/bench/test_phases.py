@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from bench.cli import app
 from bench.context import RunContext
-from bench.ledger import Ledger
+from bench.accounting.ledger import Ledger
 from bench.models import TINY_SPECS, build_tiny
 from bench.policy import Policy
 from bench.registry import get_suite

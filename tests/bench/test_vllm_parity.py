@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.flops import FlopSpec
-from bench.ledger import Ledger
+from bench.accounting.flops import FlopSpec
+from bench.accounting.ledger import Ledger
 from bench.losses import token_logprobs
-from bench.metering import meter, unmeter
+from bench.accounting.metering import meter, unmeter
 from bench.models import build_tokenizer, load_model
 from bench.policy import Policy
 from bench.rollout import RolloutBackend, TorchRollout, padded_logprobs, to_padded

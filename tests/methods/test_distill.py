@@ -12,7 +12,7 @@ from methods.distill import DistillConfig, _converged, distill_step, subset, tea
 def ctx(fast_profile):
     from bench import prepare
     from bench.context import RunContext
-    from bench.ledger import Ledger
+    from bench.accounting.ledger import Ledger
     from bench.policy import Policy
     from bench.registry import get_suite
     from bench.rollout import TorchRollout

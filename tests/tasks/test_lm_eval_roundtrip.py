@@ -20,7 +20,7 @@ import yaml
 
 from bench.context import sft_step
 from bench.evaluation import Evaluator
-from bench.ledger import Ledger
+from bench.accounting.ledger import Ledger
 from bench.models import TINY_SPECS, build_tiny, load_model, save_model, tiny_model_dir
 from bench.policy import Policy
 from bench.profiles import PROFILES

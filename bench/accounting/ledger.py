@@ -1,6 +1,6 @@
 """The FLOP ledger: every FLOP a run spends, by category, phase, kind and model (DESIGN section 2).
 
-Charges come from metered models (`bench.metering`), never from methods' own bookkeeping. Which
+Charges come from metered models (`bench.accounting.metering`), never from methods' own bookkeeping. Which
 phase and category a charge belongs to is ambient state set with context managers, so that the runner
 can mark an evaluation as `eval` and a method can mark its expert training as `expert:math` without
 either having to thread arguments through the model call:

@@ -1,9 +1,9 @@
-"""The FLOP audit: the ledger's analytic charges checked against instrumented counts (DESIGN section 2).
+"""The FLOP audit: the ledger's analytic charges checked against instrumented counts (docs/design.md, FLOP accounting).
 
 `audit_model(model)` runs a forward, a forward+backward and a cached generation on random ids and puts,
 for each, these numbers side by side (`bench flops MODEL` prints them via `flops_report`/`format_audit`):
 
-- charged: what `bench.metering` books for the calls that ran (FlopSpec, causal convention: a call of
+- charged: what `bench.accounting.metering` books for the calls that ran (FlopSpec, causal convention: a call of
   S new tokens after P cached ones attends S*P + S(S+1)/2 keys).
 - analytic: FlopSpec for the work as the attention kernel runs it. With SDPA that is the charge. Eager
   attention multiplies the whole S x (P+S) score matrix and masks it afterwards, so there the causal
@@ -35,193 +35,17 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from torch.utils import flop_counter
-from torch.utils.flop_counter import FlopCounterMode
 
-from bench.flops import FlopSpec
-from bench.ledger import Ledger, current_kind, ledger_context
-from bench.metering import is_metered, meter, unmeter
-from bench.rollout_kv import cache_argument
+from bench.accounting.counting import counter, fvcore_forward_flops, instrumented_flops
+from bench.accounting.flops import FlopSpec
+from bench.accounting.ledger import Ledger, current_kind, ledger_context
+from bench.accounting.metering import is_metered, meter, unmeter
+from bench.hf_compat import cache_argument, output_cache
 
-TOLERANCE = 0.02  # supported architectures must agree within 2% (DESIGN section 2)
-
-_aten = torch.ops.aten
-_SDPA_FORWARD = (
-    _aten._scaled_dot_product_flash_attention_for_cpu,
-    _aten._scaled_dot_product_flash_attention,
-    _aten._scaled_dot_product_efficient_attention,
-    _aten._scaled_dot_product_cudnn_attention,
-)
-_SDPA_BACKWARD = (
-    _aten._scaled_dot_product_flash_attention_for_cpu_backward,
-    _aten._scaled_dot_product_flash_attention_backward,
-    _aten._scaled_dot_product_efficient_attention_backward,
-    _aten._scaled_dot_product_cudnn_attention_backward,
-)
-_ATTENTION_OPS = frozenset((*_SDPA_FORWARD, *_SDPA_BACKWARD, _aten.bmm, _aten.baddbmm))
-
-
-# -- counting query-key pairs -------------------------------------------------------------------
-def _causal_pairs(q_len: int, k_len: int) -> int:
-    """Pairs under torch's `is_causal` mask (top-left aligned: query i sees keys 0..i), one head."""
-    if q_len <= k_len:
-        return q_len * (q_len + 1) // 2
-    return k_len * (k_len + 1) // 2 + (q_len - k_len) * k_len
-
-
-def _score_pairs(shape_q: tuple, shape_k: tuple, is_causal: bool, mask: Any = None) -> int:
-    """Query-key pairs one attention call multiplies, summed over batch and heads."""
-    b, h, q_len, k_len = shape_q[0], shape_q[1], shape_q[-2], shape_k[-2]
-    if isinstance(mask, torch.Tensor):
-        try:
-            allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min
-            return int(allowed[..., :q_len, :k_len].expand(b, h, q_len, k_len).sum())
-        except Exception:  # fake or meta tensors have no values, odd shapes do not broadcast: count all
-            return b * h * q_len * k_len
-    if is_causal:
-        return b * h * _causal_pairs(q_len, k_len)
-    return b * h * q_len * k_len
-
-
-def _sdpa_formula(packet: Any, backward: bool) -> Callable[..., int]:
-    """A raw FlopCounterMode formula for one SDPA op: 2 x pairs x (d_qk + d_v), backward 2x that."""
-    names = [arg.name for arg in packet.default._schema.arguments]
-    fallback = flop_counter.flop_registry.get(packet)
-
-    def formula(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
-        bound = {**dict(zip(names, args)), **kwargs}
-        q, k, v = bound["query"], bound["key"], bound["value"]
-        if q.dim() != 4:  # nested / varlen inputs: leave them to torch's own formula
-            return fallback(*args, out_val=out_val, **kwargs) if fallback else 0
-        mask = bound.get("attn_mask", bound.get("attn_bias"))
-        pairs = _score_pairs(tuple(q.shape), tuple(k.shape), bool(bound.get("is_causal", False)), mask)
-        flops = 2 * pairs * (q.shape[-1] + v.shape[-1])  # QK^T and AV
-        return 2 * flops if backward else flops
-
-    formula._get_raw = True  # FlopCounterMode passes tensors, not shapes, to raw formulas
-    return formula
-
-
-_CAUSAL_SDPA = {
-    **{op: _sdpa_formula(op, backward=False) for op in _SDPA_FORWARD},
-    **{op: _sdpa_formula(op, backward=True) for op in _SDPA_BACKWARD},
-}
-
-
-def _register_cpu_sdpa() -> None:
-    """Give a plain FlopCounterMode a count for CPU SDPA (torch counts it as zero); idempotent.
-
-    Globally we keep torch's convention for the CUDA kernels (not causal), so that a plain counter
-    means the same on CPU and CUDA; the audit's own counter overrides all of them (`_CAUSAL_SDPA`).
-    """
-    def forward(q, k, v, *args, out_shape=None, **kwargs) -> int:
-        return flop_counter.sdpa_flop_count(q, k, v)
-
-    def backward(grad, q, k, v, *args, out_shape=None, **kwargs) -> int:
-        return flop_counter.sdpa_backward_flop_count(grad, q, k, v)
-
-    formulas = {
-        _aten._scaled_dot_product_flash_attention_for_cpu: forward,
-        _aten._scaled_dot_product_flash_attention_for_cpu_backward: backward,
-    }
-    for op, formula in formulas.items():
-        if op not in flop_counter.flop_registry:
-            flop_counter.register_flop_formula(op)(formula)
-
-
-_register_cpu_sdpa()
-
-
-# -- instrumented counts ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FlopSplit:
-    """A count split into weight matmuls and attention (SDPA kernels and batched matmuls)."""
-
-    matmul: int
-    attention: int
-
-    @property
-    def total(self) -> int:
-        return self.matmul + self.attention
-
-
-def _counter() -> FlopCounterMode:
-    return FlopCounterMode(display=False, custom_mapping=_CAUSAL_SDPA)
-
-
-def _split(counter: FlopCounterMode) -> FlopSplit:
-    counts = counter.get_flop_counts().get("Global", {})
-    attention = sum(n for op, n in counts.items() if op in _ATTENTION_OPS)
-    return FlopSplit(matmul=sum(counts.values()) - attention, attention=attention)
-
-
-def count_flops(fn: Callable[[], Any]) -> FlopSplit:
-    """Run `fn()` under the audit's FlopCounterMode and return its count, split."""
-    counter = _counter()
-    with counter:
-        fn()
-    return _split(counter)
-
-
-def instrumented_flops(fn: Callable[[], Any]) -> int:
-    """FLOPs of everything `fn()` runs, SDPA counted by the query-key pairs it attends (module doc)."""
-    return count_flops(fn).total
-
-
-class _LogitsOnly(torch.nn.Module):
-    """input_ids -> logits, so that torch.jit.trace (fvcore) sees tensors only."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=input_ids, use_cache=False).logits
-
-
-def _fvcore_sdpa(inputs: list, outputs: list) -> int:
-    """Multiply-adds of aten::scaled_dot_product_attention in a trace (fvcore has no handle for it).
-
-    Under tracing, transformers materialises the causal mask instead of passing `is_causal`; the traced
-    `_LogitsOnly` call has no padding, so a mask there is the causal one.
-    """
-    from fvcore.nn.jit_handles import get_shape
-
-    q, k, v = (get_shape(x) for x in inputs[:3])
-    has_mask = inputs[3].type().kind() != "NoneType"
-    is_causal = len(inputs) > 5 and bool(inputs[5].toIValue())  # a constant in the trace
-    return _score_pairs(q, k, is_causal or has_mask) * (q[-1] + v[-1])
-
-
-_FVCORE_ATTENTION = {"scaled_dot_product_attention", "matmul", "bmm", "baddbmm", "einsum"}
-_FVCORE_NORMS = ("aten::layer_norm", "aten::group_norm", "aten::batch_norm", "aten::instance_norm")
-
-
-def fvcore_forward_flops(model: torch.nn.Module, input_ids: torch.Tensor) -> FlopSplit:
-    """fvcore's count of one forward of `model(input_ids)`: multiply-adds x 2, norms excluded.
-
-    Attention is SDPA (our handle) plus batched matmuls (eager attention); the rest is the matmul term.
-    """
-    from fvcore.nn import FlopCountAnalysis
-
-    analysis = FlopCountAnalysis(_LogitsOnly(model), (input_ids,))
-    analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-    analysis.set_op_handle("aten::scaled_dot_product_attention", _fvcore_sdpa)
-    for op in _FVCORE_NORMS:  # set_op_handle(op, None) does not drop a default handle
-        analysis.set_op_handle(op, lambda inputs, outputs: 0)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # tracer warnings from data-dependent branches in HF code
-        by_op = analysis.by_operator()
-    attention = 2 * sum(n for op, n in by_op.items() if op in _FVCORE_ATTENTION)
-    return FlopSplit(matmul=2 * sum(by_op.values()) - attention, attention=attention)
+TOLERANCE = 0.02  # supported architectures must agree within 2% (docs/design.md, FLOP accounting)
 
 
 # -- running the phases -------------------------------------------------------------------------
-def _cache_of(output: Any) -> Any:
-    cache = getattr(output, "cache", None)  # transformers >= 5.x renamed past_key_values to cache
-    return cache if cache is not None else output.past_key_values
-
-
 @torch.no_grad()
 def greedy_generate(model: torch.nn.Module, prompt_ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
     """Greedy decoding as an inference engine runs it; prompt [B, P] -> generated ids [B, new_tokens].
@@ -233,7 +57,7 @@ def greedy_generate(model: torch.nn.Module, prompt_ids: torch.Tensor, new_tokens
     out = model(input_ids=prompt_ids, use_cache=True, logits_to_keep=1)
     tokens = [out.logits[:, -1].argmax(-1, keepdim=True)]  # [B, 1] each
     for _ in range(1, new_tokens):
-        out = model(input_ids=tokens[-1], use_cache=True, **{cache_kwarg: _cache_of(out)})
+        out = model(input_ids=tokens[-1], use_cache=True, **{cache_kwarg: output_cache(out)})
         tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
     return torch.cat(tokens, dim=1)
 
@@ -316,7 +140,7 @@ def audit_model(
 ) -> list[AuditRow]:
     """Audit a Hugging Face causal LM: forward, forward+backward and cached generation.
 
-    The model is metered into a private ledger for the audit (so the charge is what `bench.metering`
+    The model is metered into a private ledger for the audit (so the charge is what `bench.accounting.metering`
     really books), run in eval mode, and left as it was (mode, hooks, gradients). A model metered by
     a run is refused: its audit passes would be charged to the run.
     """
@@ -380,36 +204,6 @@ def flops_report(model: torch.nn.Module, *, context: int = 128, **audit_kwargs: 
     }
 
 
-def format_audit(audit: list[AuditRow] | dict) -> Any:
-    """A rich Table of audit rows, or of a `flops_report` (per-token costs then go in the caption)."""
-    from rich import box
-    from rich.table import Table  # lazily: only the CLI renders tables
-
-    report = audit if isinstance(audit, dict) else None
-    rows = [AuditRow(**r) for r in report["audit"]] if report else audit
-    attention = ", ".join(sorted({row.attention for row in rows}))
-    table = Table(title=f"FLOP audit ({attention} attention, tolerance {TOLERANCE:.0%})", box=box.SIMPLE)
-    for name in ("phase", "charged", "analytic", "instrumented", "diff", "fvcore diff"):
-        phase = name == "phase"
-        table.add_column(name, justify="left" if phase else "right", min_width=16 if phase else len(name))
-    for row in rows:
-        fv = row.fvcore_flops
-        table.add_row(
-            row.phase,
-            *(f"{n:.4g}" for n in (row.charged_flops, row.analytic_flops, row.instrumented_flops)),
-            f"{row.rel_diff:+.2%}",
-            "-" if fv is None else f"{(fv - row.analytic_flops) / row.analytic_flops:+.2%}",
-            style=None if row.ok else "bold red",
-        )
-    if report:
-        table.caption = (
-            f"{report['model_type']}, {report['matmul_params']:,} matmul params. Per token at context "
-            f"{report['context_tokens']}: forward {report['forward_flops_per_token']:.4g}, train "
-            f"{report['train_flops_per_token_mean']:.4g} (mean over a full pass)."
-        )
-    return table
-
-
 # -- auditing real work -------------------------------------------------------------------------
 @dataclass
 class AuditResult:
@@ -440,10 +234,10 @@ def audited(ledger: Ledger, model_name: str) -> Iterator[AuditResult]:
     """
     result = AuditResult()
     before = _charges(ledger)
-    counter = _counter()
-    with counter:
+    mode = counter()
+    with mode:
         yield result
-    result.instrumented_flops = counter.get_total_flops()
+    result.instrumented_flops = mode.get_total_flops()
     delta = {k: v - before.get(k, 0.0) for k, v in _charges(ledger).items() if v > before.get(k, 0.0)}
     others = sorted({key[3] for key in delta} - {model_name})
     if others:

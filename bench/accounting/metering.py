@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 
-from bench.flops import FlopSpec
-from bench.ledger import Ledger, current_category, current_kind, current_phase
+from bench.accounting.flops import FlopSpec
+from bench.accounting.ledger import Ledger, current_category, current_kind, current_phase
+from bench.hf_compat import cache_length, call_cache
 
 _HANDLES_ATTR = "_opd_meter_handles"
 _LEDGER_ATTR = "_opd_meter_ledger"
-_CACHE_ARGS = ("cache", "past_key_values")
 
 
 def _call_arguments(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> dict:
@@ -52,13 +52,8 @@ def _input_shape(call: dict) -> tuple[int, int]:
 
 
 def _past_length(call: dict) -> int:
-    # transformers 5.x renamed `past_key_values` to `cache`; both are accepted for now
-    past = next((call[k] for k in _CACHE_ARGS if call.get(k) is not None), None)
-    if past is None:
-        return 0
-    if hasattr(past, "get_seq_length"):
-        return int(past.get_seq_length())
-    return int(past[0][0].shape[-2])  # legacy tuple cache: [B, H, T, D]
+    past = call_cache(call)
+    return 0 if past is None else cache_length(past)
 
 
 def _logit_tokens(call: dict, new_tokens: int) -> int:
