@@ -18,7 +18,7 @@ import torch
 from bench.accounting.ledger import Ledger, ledger_context
 from bench.losses import policy_gradient_loss, sft_loss
 from bench.policy import Policy, Rollouts
-from bench.rollout import RolloutBackend, padded_logprobs, to_padded
+from bench.rollout.base import RolloutBackend, padded_logprobs, to_padded
 
 
 class Sampler:

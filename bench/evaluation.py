@@ -15,7 +15,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.accounting.ledger import ledger_context
 from bench.policy import Policy
-from bench.rollout import RolloutBackend, TorchRollout
+from bench.rollout.base import RolloutBackend
+from bench.rollout.torch_engine import TorchRollout
 
 
 class Evaluator:

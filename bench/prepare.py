@@ -282,7 +282,7 @@ def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int
     """
     from bench.evaluation import Evaluator
     from bench.accounting.ledger import ledger_context
-    from bench.rollout import TorchRollout
+    from bench.rollout.torch_engine import TorchRollout
 
     greedy_size, sample_size = min(greedy_size, profile.eval_size), min(sample_size, profile.eval_size)
     base = Evaluator(suite, greedy_size, profile.eval_max_new_tokens).evaluate(student)

@@ -27,8 +27,7 @@ from bench.phases import EXECUTORS
 from bench.policy import Policy
 from bench.profiles import PROFILES, Profile
 from bench.registry import get_method, get_suite
-from bench.rollout import ROLLOUT_BACKENDS, make_backend
-from bench.rollout_vllm import vllm_missing
+from bench.rollout.engines import ROLLOUT_BACKENDS, make_backend, vllm_missing
 
 SCHEMA_VERSION = 1
 
@@ -58,7 +57,7 @@ class RunConfig:
     # (bench.phases). `bench sweep --executor ray` sets ray. Not part of the fingerprint: a run may be
     # resumed under another executor and its ledger stays whole; the record says which one finished it.
     expert_executor: str = "sequential"
-    # The rollout engine of methods and evaluations: torch (bench.rollout) | vllm (bench.rollout_vllm).
+    # The rollout engine of methods and evaluations: torch | vllm (bench.rollout.engines).
     # Not part of the fingerprint either: both sample the same distribution and charge the same
     # analytic FLOPs for the same tokens (torch adds its padded keys, under 1%); the record says which
     # one finished the run.

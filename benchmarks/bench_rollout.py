@@ -30,7 +30,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from bench.accounting.flops import FlopSpec  # noqa: E402
 from bench.accounting.ledger import Ledger  # noqa: E402
 from bench.accounting.metering import meter  # noqa: E402
-from bench.rollout import TorchRollout  # noqa: E402
+from bench.rollout.torch_engine import TorchRollout  # noqa: E402
 
 torch.set_num_threads(1)  # benchmarks run single-threaded and report ratios (DESIGN section 11)
 

@@ -55,7 +55,7 @@ from bench.context import RunContext  # noqa: E402
 from bench.accounting.ledger import Ledger  # noqa: E402
 from bench.models import TINY_SPECS, build_tiny, build_tokenizer, param_count  # noqa: E402
 from bench.policy import Policy  # noqa: E402
-from bench.rollout import TorchRollout  # noqa: E402
+from bench.rollout.torch_engine import TorchRollout  # noqa: E402
 from methods.distill import DistillStepConfig, distill_step  # noqa: E402
 from methods.grpo import GRPOStepConfig, grpo_step  # noqa: E402
 from tasks import get_suite  # noqa: E402

@@ -112,7 +112,7 @@ def _timed(fn, repeats: int) -> float:
 def rollout(folder: Path) -> dict:
     from bench.accounting.ledger import Ledger
     from bench.accounting.metering import meter
-    from bench.rollout import TorchRollout
+    from bench.rollout.torch_engine import TorchRollout
 
     prompts, n, new_tokens = SIZES["rollout"]["prompts"], SIZES["rollout"]["n"], SIZES["rollout"]["new_tokens"]
     model, tokenizer = _load(folder)

@@ -8,7 +8,7 @@ through our helpers or a method's own `model(input_ids)`, is charged by input sh
 - its backward (2 x forward) is charged when gradients reach its logits, i.e. only if it happens.
 
 Padding positions are real compute and are charged; bucket prompts by length to avoid paying for them.
-Work done with a model's weights outside its forward (a vLLM engine, `bench.rollout_vllm`) is charged
+Work done with a model's weights outside its forward (a vLLM engine, `bench.rollout.vllm_engine`) is charged
 analytically through `charge_outside`, to the same ledger and model name.
 """
 

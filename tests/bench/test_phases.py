@@ -20,7 +20,7 @@ from bench.accounting.ledger import Ledger
 from bench.models import TINY_SPECS, build_tiny
 from bench.policy import Policy
 from bench.registry import get_suite
-from bench.rollout import TorchRollout
+from bench.rollout.torch_engine import TorchRollout
 
 
 def sft_expert(ctx: RunContext, domain: str) -> float:

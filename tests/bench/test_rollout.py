@@ -16,9 +16,10 @@ from bench.accounting.flops import FlopSpec
 from bench.accounting.ledger import Ledger
 from bench.losses import token_logprobs
 from bench.accounting.metering import meter, unmeter
-from bench.rollout import RolloutBatch, RolloutBackend, TorchRollout, padded_logprobs, sample_next, to_padded
+from bench.rollout.base import RolloutBackend, RolloutBatch, padded_logprobs, to_padded
+from bench.rollout.torch_engine import TorchRollout, sample_next
 from bench.hf_compat import cache_argument
-from bench.rollout_kv import decode_attention, drop_rows, make_cache
+from bench.rollout.kv import decode_attention, drop_rows, make_cache
 
 VOCAB = 300
 SMALL_VOCAB = 12

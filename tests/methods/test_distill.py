@@ -15,7 +15,7 @@ def ctx(fast_profile):
     from bench.accounting.ledger import Ledger
     from bench.policy import Policy
     from bench.registry import get_suite
-    from bench.rollout import TorchRollout
+    from bench.rollout.torch_engine import TorchRollout
 
     prepared = prepare.prepare(fast_profile, progress=False)
     ledger = Ledger()

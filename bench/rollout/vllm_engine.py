@@ -40,7 +40,7 @@ import torch
 
 from bench.accounting.flops import FlopSpec
 from bench.accounting.metering import charge_outside
-from bench.rollout import RolloutBatch, check_args
+from bench.rollout.base import RolloutBatch, check_args
 
 
 def vllm_missing() -> str | None:

@@ -1,4 +1,4 @@
-"""KV cache and attention pieces of the torch rollout engine (`bench.rollout`), tuned for tiny models.
+"""KV cache and attention pieces of the torch rollout engine (`bench.rollout.torch_engine`), tuned for tiny models.
 
 - `KVBufferLayer`: a transformers cache layer preallocated to its final length and written in place.
   `DynamicCache` grows by `torch.cat`, which re-copies the whole cache every decode step: over half
