@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from bench.accounting.ledger import Ledger, ledger_context
-from bench.losses import policy_gradient_loss, sft_loss
 from bench.policy import Policy, Rollouts
 from bench.rollout.base import RolloutBackend, padded_logprobs, to_padded
+from bench.update import LossFn, completion_width, length_buckets, pg_update, run_update, sft_step
 
 
 class Sampler:
@@ -160,7 +160,7 @@ class RunContext:
         The returned tensors live on the CPU whatever the model's device (the update moves them).
         """
         prompts = [policy.encode_prompt(p.prompt) for p in problems]
-        with policy.ledger.clock(model=policy.name, kind="rollout", device=policy.device):
+        with policy._clock("rollout"):
             batch = self.backend.generate(
                 policy.model,
                 prompts,
@@ -191,14 +191,37 @@ class RunContext:
     def score(self, policy: Policy, rollouts: Rollouts) -> torch.Tensor:
         """Per-token log-probs [B, T] (CPU, fp32) of the rollouts under `policy`, no grad (kind `score`)."""
         out = torch.zeros(rollouts.input_ids.shape)  # [B, T]
-        clock = policy.ledger.clock(model=policy.name, kind="score", device=policy.device)
-        with torch.no_grad(), ledger_context(kind="score"), clock:
+        with torch.no_grad(), ledger_context(kind="score"), policy._clock("score"):
             for rows, width in length_buckets(rollouts.attention_mask, vocab=policy.vocab_size):
                 out[rows, :width] = policy.logprobs(
                     rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width],
                     keep=completion_width(rollouts.completion_mask[rows, :width]),
                 ).float().cpu()
         return out
+
+    def update(
+        self,
+        policy: Policy,
+        rollouts: Any,
+        loss_fn: LossFn,
+        *,
+        lr: float,
+        epochs: int = 1,
+        weighting: str = "rows",
+        warmup_updates: int = 0,
+    ) -> dict[str, float]:
+        """`epochs` optimiser steps of `policy` on `rollouts` under a loss of the method's own.
+
+        `loss_fn(bucket)` gets one length bucket (`bench.api.Bucket`: its rows, the policy's
+        log-probs [b, width] with gradients, the completion mask, `take()` to cut batch tensors to
+        it) and returns the bucket's loss, or the loss and a dict of float statistics. Losses are
+        combined across buckets by `weighting`: `rows` when the loss is a mean over rows, `tokens`
+        when it is a mean over completion tokens. Bucketing by length, the cap on logits per micro-
+        batch, the update's FLOPs and its wall clock are the engine's, as for `pg_step`.
+        Returns {"loss", <the loss function's statistics>, "grad_norm"} (of the last epoch).
+        """
+        return run_update(policy, rollouts, loss_fn, lr=lr, epochs=epochs, weighting=weighting,
+                          warmup_updates=warmup_updates)
 
     def pg_step(
         self,
@@ -218,40 +241,13 @@ class RunContext:
 
         The first epoch's log-probs (detached) are the old policy: with one epoch the ratio is 1 and
         the loss is plain REINFORCE with group baselines; more epochs clip the ratio at `clip_eps`.
+        `loss_type` (`LOSS_TYPES`) is the normalisation; with `ref` and `kl_coef`, a k3 KL term to
+        `ref` (scored here, kind `score`). Returns {"loss", "clip_frac", "grad_norm"}.
         """
-        device = policy.device
-        mask = rollouts.completion_mask.to(device)
-        advantages = advantages.to(device)
-        ref_logprobs = self.score(ref, rollouts).to(device) if ref is not None and kl_coef else None
-        old_logprobs = torch.zeros(mask.shape, device=device)  # [B, T], filled by the first epoch
-        buckets = length_buckets(rollouts.attention_mask, vocab=policy.vocab_size)
-        weights = _bucket_weights(buckets, mask, loss_type)
-        stats: dict[str, float] = {}
-        with policy.ledger.clock(model=policy.name, kind="update", device=policy.device):
-            for epoch in range(epochs):
-                total, clip = 0.0, 0.0
-                for (rows, width), weight in zip(buckets, weights):
-                    logprobs = policy.logprobs(rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width],
-                                               keep=completion_width(rollouts.completion_mask[rows, :width]))
-                    if epoch == 0:
-                        old_logprobs[rows, :width] = logprobs.detach()
-                    adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :width]
-                    loss, part = policy_gradient_loss(
-                        logprobs,
-                        old_logprobs[rows, :width],
-                        adv,
-                        mask[rows, :width],
-                        loss_type=loss_type,
-                        clip_eps=clip_eps,
-                        ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows, :width],
-                        kl_coef=kl_coef,
-                        max_completion_tokens=self.max_new_tokens,
-                    )
-                    (loss * weight).backward()
-                    total += float(loss.detach()) * weight
-                    clip += part["clip_frac"] * weight
-                stats = {"loss": total, "clip_frac": clip, "grad_norm": policy.step(None, lr, warmup_updates)}
-        return stats
+        ref_logprobs = self.score(ref, rollouts) if ref is not None and kl_coef else None
+        return pg_update(policy, rollouts, advantages, lr=lr, loss_type=loss_type, epochs=epochs,
+                         clip_eps=clip_eps, ref_logprobs=ref_logprobs, kl_coef=kl_coef,
+                         warmup_updates=warmup_updates, max_completion_tokens=self.max_new_tokens)
 
     def sft_step(self, policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
         """One supervised step: maximise log p(target + EOS | prompt). Returns the loss."""
@@ -359,64 +355,3 @@ def _merge_state(into: dict, update: dict) -> None:
         else:
             into[key] = value
 
-
-# At most this many logits (rows x width x vocabulary) per micro-batch: the fp32 log-softmax of a
-# 152k-token vocabulary over 64 rows of 200 tokens alone is 7.8 GB. Tiny models never reach it.
-LOGIT_BUDGET = 2**29
-
-
-def length_buckets(attention_mask: torch.Tensor, rows: int = 64, vocab: int = 1) -> list[tuple[torch.Tensor, int]]:
-    """Row index groups of similar length, each with its own padded width.
-
-    Rows of a right-padded batch [B, T] are sorted by real length and cut into groups of at most
-    `rows`, so that a mixed-domain batch does not pay every forward and backward at the longest row's
-    width; with `vocab`, a group also stops before its logits would pass `LOGIT_BUDGET` (big vocabularies).
-    """
-    lengths = attention_mask.sum(1).tolist()  # [B]
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    out, group = [], []
-    for i in order:  # ascending length: the newest row sets the group's width
-        if group and (len(group) == rows or (len(group) + 1) * lengths[i] * vocab > LOGIT_BUDGET):
-            out.append((torch.tensor(group), max(lengths[j] for j in group)))
-            group = []
-        group.append(i)
-    if group:
-        out.append((torch.tensor(group), max(lengths[j] for j in group)))
-    return out
-
-
-def completion_width(completion_mask: torch.Tensor) -> int:
-    """Columns from the earliest completion token of any row to the end: [B, T] -> int (T if none)."""
-    columns = completion_mask.bool().any(0)  # [T]: does any row have a completion token there
-    if not columns.any():
-        return completion_mask.shape[1]
-    return completion_mask.shape[1] - int(columns.int().argmax())
-
-
-def _bucket_weights(buckets: list[tuple[torch.Tensor, int]], mask: torch.Tensor, loss_type: str) -> list[float]:
-    """Weights that make the sum of per-bucket losses equal the whole batch's loss."""
-    if loss_type == "dapo":
-        total = float(mask.sum().clamp(min=1))
-        return [float(mask[rows].sum()) / total for rows, _ in buckets]
-    return [len(rows) / mask.shape[0] for rows, _ in buckets]
-
-
-def sft_step(policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
-    """Supervised step on prompt -> target + EOS, loss on target tokens only (shared with prepare)."""
-    rows, masks = [], []
-    for prompt, target in zip(prompts, targets):
-        p, t = policy.encode_prompt(prompt), policy.encode(target) + [policy.eos_id]
-        rows.append(p + t)
-        masks.append([0] * len(p) + [1] * len(t))
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), policy.pad_id, dtype=torch.long)  # [B, T]
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    target_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, m) in enumerate(zip(rows, masks)):
-        input_ids[i, : len(r)] = torch.tensor(r)
-        attention[i, : len(r)] = 1
-        target_mask[i, : len(m)] = torch.tensor(m)
-    with policy.ledger.clock(model=policy.name, kind="update", device=policy.device):
-        loss = sft_loss(policy.logprobs(input_ids, attention), target_mask.to(policy.device))
-        policy.step(loss, lr)
-    return float(loss.detach())

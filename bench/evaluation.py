@@ -58,7 +58,7 @@ class Evaluator:
         texts, lengths = [], []
         for start in range(0, len(problems), self.batch_size):
             chunk = problems[start : start + self.batch_size]
-            with policy.ledger.clock(model=policy.name, kind="rollout", device=policy.device):
+            with policy._clock("rollout"):
                 batch = self.backend.generate(
                     policy.model,
                     [policy.encode_prompt(p.prompt) for p in chunk],

@@ -6,6 +6,7 @@ method that calls `policy.model(input_ids)` itself is still charged (DESIGN sect
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +80,10 @@ class Policy:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def _clock(self, kind: str) -> contextlib.AbstractContextManager:
+        """The ledger's wall clock for this model's work of `kind` (engine side)."""
+        return self.ledger.clock(model=self.name, kind=kind, device=self.device)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -38,12 +38,12 @@ from typing import Any
 import torch
 
 from bench import reference, store
-from bench.context import sft_step
 from bench.accounting.ledger import Ledger, ledger_context
 from bench.models import build_tiny, cache_root, load_model, save_model, state_digest, TINY_SPECS
 from bench.policy import Policy
 from bench.profiles import Profile, WarmupConfig
 from bench.registry import get_suite
+from bench.update import sft_step
 
 WARMUP_SUITE = "four_domain"
 

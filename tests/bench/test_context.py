@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bench.context import _bucket_weights, completion_width, length_buckets
+from bench.update import bucket_weights, completion_width, length_buckets
 from bench.losses import LOSS_TYPES, policy_gradient_loss
 
 
@@ -24,7 +24,7 @@ def test_bucketed_loss_equals_full_batch_loss(loss_type, per_token):
     assert sorted(torch.cat([r for r, _ in buckets]).tolist()) == list(range(b))
     assert all(int(lengths[r].max()) == w for r, w in buckets)
     total = 0.0
-    for (rows, width), weight in zip(buckets, _bucket_weights(buckets, mask, loss_type)):
+    for (rows, width), weight in zip(buckets, bucket_weights(buckets, mask, "tokens" if loss_type == "dapo" else "rows")):
         a = adv[rows] if adv.dim() == 1 else adv[rows, :width]
         part, _ = policy_gradient_loss(
             logp[rows, :width], old[rows, :width], a, mask[rows, :width], loss_type=loss_type, max_completion_tokens=t

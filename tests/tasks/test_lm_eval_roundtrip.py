@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from bench.context import sft_step
+from bench.update import sft_step
 from bench.evaluation import Evaluator
 from bench.accounting.ledger import Ledger
 from bench.models import TINY_SPECS, build_tiny, load_model, save_model, tiny_model_dir
