@@ -138,10 +138,10 @@ def prepare(
     write_reference: bool = typer.Option(False, help="with --rebuild: replace the shipped reference models"),
 ) -> None:
     """Install (or build) the profile's shared base student and external teacher; print its regime table."""
-    from bench import prepare as prep
-    from bench import reference
-    from bench.profiles import PROFILES
-    from bench.regime import format_regime
+    from bench.world import prepare as prep
+    from bench.world import reference
+    from bench.world.profiles import PROFILES
+    from bench.world.regime import format_regime
 
     if profile not in PROFILES:
         _fail(str(unknown("profile", profile, list(PROFILES))))
@@ -175,7 +175,7 @@ def prepare(
 def _shipped_hashes(profile: str) -> dict:
     import json
 
-    from bench import reference
+    from bench.world import reference
 
     root = reference.ROOT / profile
     base = json.loads((root / "prepared.json").read_text())["model_hashes"]["base"]
@@ -192,7 +192,7 @@ def list_(what: str = typer.Argument(..., help="methods, suites or profiles")) -
         for name in method_names():
             console.print(name)
     elif what == "profiles":
-        from bench.profiles import PROFILES
+        from bench.world.profiles import PROFILES
 
         for p in PROFILES.values():
             console.print(f"{p.name}: {p.description}")
@@ -214,7 +214,7 @@ def list_(what: str = typer.Argument(..., help="methods, suites or profiles")) -
 def flops(model: str = typer.Argument(..., help="tiny spec name or local HF model folder")) -> None:
     """Per-token FLOPs from the analytic formula, audited against torch's instrumented counter."""
     from bench.accounting import audit
-    from bench.models import load_model
+    from bench.world.models import load_model
 
     try:
         loaded, _ = load_model(model)
@@ -305,7 +305,7 @@ def reproduce(
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Every method on math_code and four_domain at each world's budget, the recovery protocol, then the report."""
-    from bench.regime import shipped_worlds
+    from bench.world.regime import shipped_worlds
     from bench.runner import RunConfig
     from bench.sweep import reproduce_plan, run_sweep
     from reports.site import build_site
@@ -333,7 +333,7 @@ def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_r
 def _validate(configs: list) -> None:
     """Resolve every method and suite before any run starts, so a typo fails fast."""
     from bench.registry import get_method, get_suite
-    from bench.profiles import PROFILES
+    from bench.world.profiles import PROFILES
 
     for config in configs:
         get_method(config.method)
@@ -354,7 +354,7 @@ def report(
     """Build the static HTML leaderboard from run records."""
     from reports.site import build_site
 
-    from bench.regime import shipped_worlds
+    from bench.world.regime import shipped_worlds
 
     missing = [str(r) for r in runs if not r.is_dir()]
     if missing:

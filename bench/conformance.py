@@ -16,9 +16,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import prepare as prep
-from bench.accounting.audit import TOLERANCE, count_flops
-from bench.profiles import PROFILES, Profile
+from bench.world import prepare as prep
+from bench.accounting.audit import TOLERANCE
+from bench.accounting.counting import count_flops
+from bench.world.profiles import PROFILES, Profile
 from bench.registry import get_method
 from bench.runner import RunConfig, Runner
 

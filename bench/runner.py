@@ -20,12 +20,13 @@ from typing import Any
 import torch
 
 from bench import evaluation, store
+from bench.progress import progress
 from bench.context import RunContext
 from bench.errors import CorruptRunError, RunError, unknown
 from bench.accounting.ledger import Ledger, current_phase
 from bench.phases import EXECUTORS
 from bench.policy import Policy
-from bench.profiles import PROFILES, Profile
+from bench.world.profiles import PROFILES, Profile
 from bench.registry import get_method, get_suite
 from bench.rollout.engines import ROLLOUT_BACKENDS, make_backend, vllm_missing
 
@@ -162,7 +163,7 @@ class Runner:
 
     # -- entry ----------------------------------------------------------------------------------
     def run(self) -> dict:
-        from bench import prepare
+        from bench.world import prepare
 
         self._check_dir()
         prepared = self._models(prepare)
@@ -197,7 +198,7 @@ class Runner:
         )
         self.ctx = ctx
         self._t0 = time.perf_counter()
-        with evaluation.progress(self.config.budget, enabled=self.show_progress) as bar:
+        with progress(self.config.budget, enabled=self.show_progress) as bar:
             self.bar = bar
             if not self.curve:
                 self._evaluate(ctx, "start")
@@ -215,18 +216,18 @@ class Runner:
     def _save_final(self, student: Policy) -> None:
         """The deliverable as a Hugging Face folder (`final/`): loadable by transformers, lm-eval,
         or `bench run --teacher NAME=RUN/final` (a calibration's expert as a teacher)."""
-        from bench.models import save_model
+        from bench.world.models import save_model
 
         save_model(student.model, student.tokenizer, self.dir / "final")
 
     def _models(self, prepare: Any) -> Any:
         """The tiny profile builds its models (`bench prepare`); hf runs use the folders given."""
         if self.profile.task_format == "hf":
-            from bench.hf import local_models
+            from bench.world.hf import local_models
 
             c = self.config
             return local_models(c.model, c.external, c.teachers, c.device)
-        from bench.models import resolve_model
+        from bench.world.models import resolve_model
 
         teachers = {name: resolve_model(path) for name, path in self.config.teachers}
         prepared = prepare.prepare(self.profile, progress=self.show_progress, teacher=False)  # teacher: on first use

@@ -93,8 +93,8 @@ def run_sweep(
     if not todo:
         return result
     # Prepare once, in this process, before the workers start: they would otherwise race to build it.
-    from bench import prepare
-    from bench.profiles import PROFILES
+    from bench.world import prepare
+    from bench.world.profiles import PROFILES
 
     for profile in {c.profile for c, _ in todo}:
         prepare.prepare(PROFILES[profile])

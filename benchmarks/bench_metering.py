@@ -18,7 +18,7 @@ import torch
 from bench.accounting.ledger import Ledger
 from bench.losses import sft_loss, token_logprobs
 from bench.accounting.metering import meter, unmeter
-from bench.models import TINY_SPECS, build_tiny
+from bench.world.models import TINY_SPECS, build_tiny
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, ids: torch.Tensor) -> None:

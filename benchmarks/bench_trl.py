@@ -53,7 +53,7 @@ from trl import DistillationConfig, DistillationTrainer, GRPOConfig, GRPOTrainer
 from bench.accounting.audit import audited  # noqa: E402
 from bench.context import RunContext  # noqa: E402
 from bench.accounting.ledger import Ledger  # noqa: E402
-from bench.models import TINY_SPECS, build_tiny, build_tokenizer, param_count  # noqa: E402
+from bench.world.models import TINY_SPECS, build_tiny, build_tokenizer, param_count  # noqa: E402
 from bench.policy import Policy  # noqa: E402
 from bench.rollout.torch_engine import TorchRollout  # noqa: E402
 from methods.distill import DistillStepConfig, distill_step  # noqa: E402

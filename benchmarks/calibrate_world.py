@@ -146,11 +146,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
 
-    from bench.prepare import prepare
-    from bench.profiles import PROFILES
+    from bench.world.prepare import prepare
+    from bench.world.profiles import PROFILES
     from bench.registry import get_suite
 
-    from bench.regime import calibration_path
+    from bench.world.regime import calibration_path
 
     profile = PROFILES[args.profile]
     args.out = args.out or calibration_path(args.profile)

@@ -43,7 +43,7 @@ def experiment(cfg: dict, out: Path) -> None:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from bench import models, profiles
+    from bench.world import models, profiles
 
     torch.set_num_threads(1)
     t0 = time.time()
@@ -61,7 +61,7 @@ def experiment(cfg: dict, out: Path) -> None:
         student_lr=cfg.get("lr", 3e-3), batch_size=cfg.get("batch", 64), seed=cfg.get("seed", 0),
         domain_weights=tuple(cfg.get("weights", {}).items()))
     profiles.PROFILES["direct"] = dataclasses.replace(profiles.PROFILES["direct"], warmup=warmup)
-    from bench.prepare import prepare
+    from bench.world.prepare import prepare
     from bench.runner import RunConfig, Runner
 
     prepared = prepare(profiles.PROFILES["direct"], progress=False, teacher=False)

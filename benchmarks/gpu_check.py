@@ -65,7 +65,7 @@ def build_folder(dest: Path, shape: dict, seed: int = 0) -> Path:
     """A Qwen2-0.5B-shaped model with random weights, saved in bf16 with our tokenizer."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from bench.models import build_tokenizer
+    from bench.world.models import build_tokenizer
 
     tokenizer = build_tokenizer()
     tokenizer.chat_template = TEMPLATE
@@ -79,7 +79,7 @@ def build_folder(dest: Path, shape: dict, seed: int = 0) -> Path:
 
 
 def _load(folder: Path):
-    from bench.models import load_model
+    from bench.world.models import load_model
 
     return load_model(folder, device=DEVICE, dtype=torch.bfloat16 if DEVICE == "cuda" else torch.float32)
 

@@ -39,7 +39,7 @@ def test_logprobs_on_the_completion_only_match_the_full_ones_and_cost_less(famil
     import transformers
 
     from bench.accounting.ledger import Ledger
-    from bench.models import build_tokenizer
+    from bench.world.models import build_tokenizer
     from bench.policy import Policy
 
     tok = build_tokenizer()

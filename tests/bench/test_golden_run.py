@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.reference import cpu_signature
+from bench.world.reference import cpu_signature
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SMALL_GRPO = {"prompts_per_step": "8", "group_size": "4"}

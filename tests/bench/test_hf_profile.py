@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from bench.cli import app
 from bench.accounting.ledger import Ledger
-from bench.models import load_model, tiny_model_dir
+from bench.world.models import load_model, tiny_model_dir
 from bench.policy import Policy
 
 TEMPLATE = (

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from bench.cli import app
 from bench.context import RunContext
 from bench.accounting.ledger import Ledger
-from bench.models import TINY_SPECS, build_tiny
+from bench.world.models import TINY_SPECS, build_tiny
 from bench.policy import Policy
 from bench.registry import get_suite
 from bench.rollout.torch_engine import TorchRollout

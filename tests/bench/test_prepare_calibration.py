@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from bench.prepare import _mistake, _warmup_answer, format_calibration, prepare
-from bench.profiles import WarmupConfig
+from bench.world.prepare import _mistake, _warmup_answer, format_calibration, prepare
+from bench.world.profiles import WarmupConfig
 from tasks import get_suite
 
 

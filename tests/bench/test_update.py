@@ -12,7 +12,7 @@ from bench import update
 from bench.accounting.ledger import Ledger
 from bench.losses import masked_mean, sft_loss
 from bench.policy import Policy
-from bench.models import TINY_SPECS, build_tiny
+from bench.world.models import TINY_SPECS, build_tiny
 
 PROMPTS = ["12+7=", "r:abcd>", "305-9=", "c:a:abaca>", "4+4=", "s:qwzx>"]
 TARGETS = ["19", "dcba", "296", "3", "8", "qwxz"]

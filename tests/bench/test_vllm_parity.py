@@ -25,7 +25,7 @@ from bench.accounting.flops import FlopSpec
 from bench.accounting.ledger import Ledger
 from bench.losses import token_logprobs
 from bench.accounting.metering import meter, unmeter
-from bench.models import build_tokenizer, load_model
+from bench.world.models import build_tokenizer, load_model
 from bench.policy import Policy
 from bench.rollout.base import RolloutBackend, padded_logprobs, to_padded
 from bench.rollout.torch_engine import TorchRollout

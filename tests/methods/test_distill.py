@@ -10,7 +10,7 @@ from methods.distill import DistillConfig, _converged, distill_step, subset, tea
 
 @pytest.fixture
 def ctx(fast_profile):
-    from bench import prepare
+    from bench.world import prepare
     from bench.context import RunContext
     from bench.accounting.ledger import Ledger
     from bench.policy import Policy

@@ -6,7 +6,7 @@ glue task symbols together, and spaces survive (a char-level WordLevel tokenizer
 Qwen2 in transformers 5.x). Built models are cached under `$OPD_BENCH_CACHE/models/` (default
 `~/.cache/opd-bench`); nothing is ever downloaded.
 
-    python -m bench.models tiny-llama      # build (or find) a spec and print its folder
+    python -m bench.world.models tiny-llama      # build (or find) a spec and print its folder
 """
 
 from __future__ import annotations
