@@ -106,7 +106,8 @@ def run(
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
-    from bench.runner import RunConfig, Runner
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
 
     try:
         config = RunConfig(
@@ -278,8 +279,8 @@ def sweep(
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Run methods x suites x seeds (skips complete runs, resumes interrupted ones)."""
-    from bench.runner import RunConfig
-    from bench.sweep import plan, run_sweep
+    from bench.run.config import RunConfig
+    from bench.run.sweep import plan, run_sweep
 
     try:
         base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
@@ -306,8 +307,8 @@ def reproduce(
 ) -> None:
     """Every method on math_code and four_domain at each world's budget, the recovery protocol, then the report."""
     from bench.world.regime import shipped_worlds
-    from bench.runner import RunConfig
-    from bench.sweep import reproduce_plan, run_sweep
+    from bench.run.config import RunConfig
+    from bench.run.sweep import reproduce_plan, run_sweep
     from reports.site import build_site
 
     try:
@@ -325,7 +326,7 @@ def reproduce(
 
 def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_run: float):
     """The sweep executor; checked (Ray installed, options that apply) before any run starts."""
-    from bench.executors import make_executor
+    from bench.run.executors import make_executor
 
     return make_executor(name, jobs=jobs, address=address, gpus_per_run=gpus_per_run)
 
@@ -376,7 +377,7 @@ def check_adapter(
     suite: str = typer.Option("math_code"),
 ) -> None:
     """Run a method briefly under the instrumented FLOP counter; fail if any compute went unmetered."""
-    from bench.conformance import check_adapter as check
+    from bench.run.conformance import check_adapter as check
 
     try:
         result = check(plugin, suite=suite)

@@ -21,6 +21,11 @@ from bench.rollout.base import RolloutBackend, padded_logprobs, to_padded
 from bench.update import LossFn, completion_width, length_buckets, pg_update, run_update, sft_step
 
 
+# How `map_phases` runs its calls when not in order on the run's own context (`bench.run.phases`):
+# (context, fn, keys) -> one result per key, each with the child's ledger rows, policies and state.
+PhaseRunner = Callable[["RunContext", Callable[["RunContext", str], Any], list[str]], list[Any]]
+
+
 class Sampler:
     """A named, deterministic stream of training problems; its position survives a resume."""
 
@@ -39,7 +44,7 @@ class Sampler:
 
 
 class RunContext:
-    """What a method may use. Built by `bench.runner`; see `bench.api` for the adapter contract."""
+    """What a method may use. Built by `bench.run.runner`; see `bench.api` for the adapter contract."""
 
     def __init__(
         self,
@@ -57,10 +62,11 @@ class RunContext:
         policy_states: dict[str, dict] | None = None,
         sampler_positions: dict[str, int] | None = None,
         generator: torch.Generator | None = None,
-        phase_executor: str = "sequential",
+        phase_runner: PhaseRunner | None = None,
         on_boundary: Callable[[str, str], None] | None = None,
         eval_max_new_tokens: int | None = None,
         reports: dict | None = None,
+        student_name: str | None = None,
     ) -> None:
         self.suite = suite
         self.seed = seed
@@ -79,9 +85,10 @@ class RunContext:
         self._policy_states = policy_states or {}
         self._sampler_positions = sampler_positions or {}
         self._samplers: dict[str, Sampler] = {}
+        self._student_name = student_name  # the deliverable, when the method chose another (set_student)
         self.policies: dict[str, Policy] = {}
         self.student = self._register(student)
-        self.phase_executor = phase_executor  # how `map_phases` runs: see bench.phases
+        self._phase_runner = phase_runner  # how `map_phases` runs; None: in order, on this context
         self.finished = False
 
     # -- problems -------------------------------------------------------------------------------
@@ -103,7 +110,7 @@ class RunContext:
         if saved is not None:
             policy.load_state(saved)
         self.policies[policy.name] = policy
-        if policy.name == self.state.get("student"):
+        if policy.name == self._student_name:
             # A resumed run's deliverable comes back when the method re-creates it (set_student).
             self.student = policy
         return policy
@@ -129,7 +136,7 @@ class RunContext:
     def set_student(self, policy: Policy) -> None:
         """Declare which policy is the run's deliverable (evaluated at milestones)."""
         self.student = policy
-        self.state["student"] = policy.name
+        self._student_name = policy.name
 
     # -- compute --------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -321,18 +328,31 @@ class RunContext:
         each call runs in a child context, as a parallel Ray task, and its ledger rows, the policies
         it created, its sampler positions and state are merged back here in key order; then the
         runner gets one `step_done` (it evaluates and checkpoints after the merge). `fn` must be
-        picklable (a module-level function or a `functools.partial` of one). See `bench.phases`.
+        picklable (a module-level function or a `functools.partial` of one). See `bench.run.phases`.
         """
-        from bench import phases
-
-        if self.phase_executor == "sequential":
+        if self._phase_runner is None:
             return {key: fn(self, key) for key in keys}
-        spec = phases.child_spec(self, fn, len(keys))
-        results = phases.run_children(spec, list(keys), self.phase_executor)
+        results = self._phase_runner(self, fn, list(keys))
         for result in results:
             self._merge_child(result)
         self.step_done()
         return {r.key: r.value for r in results}
+
+    # -- engine side: the runner's and the phase executors' access ------------------------------
+    def _finish(self) -> None:
+        """The method returned: `should_stop()` is True from now on."""
+        self.finished = True
+
+    def _checkpoint(self) -> dict[str, Any]:
+        """What a checkpoint saves of this context (`bench.run.checkpoint`)."""
+        return {
+            "policies": {name: p.state() for name, p in self.policies.items() if name != "external"},
+            "generator": self.generator.get_state(),
+            "state": self.state,
+            "samplers": self.sampler_positions(),
+            "reports": self.reports,
+            "student": self._student_name,
+        }
 
     def _merge_child(self, result: Any) -> None:
         self.ledger.merge(result.rows)

@@ -29,6 +29,11 @@ def builtin_methods() -> dict[str, str]:
     return dict(_load_ref("methods:BUILTIN"))
 
 
+def reproduce_protocol() -> dict[str, tuple]:
+    """What `bench reproduce` runs: {"methods", "suites"} crossed, then each (method, suite) of "extra"."""
+    return dict(_load_ref("methods:REPRODUCE"))
+
+
 def plugin_methods() -> dict[str, metadata.EntryPoint]:
     return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
 

@@ -41,7 +41,8 @@ def _run(spec: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from bench.runner import RunConfig, Runner
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
 
     summary = Path(spec["runs"]) / spec["name"] / "summary.json"
     if summary.exists():

@@ -62,7 +62,8 @@ def experiment(cfg: dict, out: Path) -> None:
         domain_weights=tuple(cfg.get("weights", {}).items()))
     profiles.PROFILES["direct"] = dataclasses.replace(profiles.PROFILES["direct"], warmup=warmup)
     from bench.world.prepare import prepare
-    from bench.runner import RunConfig, Runner
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
 
     prepared = prepare(profiles.PROFILES["direct"], progress=False, teacher=False)
     emit(stage="base", calibration=prepared.calibration(), wall=prepared.info["wall_s"])

@@ -8,7 +8,7 @@ the budget; the distillation share is distill FLOPs / expert FLOPs (DESIGN secti
 
 Departures from the paper:
 - experts are trained one after another by default; under `bench sweep --executor ray` they train
-  in parallel as Ray tasks, as in the paper (`ctx.map_phases`, `bench.phases`). Each expert's FLOPs
+  in parallel as Ray tasks, as in the paper (`ctx.map_phases`, `bench.run.phases`). Each expert's FLOPs
   are booked under `expert:<domain>` either way; in parallel each expert samples from its own
   generator, so the numbers differ from the sequential run's in detail, not in kind;
 - each expert trains until it has converged, at most a fixed share of the run's budget

@@ -79,7 +79,7 @@ def test_installed_plugin_passes_check_adapter(site):
 def test_plugin_loads_from_its_file_and_validates_overrides():
     from bench.registry import get_method
     from bench.errors import RunError
-    from bench.runner import method_config
+    from bench.run.config import method_config
 
     cls = get_method(f"{RLOO_FILE}:RLOO")
     assert cls.name == "rloo"

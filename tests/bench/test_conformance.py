@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bench.conformance import check_adapter
+from bench.run.conformance import check_adapter
 from bench.registry import builtin_methods
 
 SNEAKY = '''

@@ -42,7 +42,8 @@ def _record(summary: dict) -> dict:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_run_matches_its_golden_record(case, fast_profile, tmp_path):
-    from bench.runner import RunConfig, Runner
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
 
     method, budget, overrides = CASES[case]
     config = RunConfig(method=method, profile=fast_profile.name, budget_flops=budget, runs_dir=tmp_path,

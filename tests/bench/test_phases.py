@@ -20,6 +20,7 @@ from bench.accounting.ledger import Ledger
 from bench.world.models import TINY_SPECS, build_tiny
 from bench.policy import Policy
 from bench.registry import get_suite
+from bench.run.phases import phase_runner
 from bench.rollout.torch_engine import TorchRollout
 
 
@@ -42,7 +43,7 @@ def make_context(executor: str, steps: list) -> RunContext:
         suite=get_suite("math_code", "easy", "tiny"), seed=3, budget_flops=1e12, ledger=ledger,
         student=Policy("student", model, tokenizer, ledger=ledger), backend=TorchRollout(),
         teacher_loader=lambda name: None, max_new_tokens=8, on_step=steps.append,
-        phase_executor=executor,
+        phase_runner=phase_runner(executor),
     )
 
 

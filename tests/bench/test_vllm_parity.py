@@ -216,5 +216,5 @@ def test_bench_run_with_vllm_rollouts(folder, tmp_path):
 @needs_vllm
 def test_bench_imports_without_vllm():
     """vLLM loads only when an engine is built: importing it takes seconds and claims process state."""
-    code = "import sys, bench.runner, bench.rollout.engines; assert 'vllm' not in sys.modules"
+    code = "import sys, bench.run.runner, bench.rollout.engines; assert 'vllm' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300, cwd=ROOT)

@@ -13,7 +13,7 @@ SMALL_DISTILL = {"distill_prompts_per_step": "8", "distill_samples": "4"}
 
 
 def run_config(profile, runs_dir: Path, method: str, budget: float, eval_every: float = 0.25, **overrides):
-    from bench.runner import RunConfig
+    from bench.run.config import RunConfig
 
     return RunConfig(
         method=method, profile=profile.name, budget_flops=budget, runs_dir=runs_dir, eval_size=16,
@@ -23,7 +23,7 @@ def run_config(profile, runs_dir: Path, method: str, budget: float, eval_every: 
 
 def run_method(profile, runs_dir: Path, method: str, budget: float, **overrides) -> dict:
     """Run `method` to completion on the fast profile; returns summary.json's record."""
-    from bench.runner import Runner
+    from bench.run.runner import Runner
 
     return Runner(run_config(profile, runs_dir, method, budget, **overrides), progress=False).run()
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench.runner import Runner
+from bench.run.runner import Runner
 from bench.api import RunContext
 from methods.grpo import GRPOStepConfig, grpo_step
 from methods.opd_multi import OPDMulti

@@ -21,7 +21,8 @@ from bench.accounting.audit import TOLERANCE
 from bench.accounting.counting import count_flops
 from bench.world.profiles import PROFILES, Profile
 from bench.registry import get_method
-from bench.runner import RunConfig, Runner
+from bench.run.config import RunConfig
+from bench.run.runner import Runner
 
 
 def smoke_profile() -> Profile:

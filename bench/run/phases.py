@@ -1,10 +1,10 @@
 """Independent phases of one run (opd-multi's experts) in child contexts, optionally as Ray tasks.
 
 `RunContext.map_phases(fn, keys)` calls `fn(ctx, key)` once per key. How depends on the run's
-`expert_executor` (`RunConfig.expert_executor`, set to "ray" by `bench sweep --executor ray`):
+`phase_executor` (`RunConfig.phase_executor`, set to "ray" by `bench sweep --executor ray`), which the
+runner hands the context as `phase_runner(executor)`:
 
-- `sequential` (default): each call on the run's own context, one after another; this is what every
-  run did before phases could fan out, and it gives the same numbers.
+- `sequential` (default): each call on the run's own context, one after another.
 - `ray`: each call is a Ray task (1 CPU; on CUDA the run task's GPU share) with a child context: a copy
   of the student, its own in-memory ledger, and its own sampling generator seeded from (seed, key).
   The task hands back its new ledger rows, the weights and optimiser state of the policies it
@@ -28,6 +28,7 @@ creates must be clones or snapshots of the student; state it writes should sit u
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import pickle
 from collections.abc import Callable, Sequence
@@ -37,7 +38,9 @@ from typing import Any
 import torch
 
 from bench.accounting.ledger import Ledger
+from bench.context import PhaseRunner, RunContext
 from bench.policy import Policy
+from bench.run.ray_support import import_ray
 
 EXECUTORS = ("sequential", "isolated", "ray")
 
@@ -98,14 +101,25 @@ class ChildResult:
     reports: dict
 
 
+def phase_runner(executor: str) -> PhaseRunner | None:
+    """How a context runs `map_phases` under `executor`: None (in order, on the run's own context)
+    for `sequential`, else in child contexts (`isolated` here, `ray` as Ray tasks)."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown phase executor {executor!r}; known: {', '.join(EXECUTORS)}")
+    return None if executor == "sequential" else functools.partial(run_phases, executor=executor)
+
+
+def run_phases(ctx: RunContext, fn: Callable[[Any, str], Any], keys: list[str], *, executor: str) -> list[ChildResult]:
+    """One child context per key, each with an equal share of the budget left; their results in key order."""
+    return run_children(child_spec(ctx, fn, len(keys)), keys, executor)
+
+
 def child_seed(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:phase:{key}".encode()).digest()[:8], "little") % 2**63
 
 
 def run_child(spec: ChildSpec, key: str) -> ChildResult:
     """Run `spec.fn(child_ctx, key)` in a fresh context; the body of each Ray task."""
-    from bench.context import RunContext
-
     ledger = Ledger()
     ledger.merge(spec.prior_rows)
     ledger.flush()  # an in-memory ledger forgets pending rows: only the child's own charges remain
@@ -136,7 +150,7 @@ def _no_teacher(name: str) -> Policy:
     raise RuntimeError(f"teacher {name!r} is not available inside a parallel phase (map_phases)")
 
 
-def child_spec(ctx: Any, fn: Callable[[Any, str], Any], n_keys: int) -> ChildSpec:
+def child_spec(ctx: RunContext, fn: Callable[[Any, str], Any], n_keys: int) -> ChildSpec:
     """The shared spec from the parent context `ctx`; each of `n_keys` children gets an equal share
     of the budget left."""
     return ChildSpec(
@@ -151,8 +165,6 @@ def run_children(spec: ChildSpec, keys: Sequence[str], executor: str) -> list[Ch
     if executor == "isolated":
         # The pickle round trip gives each child its own copy, exactly as a Ray task would get.
         return [run_child(pickle.loads(pickle.dumps(spec)), key) for key in keys]
-    from bench.executors import import_ray
-
     ray = import_ray()
     from ray.exceptions import RayTaskError
 
