@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from bench.accounting.ledger import Ledger, ledger_context
+from bench.evaluation import Evaluator
 from bench.policy import Policy, Rollouts
 from bench.rollout.base import RolloutBackend, padded_logprobs, to_padded
 from bench.update import LossFn, completion_width, length_buckets, pg_update, run_update, sft_step
@@ -270,8 +271,6 @@ class RunContext:
         leaderboard reports, for measurement protocols (a recovery target). Evaluation is recorded,
         never counted toward the budget. Returns {accuracy, domain_accuracy, mean_length, ...}.
         """
-        from bench.evaluation import Evaluator
-
         if split not in ("validation", "heldout"):
             raise ValueError(f"split must be 'validation' or 'heldout', got {split!r}")
         chosen = tuple(domains or self.domains)

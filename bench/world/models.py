@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -142,8 +143,6 @@ def save_model(model: PreTrainedModel, tokenizer, folder: Path) -> None:
     tokenizer.save_pretrained(tmp)
     folder.parent.mkdir(parents=True, exist_ok=True)
     if folder.exists():
-        import shutil
-
         shutil.rmtree(folder)
     os.replace(tmp, folder)
 

@@ -29,6 +29,7 @@ import math
 import os
 import random
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -343,8 +344,6 @@ def _noisy(answer: str, noise: float, rng: random.Random) -> str:
 
 def record_smoke_digest() -> Path:
     """Build the smoke base from scratch and record its weights hash for this CPU (`smoke-digest.json`)."""
-    import tempfile
-
     with tempfile.TemporaryDirectory() as cache:
         os.environ["OPD_BENCH_CACHE"] = cache
         base = prepare(PROFILES["smoke"], progress=False, teacher=False, rebuild=True).model_hashes()["base"]
