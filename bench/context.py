@@ -1,9 +1,13 @@
 """RunContext: the one object a method works through (samplers, policies, rollout, updates, budget).
 
 The runner builds it; `bench.api` re-exports it. Every model a method can reach is a metered
-`Policy`, every update goes through `pg_step` / `sft_step` (or a method's own loss on a metered model,
-still charged), and `step_done()` hands control back to the runner after each step so that it can
+`Policy`, every update goes through `update` / `pg_step` / `sft_step` (the update engine of
+`bench.update`), and `step_done()` hands control back to the runner after each step so that it can
 evaluate at FLOP milestones, checkpoint, and stop at the budget.
+
+The public surface (docs/design.md, The method contract) is everything without a leading
+underscore. The ledger, the rollout engine, the suite, the generator and the registered policies
+are the engine's: the runner and the phase executors reach them through the `_`-prefixed members.
 """
 
 from __future__ import annotations
@@ -69,74 +73,85 @@ class RunContext:
         reports: dict | None = None,
         student_name: str | None = None,
     ) -> None:
-        self.suite = suite
-        self.seed = seed
+        self._suite = suite
+        self._seed = seed
         self._budget_flops = float(budget_flops)
-        self.ledger = ledger
-        self.backend = backend
-        self.max_new_tokens = max_new_tokens
-        self.state: dict = state if state is not None else {}
-        self.generator = generator or torch.Generator().manual_seed(seed)
+        self._ledger = ledger
+        self._backend = backend
+        self._max_new_tokens = max_new_tokens
+        self.state: dict = state if state is not None else {}  # the method's own, saved with checkpoints
+        self._generator = generator or torch.Generator().manual_seed(seed)
         self._teacher_loader = teacher_loader
         self._on_step = on_step
         self._on_boundary = on_boundary or (lambda edge, phase: None)
-        self.eval_max_new_tokens = eval_max_new_tokens or max_new_tokens
+        self._eval_max_new_tokens = eval_max_new_tokens or max_new_tokens
         self._evaluators: dict[tuple, Any] = {}
-        self.reports: dict[str, Any] = reports if reports is not None else {}
-        self._policy_states = policy_states or {}
-        self._sampler_positions = sampler_positions or {}
+        self._reports: dict[str, Any] = reports if reports is not None else {}
+        self._policy_states = policy_states or {}  # checkpointed policies not re-created yet
+        self._restored_positions = sampler_positions or {}  # until their sampler is re-created
         self._samplers: dict[str, Sampler] = {}
         self._student_name = student_name  # the deliverable, when the method chose another (set_student)
-        self.policies: dict[str, Policy] = {}
-        self.student = self._register(student)
+        self._policies: dict[str, Policy] = {}
+        self._student = self._register(student)
         self._phase_runner = phase_runner  # how `map_phases` runs; None: in order, on this context
-        self.finished = False
+        self._finished = False
 
     # -- problems -------------------------------------------------------------------------------
     @property
     def domains(self) -> tuple[str, ...]:
-        return tuple(self.suite.domains)
+        """The suite's domains, in order."""
+        return tuple(self._suite.domains)
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The run's rollout limit (tokens per completion), the default of `rollout`."""
+        return self._max_new_tokens
 
     def sampler(self, name: str = "train", domains: Sequence[str] | None = None) -> Sampler:
         """A deterministic training-problem stream (uniform over `domains`, default all)."""
         if name not in self._samplers:
             self._samplers[name] = Sampler(
-                self.suite, self.seed, name, domains, skip=self._sampler_positions.get(name, 0)
+                self._suite, self._seed, name, domains, skip=self._restored_positions.get(name, 0)
             )
         return self._samplers[name]
 
     # -- policies -------------------------------------------------------------------------------
+    @property
+    def student(self) -> Policy:
+        """The run's deliverable: the policy the runner evaluates at milestones (see `set_student`)."""
+        return self._student
+
     def _register(self, policy: Policy) -> Policy:
         saved = self._policy_states.pop(policy.name, None)
         if saved is not None:
-            policy.load_state(saved)
-        self.policies[policy.name] = policy
+            policy._load_state(saved)
+        self._policies[policy.name] = policy
         if policy.name == self._student_name:
             # A resumed run's deliverable comes back when the method re-creates it (set_student).
-            self.student = policy
+            self._student = policy
         return policy
 
     def clone(self, policy: Policy, name: str) -> Policy:
         """A trainable copy of `policy` (e.g. a domain expert), metered and checkpointed as `name`."""
-        if name in self.policies:
-            return self.policies[name]
-        return self._register(policy.clone(name))
+        if name in self._policies:
+            return self._policies[name]
+        return self._register(policy._clone(name))
 
     def snapshot(self, policy: Policy, name: str) -> Policy:
         """A frozen copy of `policy` (e.g. a self-teacher), metered and checkpointed as `name`."""
-        if name in self.policies:
-            return self.policies[name]
-        return self._register(policy.clone(name, trainable=False))
+        if name in self._policies:
+            return self._policies[name]
+        return self._register(policy._clone(name, trainable=False))
 
     def teacher(self, name: str = "external") -> Policy:
         """A frozen teacher prepared outside the run (its own training is not counted; its use is)."""
-        if name not in self.policies:
-            self.policies[name] = self._teacher_loader(name)
-        return self.policies[name]
+        if name not in self._policies:
+            self._policies[name] = self._teacher_loader(name)
+        return self._policies[name]
 
     def set_student(self, policy: Policy) -> None:
         """Declare which policy is the run's deliverable (evaluated at milestones)."""
-        self.student = policy
+        self._student = policy
         self._student_name = policy.name
 
     # -- compute --------------------------------------------------------------------------------
@@ -169,21 +184,21 @@ class RunContext:
         """
         prompts = [policy.encode_prompt(p.prompt) for p in problems]
         with policy._clock("rollout"):
-            batch = self.backend.generate(
-                policy.model,
+            batch = self._backend.generate(
+                policy._model,
                 prompts,
                 n=n,
-                max_new_tokens=max_new_tokens or self.max_new_tokens,
+                max_new_tokens=max_new_tokens or self._max_new_tokens,
                 temperature=temperature,
                 eos_id=policy.eos_id,
                 pad_id=policy.pad_id,
                 greedy=greedy,
-                generator=self.generator,
+                generator=self._generator,
             )
         input_ids, attention_mask, completion_mask = to_padded(batch, policy.pad_id)
         completions = [policy.decode(ids) for ids in batch.completion_ids]
         rows = [p for p in problems for _ in range(n)]
-        rewards = torch.tensor([self.suite.score(p, c) for p, c in zip(rows, completions)], dtype=torch.float32)
+        rewards = torch.tensor([self._suite.score(p, c) for p, c in zip(rows, completions)], dtype=torch.float32)
         return Rollouts(
             problems=list(problems),
             n=n,
@@ -255,7 +270,7 @@ class RunContext:
         ref_logprobs = self.score(ref, rollouts) if ref is not None and kl_coef else None
         return pg_update(policy, rollouts, advantages, lr=lr, loss_type=loss_type, epochs=epochs,
                          clip_eps=clip_eps, ref_logprobs=ref_logprobs, kl_coef=kl_coef,
-                         warmup_updates=warmup_updates, max_completion_tokens=self.max_new_tokens)
+                         warmup_updates=warmup_updates, max_completion_tokens=self._max_new_tokens)
 
     def sft_step(self, policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
         """One supervised step: maximise log p(target + EOS | prompt). Returns the loss."""
@@ -276,14 +291,15 @@ class RunContext:
         chosen = tuple(domains or self.domains)
         key = (split, chosen, size)
         if key not in self._evaluators:
-            self._evaluators[key] = Evaluator(self.suite, size, self.eval_max_new_tokens, backend=self.backend,
+            self._evaluators[key] = Evaluator(self._suite, size, self._eval_max_new_tokens, backend=self._backend,
                                               split=split, domains=chosen)
         return self._evaluators[key].evaluate(policy)
 
     def report(self, name: str, value: Any) -> None:
         """Record a method-specific result in the run's record (`method_metrics`), e.g. the FLOPs an
-        expert spent after it stopped improving. `recovery` fills the record's recovery block."""
-        self.reports[name] = value
+        expert spent after it stopped improving. `recovery` fills the record's recovery block.
+        The runner reads nothing else of a method: `state` is saved with checkpoints, never read."""
+        self._reports[name] = value
 
     # -- budget and control ---------------------------------------------------------------------
     @property
@@ -294,36 +310,30 @@ class RunContext:
     @property
     def spent_flops(self) -> float:
         """Counted FLOPs so far (everything toward the budget)."""
-        return self.ledger.counted_flops
+        return self._ledger.counted_flops
 
     def phase_flops(self, prefix: str) -> float:
         """Counted FLOPs of phases starting with `prefix` (e.g. `expert:` or `distill`)."""
-        return self.ledger.total("counted", phase_prefix=prefix)
+        return self._ledger.total("counted", phase_prefix=prefix)
 
     @property
     def remaining_flops(self) -> float:
+        """What is left of the budget (never negative)."""
         return max(0.0, self.budget_flops - self.spent_flops)
 
     def should_stop(self) -> bool:
-        return self.finished or self.spent_flops >= self.budget_flops
+        """True once the counted FLOPs reach the budget (or the method has returned)."""
+        return self._finished or self.spent_flops >= self.budget_flops
 
     def step_done(self, **stats: float) -> None:
         """Tell the runner a step ended: it may evaluate, checkpoint and update progress here."""
         self._on_step(stats)
 
-    def sampler_positions(self) -> dict[str, int]:
-        # Positions restored from a checkpoint or merged from a phase stay until their sampler is re-created.
-        return {**self._sampler_positions, **{name: s.drawn for name, s in self._samplers.items()}}
-
-    def pending_policy_states(self) -> dict[str, dict]:
-        """Checkpointed policies not re-created yet (a resumed run's experts, before `clone`)."""
-        return dict(self._policy_states)
-
     # -- independent phases ---------------------------------------------------------------------
     def map_phases(self, fn: Callable[[RunContext, str], Any], keys: Sequence[str]) -> dict[str, Any]:
         """`fn(ctx, key)` for each key, e.g. one expert per domain; returns {key: fn's result}.
 
-        Sequential on this context by default; with the run's expert executor `ray` (or `isolated`)
+        Sequential on this context by default; with the run's phase executor `ray` (or `isolated`)
         each call runs in a child context, as a parallel Ray task, and its ledger rows, the policies
         it created, its sampler positions and state are merged back here in key order; then the
         runner gets one `step_done` (it evaluates and checkpoints after the merge). `fn` must be
@@ -340,30 +350,34 @@ class RunContext:
     # -- engine side: the runner's and the phase executors' access ------------------------------
     def _finish(self) -> None:
         """The method returned: `should_stop()` is True from now on."""
-        self.finished = True
+        self._finished = True
+
+    def _sampler_positions(self) -> dict[str, int]:
+        """Problems drawn per sampler; restored or merged positions stay until their sampler is re-created."""
+        return {**self._restored_positions, **{name: s.drawn for name, s in self._samplers.items()}}
 
     def _checkpoint(self) -> dict[str, Any]:
         """What a checkpoint saves of this context (`bench.run.checkpoint`)."""
         return {
-            "policies": {name: p.state() for name, p in self.policies.items() if name != "external"},
-            "generator": self.generator.get_state(),
+            "policies": {name: p._state() for name, p in self._policies.items() if name != "external"},
+            "generator": self._generator.get_state(),
             "state": self.state,
-            "samplers": self.sampler_positions(),
-            "reports": self.reports,
+            "samplers": self._sampler_positions(),
+            "reports": self._reports,
             "student": self._student_name,
         }
 
     def _merge_child(self, result: Any) -> None:
-        self.ledger.merge(result.rows)
+        self._ledger.merge(result.rows)
         for name, state in result.policies.items():
             make = self.clone if state["trainable"] else self.snapshot
-            make(self.student, name).load_state(state)
+            make(self._student, name)._load_state(state)
         for name, drawn in result.sampler_positions.items():
             if name in self._samplers and self._samplers[name].drawn != drawn:
                 raise RuntimeError(f"sampler {name!r} was drawn from by a parallel phase and by the run")
-            self._sampler_positions[name] = drawn
+            self._restored_positions[name] = drawn
         _merge_state(self.state, result.state)
-        self.reports.update(result.reports)
+        self._reports.update(result.reports)
 
 
 def _merge_state(into: dict, update: dict) -> None:

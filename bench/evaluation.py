@@ -57,7 +57,7 @@ class Evaluator:
             chunk = problems[start : start + self.batch_size]
             with policy._clock("rollout"):
                 batch = self.backend.generate(
-                    policy.model,
+                    policy._model,
                     [policy.encode_prompt(p.prompt) for p in chunk],
                     n=1,
                     max_new_tokens=self.max_new_tokens,

@@ -259,7 +259,7 @@ def compare(method: str, model_name: str, layout: str, args: argparse.Namespace)
     trl_log = trainer.state.log_history[-1]  # the final log: means over all steps
     span = f"{lengths[0]}" if len(lengths) == 1 else f"{lengths[0]}-{lengths[-1]}"
     return dict(
-        method=method, model=model_name, params_m=param_count(ours.student.model) / 1e6,
+        method=method, model=model_name, params_m=param_count(ours.student._model) / 1e6,
         layout=f"{layout}, {span} tokens", trl_tokens=trl_log["completions/mean_length"] * rows,
         **callback.counted, **_medians(callback),
     )  # fmt: skip

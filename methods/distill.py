@@ -188,7 +188,7 @@ def check_tokenizers(student: Policy, teachers: Mapping[str, Policy]) -> None:
     """Token-level distillation needs one vocabulary: refuse a teacher whose tokenizer differs."""
 
     def digest(policy: Policy) -> str:
-        vocab = sorted(policy.tokenizer.get_vocab().items())
+        vocab = sorted(policy.vocab().items())
         return hashlib.sha256(repr(vocab).encode()).hexdigest()
 
     mine = digest(student)

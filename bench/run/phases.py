@@ -59,9 +59,9 @@ class PolicySpec:
 
     @classmethod
     def of(cls, policy: Policy) -> PolicySpec:
-        weights = {k: v.detach().cpu() for k, v in policy.model.state_dict().items()}
-        return cls(policy.name, type(policy.model), policy.model.config, weights, policy.tokenizer,
-                   policy.chat, policy.device.type)
+        weights = {k: v.detach().cpu() for k, v in policy._model.state_dict().items()}
+        return cls(policy.name, type(policy._model), policy._model.config, weights, policy._tokenizer,
+                   policy._chat, policy.device.type)
 
     def build(self, ledger: Ledger) -> Policy:
         model = self.model_cls(copy.deepcopy(self.model_config))
@@ -134,10 +134,11 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
             generator=torch.Generator().manual_seed(seed), eval_max_new_tokens=spec.eval_max_new_tokens,
         )
         value = spec.fn(ctx, key)
-    created = {name: p.state() for name, p in ctx.policies.items() if name != spec.student.name}
+    created = {name: p._state() for name, p in ctx._policies.items() if name != spec.student.name}
     for state in created.values():
         state["model"] = {k: v.detach().cpu() for k, v in state["model"].items()}
-    return ChildResult(key, value, ledger.pending_rows(), created, ctx.sampler_positions(), ctx.state, ctx.reports)
+    return ChildResult(key, value, ledger.pending_rows(), created, ctx._sampler_positions(), ctx.state,
+                       ctx._reports)
 
 
 def _ray_child(spec: ChildSpec, key: str) -> ChildResult:
@@ -154,9 +155,9 @@ def child_spec(ctx: RunContext, fn: Callable[[Any, str], Any], n_keys: int) -> C
     """The shared spec from the parent context `ctx`; each of `n_keys` children gets an equal share
     of the budget left."""
     return ChildSpec(
-        fn, ctx.suite, ctx.seed, ctx.spent_flops + ctx.remaining_flops / max(1, n_keys), ctx.ledger.rows(),
-        PolicySpec.of(ctx.student), ctx.backend, ctx.max_new_tokens, ctx.state, ctx.pending_policy_states(),
-        ctx.sampler_positions(), ctx.eval_max_new_tokens,
+        fn, ctx._suite, ctx._seed, ctx.spent_flops + ctx.remaining_flops / max(1, n_keys), ctx._ledger.rows(),
+        PolicySpec.of(ctx.student), ctx._backend, ctx.max_new_tokens, ctx.state, dict(ctx._policy_states),
+        ctx._sampler_positions(), ctx._eval_max_new_tokens,
     )
 
 

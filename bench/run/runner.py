@@ -116,7 +116,7 @@ class Runner:
     def _save_final(self, student: Policy) -> None:
         """The deliverable as a Hugging Face folder (`final/`): loadable by transformers, lm-eval,
         or `bench run --teacher NAME=RUN/final` (a calibration's expert as a teacher)."""
-        save_model(student.model, student.tokenizer, self.dir / "final")
+        save_model(student._model, student._tokenizer, self.dir / "final")
 
     def _models(self) -> Any:
         """The tiny profile builds its models (`bench prepare`); hf runs use the folders given."""
@@ -245,7 +245,7 @@ class Runner:
         provenance = store.read_json(self.dir / "config.json")["provenance"]
         return record.summary(
             run_id=self.run_id, method=self.method_cls.name, method_config=self.method_config, config=self.config,
-            profile=self.profile, suite=self.suite, curve=self.curve, ledger=self.ledger, reports=self.ctx.reports,
+            profile=self.profile, suite=self.suite, curve=self.curve, ledger=self.ledger, reports=self.ctx._reports,
             steps=store.read_jsonl(self.dir / "steps.jsonl"), max_step_flops=self._trace["max_step_flops"],
             provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
             wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),

@@ -168,7 +168,7 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
             student = _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
                              ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
                              progress=progress)
-        save_model(student.model, student.tokenizer, folder / "student")
+        save_model(student._model, student._tokenizer, folder / "student")
         store.write_json(info_path, {
             "profile": profile.name,
             "key": key,
@@ -176,7 +176,7 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
             "warmup": dataclasses.asdict(config),
             "suite_hash": suite.content_hash,
             "ledger": _ledger_rows(ledger),
-            "model_hashes": {"base": state_digest(student.model)},
+            "model_hashes": {"base": state_digest(student._model)},
             "calibration": calibrate(student, suite, profile),
             "wall_s": round(time.perf_counter() - started, 1),  # training and calibration, this machine
         })
@@ -196,12 +196,12 @@ def _build_teacher(folder: Path, profile: Profile, *, progress: bool) -> dict:
         teacher = _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr, config,
                          ledger, random.Random(config.seed + 1), verbose=True, noise=0.0, progress=progress)
     tmp = folder / f"external.tmp{os.getpid()}"
-    save_model(teacher.model, teacher.tokenizer, tmp)
+    save_model(teacher._model, teacher._tokenizer, tmp)
     shutil.rmtree(folder / "external", ignore_errors=True)  # a concurrent build of the same teacher
     os.replace(tmp, folder / "external")
     info = {
         "ledger": _ledger_rows(ledger),
-        "model_hash": state_digest(teacher.model),
+        "model_hash": state_digest(teacher._model),
         "calibration": teacher_calibration(teacher, suite, profile),
         "wall_s": round(time.perf_counter() - started, 1),
     }
@@ -227,7 +227,7 @@ def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config:
             bar.show(step + 1, f"step {step + 1}", f"loss {loss:.3f}")
             if on_step is not None:
                 on_step(step + 1, policy, loss)
-    policy.model.eval()
+    policy._model.eval()
     return policy
 
 
@@ -290,7 +290,7 @@ def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int
         problems = suite.heldout(domain)[:sample_size]
         with ledger_context(category="eval", phase="eval"):
             batch = TorchRollout().generate(
-                student.model, [student.encode(p.prompt) for p in problems], n=k,
+                student._model, [student.encode(p.prompt) for p in problems], n=k,
                 max_new_tokens=profile.max_new_tokens, temperature=1.0, eos_id=student.eos_id,
                 pad_id=student.pad_id, generator=generator,
             )

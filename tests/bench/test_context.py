@@ -58,15 +58,15 @@ def test_logprobs_on_the_completion_only_match_the_full_ones_and_cost_less(famil
     assert keep == 4 and completion_width(torch.zeros(2, 5)) == 5
 
     full = policy.logprobs(input_ids, attention)
-    charged_full = policy.ledger.counted_flops
+    charged_full = policy._ledger.counted_flops
     part = policy.logprobs(input_ids, attention, keep=keep)
-    charged_part = policy.ledger.counted_flops - charged_full
+    charged_part = policy._ledger.counted_flops - charged_full
     assert torch.allclose(part[:, 6:], full[:, 6:], atol=1e-5) and not part[:, :6].any()
     assert charged_part < charged_full
 
     grads = []
     for k in (None, keep):
-        policy.model.zero_grad()
+        policy._model.zero_grad()
         (policy.logprobs(input_ids, attention, keep=k) * completion).sum().backward()
-        grads.append(torch.cat([p.grad.flatten() for p in policy.model.parameters() if p.grad is not None]))
+        grads.append(torch.cat([p.grad.flatten() for p in policy._model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-5)

@@ -30,8 +30,8 @@ def _capture_grads(policy: Policy) -> list:
     def step(loss, lr, warmup_updates=0, max_grad_norm=1.0):
         if loss is not None:
             loss.backward()
-        grads.append(torch.cat([p.grad.flatten().clone() for p in policy.model.parameters()]))
-        policy.model.zero_grad(set_to_none=True)
+        grads.append(torch.cat([p.grad.flatten().clone() for p in policy._model.parameters()]))
+        policy._model.zero_grad(set_to_none=True)
         return 0.0
 
     policy.step = step
@@ -52,9 +52,9 @@ def test_sft_step_in_one_bucket_is_one_padded_batch_exactly():
     want = _one_padded_batch(ref, PROMPTS, TARGETS, lr=1e-2)
     got = update.sft_step(new, PROMPTS, TARGETS, lr=1e-2)
     assert got == want
-    for a, b in zip(ref.model.parameters(), new.model.parameters()):
+    for a, b in zip(ref._model.parameters(), new._model.parameters()):
         assert torch.equal(a, b)
-    rows = lambda p: [{k: v for k, v in r.items() if k != "seconds"} for r in p.ledger.rows()]  # noqa: E731
+    rows = lambda p: [{k: v for k, v in r.items() if k != "seconds"} for r in p._ledger.rows()]  # noqa: E731
     assert rows(new) == rows(ref)  # the same forward and backward charged
 
 
@@ -110,7 +110,7 @@ def test_a_methods_own_loss_gets_the_policy_gradient_steps_gradients():
     buckets = update.length_buckets(batch.attention_mask, vocab=custom.vocab_size)
     sizes = [len(rows) for rows, _ in buckets]
     assert stats["rows"] == pytest.approx(sum(s * s for s in sizes) / sum(sizes))
-    assert [r["kind"] for r in custom.ledger.rows()] == ["update"]
+    assert [r["kind"] for r in custom._ledger.rows()] == ["update"]
 
 
 def test_update_rejects_unknown_weighting():

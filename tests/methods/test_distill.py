@@ -40,10 +40,10 @@ def test_each_row_is_scored_by_its_domains_teacher_only(ctx):
     batch = ctx.rollout(ctx.student, ctx.sampler("t").next(8), n=2)
     domains = batch.domains()
     assert {"math", "code"} <= set(domains)
-    before = {r["model"]: r["tokens"] for r in ctx.ledger.rows() if r["kind"] == "score"}
+    before = {r["model"]: r["tokens"] for r in ctx._ledger.rows() if r["kind"] == "score"}
     assert not before
     mixed = teacher_logprobs(ctx, {"math": external, "code": self_teacher}, batch)  # [B, T]
-    tokens = {r["model"]: r["tokens"] for r in ctx.ledger.rows() if r["kind"] == "score"}
+    tokens = {r["model"]: r["tokens"] for r in ctx._ledger.rows() if r["kind"] == "score"}
     full_external, full_self = ctx.score(external, batch), ctx.score(self_teacher, batch)
     mask = batch.completion_mask.bool()
     for row, domain in enumerate(domains):
@@ -73,7 +73,7 @@ def test_distilling_from_an_identical_teacher_has_zero_kl(ctx):
     assert stats["count:math"] + stats["count:code"] == 12
     # The update went through the student's policy-gradient step, charged as its update.
     assert ctx.student.updates == 1
-    assert any(r["kind"] == "update" and r["model"] == "student" for r in ctx.ledger.rows())
+    assert any(r["kind"] == "update" and r["model"] == "student" for r in ctx._ledger.rows())
 
 
 def test_convergence_rules():
