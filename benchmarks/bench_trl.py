@@ -139,8 +139,8 @@ class Ours:
             self.config = GRPOStepConfig(prompts_per_step=args.prompts, group_size=args.group, lr=LR,
                                          loss_type="grpo", warmup_updates=0)
         else:
-            self.config = DistillStepConfig(distill_prompts_per_step=args.prompts, distill_samples=args.samples,
-                                            distill_lr=LR, distill_loss_type="dapo")
+            self.config = DistillStepConfig(prompts_per_step=args.prompts, samples=args.samples, lr=LR,
+                                            loss_type="dapo")
             teacher = self.ctx.teacher(model_name)
             self.teachers = {d: teacher for d in self.suite.domains}
 

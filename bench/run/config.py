@@ -83,18 +83,69 @@ class RunConfig:
 
 
 def method_config(cls: type, overrides: tuple[tuple[str, str], ...]) -> Any:
-    """The method's frozen config with `key=value` overrides checked against its fields."""
-    fields = {f.name: f for f in dataclasses.fields(cls.Config)}
-    values: dict[str, Any] = {}
-    for key, raw in overrides:
-        if key not in fields:
-            raise unknown(f"{cls.name} config key", key, list(fields))
-        default = getattr(cls.Config(), key)
-        values[key] = _coerce(key, raw, default)
+    """The method's frozen config with `key=value` overrides checked against its fields.
+
+    A config may nest others (`OPDMultiConfig.distill` is a `DistillConfig`): their settings are
+    set with dotted keys, `distill.lr=1e-3`. A value is parsed as the type of the field's default;
+    an unknown key gets the list of known ones and a did-you-mean; a bad value the config's own error.
+    """
     try:
-        return cls.Config(**values)
+        default = cls.Config()
     except (TypeError, ValueError) as exc:
         raise RunError(f"invalid {cls.name} config: {exc}") from exc
+    changes: dict[str, Any] = {}
+    for key, raw in overrides:
+        _set(changes, default, key, raw, cls.name)
+    try:
+        return _replace(default, changes)
+    except (TypeError, ValueError) as exc:
+        raise RunError(f"invalid {cls.name} config: {exc}") from exc
+
+
+def config_keys(config: Any, prefix: str = "") -> list[str]:
+    """Every settable key of a config, nested ones dotted (`expert_fraction`, `distill.lr`, ...)."""
+    keys = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            keys += config_keys(value, f"{prefix}{f.name}.")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+def _set(changes: dict[str, Any], default: Any, key: str, raw: str, method: str) -> None:
+    """Record `key=raw` in `changes` (nested dicts for nested configs), parsed as its default's type."""
+    node, target, parts = default, changes, key.split(".")
+    for depth, part in enumerate(parts):
+        names = {f.name for f in dataclasses.fields(node)}
+        if part not in names:
+            raise unknown(f"{method} config key", key, config_keys(default))
+        value = getattr(node, part)
+        last = depth == len(parts) - 1
+        if last and dataclasses.is_dataclass(value):
+            inner = ", ".join(f"{key}.{k}" for k in config_keys(value))
+            raise RunError(f"{key} is a group of settings; set one of them: {inner}")
+        if last:
+            target[part] = _coerce(key, raw, value)
+        elif dataclasses.is_dataclass(value):
+            node, target = value, target.setdefault(part, {})
+        else:
+            raise unknown(f"{method} config key", key, config_keys(default))
+
+
+def _replace(config: Any, changes: dict[str, Any]) -> Any:
+    """`config` with `changes`, nested configs rebuilt (and validated) first; a nested error names its group."""
+    values = {}
+    for name, change in changes.items():
+        if isinstance(change, dict):
+            try:
+                values[name] = _replace(getattr(config, name), change)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{name}: {exc}") from exc
+        else:
+            values[name] = change
+    return dataclasses.replace(config, **values)
 
 
 def _coerce(key: str, raw: str, default: Any) -> Any:

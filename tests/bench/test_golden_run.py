@@ -19,11 +19,12 @@ from bench.world.reference import cpu_signature
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SMALL_GRPO = {"prompts_per_step": "8", "group_size": "4"}
-SMALL_DISTILL = {"distill_prompts_per_step": "8", "distill_samples": "4"}
+SMALL_DISTILL = {"distill.prompts_per_step": "8", "distill.samples": "4"}
 
 CASES = {
     # experts that stop on their reward plateau, then distillation until it converges or the budget ends
-    "opd-multi": ("opd-multi", 8e10, {"expert_fraction": "0.6", **SMALL_GRPO, **SMALL_DISTILL}),
+    "opd-multi": ("opd-multi", 8e10, {"expert_fraction": "0.6", **{f"expert.{k}": v for k, v in SMALL_GRPO.items()},
+                                      **SMALL_DISTILL}),
     # supervised steps on the external teacher's samples
     "sft": ("sft", 2e10, {"keep": "all", "prompts_per_step": "8"}),
     # token-weighted buckets and two epochs (clipped ratios)

@@ -66,7 +66,7 @@ def test_missing_teacher_is_a_clear_error(ctx):
 
 def test_distilling_from_an_identical_teacher_has_zero_kl(ctx):
     teacher = ctx.snapshot(ctx.student, "self")
-    config = DistillConfig(distill_prompts_per_step=6, distill_samples=2)
+    config = DistillConfig(prompts_per_step=6, samples=2)
     stats = distill_step(ctx, ctx.student, {"math": teacher, "code": teacher}, ctx.sampler("d"), config)
     assert abs(stats["reverse_kl"]) < 1e-4
     assert 0.0 <= stats["reward"] <= 1.0
