@@ -29,7 +29,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt, level_config, parse_int
+from tasks.base import Problem, final_form, hf_prompt, is_rg, level_config, parse_int, safe_score
 from tasks.rg import sample_mix, score_rg
 
 SEPARATOR = ">"
@@ -261,13 +261,7 @@ class CodeDomain:
         return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 
     def score(self, completion: str, problem: Problem) -> float:
-        try:
-            if problem.meta.get("generator", "").startswith("rg:"):
-                return score_rg(completion, problem)
-            extracted = extract_answer(completion, problem.meta.get("fmt", "tiny"))
-            if extracted is None:
-                return 0.0
-            got = parse_int(extracted.replace(" ", "").removesuffix("."))
-            return 1.0 if got is not None and got == parse_int(problem.answer) else 0.0
-        except Exception:  # hostile text must never crash an evaluation
-            return 0.0
+        if is_rg(problem):
+            return score_rg(completion, problem)
+        return safe_score(completion, problem, lambda text: parse_int(text.replace(" ", "").removesuffix(".")),
+                          lambda got, p: got == parse_int(p.answer))

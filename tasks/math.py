@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt, level_config, parse_int
+from tasks.base import Problem, final_form, hf_prompt, is_rg, level_config, parse_int, safe_score
 from tasks.rg import sample_mix, score_rg
 
 SEPARATOR = "="
@@ -154,9 +154,7 @@ def _worked_problem(rng: random.Random, level: dict[str, Any], difficulty: str) 
                    alt_solution=";".join(alt) + final_form(answer, "worked"))
 
 
-def _normalise(text: str | None, fmt: str) -> int | None:
-    if text is None:
-        return None
+def _normalise(text: str, fmt: str) -> int | None:
     text = text.replace(" ", "").removesuffix(".")
     if fmt == "hf":
         text = text.replace(",", "")
@@ -180,11 +178,8 @@ class MathDomain:
         return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 
     def score(self, completion: str, problem: Problem) -> float:
-        try:
-            if problem.meta.get("generator", "").startswith("rg:"):
-                return score_rg(completion, problem)
-            fmt = problem.meta.get("fmt", "tiny")
-            got = _normalise(extract_answer(completion, fmt), fmt)
-            return 1.0 if got is not None and got == parse_int(problem.answer) else 0.0
-        except Exception:  # hostile text must never crash an evaluation
-            return 0.0
+        if is_rg(problem):
+            return score_rg(completion, problem)
+        fmt = problem.meta.get("fmt", "tiny")
+        return safe_score(completion, problem, lambda text: _normalise(text, fmt),
+                          lambda got, p: got == parse_int(p.answer))
