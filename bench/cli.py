@@ -1,4 +1,5 @@
-"""The `bench` command line (DESIGN section 8).
+"""The `bench` command line: the composition root, the one engine module that names tasks and reports
+(docs/design.md, Layers and lines).
 
     bench run --method opd-multi --suite math_code [--seed 0] [--budget 2e13] [--profile tiny] [--resume]
               [--rollout torch|vllm]

@@ -61,7 +61,7 @@ from methods.grpo import GRPOStepConfig, grpo_step  # noqa: E402
 from tasks import get_suite  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)  # `gradient_checkpointing` renamed in transformers 5.x
-torch.set_num_threads(1)  # benchmarks run single-threaded and report ratios (DESIGN section 11)
+torch.set_num_threads(1)  # benchmarks run single-threaded and report ratios (docs/design.md, Known pitfalls)
 
 # OPD teacher per student: the tiny profile's external teacher; for small-llama, one of its size (other seed)
 TEACHERS = {"tiny-llama": TINY_SPECS["tiny-llama-teacher"], "small-llama": replace(TINY_SPECS["small-llama"], seed=3)}

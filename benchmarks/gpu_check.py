@@ -1,4 +1,4 @@
-"""The GPU check (issue #7): the hf path, the CUDA FLOP audit and throughput on a real-sized model.
+"""The GPU check: the hf path, the CUDA FLOP audit and throughput on a real-sized model.
 
 On a machine with an NVIDIA GPU, from the repository root (nothing is downloaded):
 

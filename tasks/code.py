@@ -36,7 +36,7 @@ SEPARATOR = ">"
 _VARS = "abcd"
 
 TINY_LEVELS: dict[str, dict[str, Any]] = {
-    # Calibrated for the tiny profile (issue #4): one assignment and a printed expression, the
+    # Calibrated for the direct profile: one assignment and a printed expression, the
     # arithmetic of easy math (a 3-digit number +- a digit) behind a variable lookup. Measured on
     # 3,000-step four-domain warm-ups: two assignments of constants <= 15 left the 2-layer student
     # guessing (greedy 8-21%, its samples no better) and GRPO lost 6-11 points on it; `a=X;print(a+Y)`

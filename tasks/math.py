@@ -3,7 +3,7 @@
 Tiny prompt: `17+5-9=` (the separator `=` means "answer now"), answer `13`, worked solution
 `17+5=22;22-9=13#13`. Easy is one wide operand and one digit (`347+8=` -> `355`): a large prompt
 space whose answer a 2-layer student can learn in one pass (mostly copying, one carry), calibrated
-for the tiny profile (issue #4); multi-digit chains are far harder for it. Hard levels add one `*`,
+for the direct profile; multi-digit chains are far harder for it. Hard levels add one `*`,
 evaluated first (usual precedence), e.g. `3+4*5-2=` -> `4*5=20;3+20=23;23-2=21#21`.
 
 Worked prompt: column addition or subtraction of two numbers of equal length (`48371+25968=`), worked

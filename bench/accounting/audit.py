@@ -1,23 +1,20 @@
-"""The FLOP audit: the ledger's analytic charges checked against instrumented counts (docs/design.md, FLOP accounting).
+"""The FLOP audit: the ledger's analytic charges checked against instrumented counts.
+
+See docs/design.md, FLOP accounting.
 
 `audit_model(model)` runs a forward, a forward+backward and a cached generation on random ids and puts,
-for each, these numbers side by side (`bench flops MODEL` prints them via `flops_report`/`format_audit`):
+for each, these numbers side by side (`bench flops MODEL` prints `flops_report` as a table):
 
-- charged: what `bench.accounting.metering` books for the calls that ran (FlopSpec, causal convention: a call of
-  S new tokens after P cached ones attends S*P + S(S+1)/2 keys).
+- charged: what `bench.accounting.metering` books for the calls that ran (FlopSpec, causal
+  convention: a call of S new tokens after P cached ones attends S*P + S(S+1)/2 keys).
 - analytic: FlopSpec for the work as the attention kernel runs it. With SDPA that is the charge. Eager
   attention multiplies the whole S x (P+S) score matrix and masks it afterwards, so there the causal
   key count is swapped for S*(P+S) (FlopSpec's per-key cost times the keys multiplied): S(S-1)/2 more
   keys per call and sequence than the charge.
-- instrumented: `torch.utils.flop_counter.FlopCounterMode` on the real passes, with our formulas for
-  every dense SDPA kernel (CPU flash; CUDA flash, efficient, cuDNN; forward and backward) that count
-  the query-key pairs the call attends: S_q*S_k, the top-left causal triangle of torch's `is_causal`,
-  or the pairs an explicit mask allows (so padding keys are not counted, while the ledger charges
-  padding as compute). Torch itself counts CPU SDPA as zero and the CUDA kernels as non-causal.
-  Batched matmuls (eager attention; the math fallback CPU SDPA takes under dropout) count the full
-  matrices they multiply, which is what `analytic` expects for eager.
-- fvcore (forward only): `fvcore.nn.FlopCountAnalysis` multiply-adds x 2, norms excluded, plus an SDPA
-  handle of ours (fvcore has none) that counts causal pairs.
+- instrumented: `torch.utils.flop_counter.FlopCounterMode` on the real passes, every dense SDPA
+  kernel counted by the query-key pairs it attends (`bench.accounting.counting`); batched matmuls
+  (eager attention) count the full matrices they multiply, which is what `analytic` expects for eager.
+- fvcore (forward only): multiply-adds x 2, norms excluded (`bench.accounting.counting`).
 
 `audited(ledger, name)` counts any block of real work the same way and records the count in the
 ledger next to its charges. The audit runs the model in eval mode (on CPU, SDPA with attention dropout
@@ -96,9 +93,10 @@ def _full_attention_extra(spec: FlopSpec, new_tokens: int, batch: int) -> int:
     return batch * spec.attention_flops(1) * (new_tokens * (new_tokens - 1) // 2)
 
 
-def design_generate_flops(spec: FlopSpec, prompt_tokens: int, new_tokens: int) -> int:
-    """DESIGN section 2's generation convention, per sequence: a forward over P+G tokens minus the
-    LM head of P-1 prompt positions. It counts one token more than an engine runs (the last one)."""
+def full_pass_generate_flops(spec: FlopSpec, prompt_tokens: int, new_tokens: int) -> int:
+    """Generation counted as one forward over P+G tokens minus the LM head of P-1 prompt positions,
+    per sequence: one token more than an engine runs, the last one, which is never fed back. The
+    ledger charges P+G-1 (`FlopSpec.generate_flops`; docs/design.md, FLOP accounting)."""
     return spec.forward_flops(prompt_tokens + new_tokens) - 2 * spec.head_params * (prompt_tokens - 1)
 
 
@@ -186,7 +184,7 @@ def flops_report(model: torch.nn.Module, *, context: int = 128, **audit_kwargs: 
     defaults = inspect.signature(audit_model).parameters
     batch, prompt, new = (audit_kwargs.get(k, defaults[k].default) for k in ("batch", "gen_prompt", "gen_tokens"))
     measured = rows[-1].instrumented_flops / batch
-    design = design_generate_flops(spec, prompt, new)
+    full_pass = full_pass_generate_flops(spec, prompt, new)
     return {
         "model_type": spec.model_type,
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
@@ -197,8 +195,8 @@ def flops_report(model: torch.nn.Module, *, context: int = 128, **audit_kwargs: 
         "train_flops_per_token_mean": spec.train_flops(context) / context,
         "generate_flops_measured": measured,
         "generate_flops_engine": spec.generate_flops(prompt, new),
-        "generate_flops_design_convention": design,
-        "generate_design_rel_diff": (design - measured) / measured,
+        "generate_flops_full_pass": full_pass,
+        "generate_full_pass_rel_diff": (full_pass - measured) / measured,
         "audit": [asdict(row) for row in rows],
         "within_tolerance": all(row.ok for row in rows),
     }

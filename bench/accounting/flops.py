@@ -1,4 +1,4 @@
-"""Analytic FLOP counts for decoder-only transformers, from a Hugging Face config (DESIGN section 2).
+"""Analytic FLOP counts for decoder-only transformers, from a Hugging Face config (docs/design.md, FLOP accounting).
 
 The ledger's unit. Per token, a forward costs 2 x (matmul parameters, LM head included, embeddings
 excluded) plus 4 x layers x heads x head_dim x (keys attended); a backward costs 2 x forward. This is
@@ -93,7 +93,7 @@ class FlopSpec:
 
     @property
     def matmul_params(self) -> int:
-        """N_mm of DESIGN section 2."""
+        """N_mm (docs/design.md, FLOP accounting)."""
         return self.body_params + self.head_params
 
     def attention_flops(self, new_tokens: int, past_tokens: int = 0) -> int:

@@ -1,4 +1,4 @@
-"""The FLOP ledger: every FLOP a run spends, by category, phase, kind and model (DESIGN section 2).
+"""The FLOP ledger: every FLOP a run spends, by category, phase, kind and model (docs/design.md, FLOP accounting).
 
 Charges come from metered models (`bench.accounting.metering`), never from methods' own bookkeeping. Which
 phase and category a charge belongs to is ambient state set with context managers, so that the runner

@@ -1,4 +1,4 @@
-"""Metered models: forward hooks that charge every call of a model to the ledger (DESIGN section 2).
+"""Metered models: forward hooks that charge every call of a model to the ledger (docs/design.md, FLOP accounting).
 
 `meter(model, name, ledger)` installs hooks on a Hugging Face causal LM, so that any call to it,
 through our helpers or a method's own `model(input_ids)`, is charged by input shape and cache length:

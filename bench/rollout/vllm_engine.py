@@ -1,5 +1,5 @@
 """The vLLM rollout engine (`bench run --rollout vllm`): `RolloutBackend` on a vLLM engine colocated
-with the trainer, for the `hf` profile on a GPU (DESIGN section 9). vLLM is imported only when an
+with the trainer, for the `hf` profile on a GPU (docs/gpu.md). vLLM is imported only when an
 engine is built.
 
     pip install 'opd-bench[vllm]'                      # a GPU machine

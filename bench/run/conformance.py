@@ -26,7 +26,7 @@ from bench.run.runner import Runner
 
 
 def smoke_profile() -> Profile:
-    """The `smoke` profile (`bench/profiles.py`): tiny models, a short warm-up, small budget and evaluation."""
+    """The `smoke` profile (`bench/world/profiles.py`): tiny models, a short warm-up, small budget and evaluation."""
     return PROFILES["smoke"]
 
 

@@ -1,6 +1,6 @@
 """`bench prepare`: the shared base student and the external teacher of a profile, built once and cached.
 
-tiny profile (DESIGN section 5):
+The tiny worlds (docs/design.md, Tasks and worlds; docs/world.md):
 - base student: the tiny student architecture after a supervised warm-up on short answers of all four
   domains, on imperfect data: a share `mistake_rate` of the answers carry one systematic, plausible
   mistake (the last character shifted: 355 -> 356, abcd -> abce, a flipped last truth-table bit) and a

@@ -1,6 +1,6 @@
 """Profiles: which models, token limits, budgets and evaluation sizes a run uses by default.
 
-Three worlds run on a CPU with models this project builds itself (`bench prepare`):
+Worlds that run on a CPU with models this project builds itself (`bench prepare`):
 - `tiny` (default): the worked-answer world. Answers are worked step by step over 30-60 tokens and
   rewarded on the final answer only; the base is a ~1.3M student warmed up on worked solutions for
   fewer steps than it needs to master them, so its mistakes are its own and differ by domain; the

@@ -1,7 +1,7 @@
 """FLOP accounting: FlopSpec by hand, metering charges, the bypass test, and the instrumented audit.
 
 Every supported family is built as a tiny random model from its transformers config class and audited
-against torch's FlopCounterMode (2% tolerance, DESIGN section 2); fvcore is the second opinion.
+against torch's FlopCounterMode (2% tolerance, docs/design.md, FLOP accounting); fvcore is the second opinion.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_flopspec_llama_by_hand():
     assert (spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim) == (L, d, nq, nkv, dh)
     n_mm = L * (d * dh * (2 * nq + 2 * nkv) + 3 * d * f) + V * d
     assert n_mm == 92_928 == spec.matmul_params  # 2 * (12_288 + 24_576) + 19_200
-    # DESIGN: a causal forward over S tokens costs 2 N_mm S + 2 L n_q d_h S (S + 1)
+    # a causal forward over S tokens costs 2 N_mm S + 2 L n_q d_h S (S + 1) (docs/design.md, FLOP accounting)
     assert spec.forward_flops(S) == 2 * n_mm * S + 2 * L * nq * dh * S * (S + 1) == 6_217_728
     assert spec.forward_flops(S, batch=3) == 3 * 6_217_728
     assert spec.train_flops(S) == 3 * 6_217_728
@@ -86,8 +86,8 @@ def test_generate_flops_is_prefill_plus_cached_steps():
     spec = FlopSpec.from_config(CONFIGS["llama"]())
     steps = sum(spec.forward_flops(1, past_tokens=P + g - 1) for g in range(1, G))
     assert spec.generate_flops(P, G) == spec.forward_flops(P, logit_tokens=1) + steps
-    # DESIGN's "forward over P+G minus the head of P-1" counts one more token: the last, at full context
-    assert audit.design_generate_flops(spec, P, G) - spec.generate_flops(P, G) == spec.forward_flops(1, P + G - 1)
+    # "a forward over P+G minus the head of P-1" counts one more token: the last, at full context
+    assert audit.full_pass_generate_flops(spec, P, G) - spec.generate_flops(P, G) == spec.forward_flops(1, P + G - 1)
 
 
 def test_unknown_architecture_is_rejected():
@@ -144,12 +144,12 @@ def test_fvcore_counts_eager_attention_in_full():
 
 
 def test_generation_convention_against_the_counter():
-    """What an engine runs (P+G-1 tokens) matches the counter; DESIGN's P+G convention is over."""
+    """What an engine runs (P+G-1 tokens) matches the counter; counting P+G tokens is over."""
     model = build("llama").eval()
     spec = FlopSpec.from_config(model.config)
     measured = counting.instrumented_flops(lambda: audit.greedy_generate(model, token_ids(length=P), G))
     assert close(measured, B * spec.generate_flops(P, G), tol=1e-9)
-    design = B * audit.design_generate_flops(spec, P, G)
+    design = B * audit.full_pass_generate_flops(spec, P, G)
     assert (design - measured) / measured > audit.TOLERANCE  # one extra token at full context: ~7% here
 
 
@@ -281,7 +281,7 @@ def _method_calling_model_directly(model: torch.nn.Module, ids: torch.Tensor, po
 @pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_bypass_is_charged(family):
-    """DESIGN section 2: a method calling model(...) directly is still charged, and the charge is right."""
+    """A method calling model(...) directly is still charged, and the charge is right (docs/design.md, FLOP accounting)."""
     model, ledger = build(family).eval(), Ledger()
     meter(model, "student", ledger)
     spec = FlopSpec.from_config(model.config)

@@ -1,7 +1,7 @@
 """Fixed small runs whose ledger, curve and step trace are held against golden files.
 
-The golden files were recorded before the engine was split into layers; a change that only moves
-code must leave every number identical. Timings (`seconds`, `wall_s`) are left out. Floats depend
+The golden files hold the numbers of a fixed configuration; a change that only moves code must
+leave every number identical. Timings (`seconds`, `wall_s`) are left out. Floats depend
 on the processor's kernels, so on another CPU than the one that recorded them the check skips.
 
     OPD_BENCH_WRITE_GOLDEN=1 pytest tests/bench/test_golden_run.py     # record them again

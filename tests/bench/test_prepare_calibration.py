@@ -1,4 +1,4 @@
-"""`bench prepare`'s imperfect warm-up data and its calibration figures (issue #4)."""
+"""`bench prepare`'s imperfect warm-up data and its calibration figures."""
 
 from __future__ import annotations
 
