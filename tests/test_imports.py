@@ -242,6 +242,12 @@ def test_no_function_local_imports_of_project_modules_outside_the_cli(project):
     assert local_import_violations(project[0]) == []
 
 
+def test_every_package_folder_has_an_init():
+    """setuptools installs only folders with an `__init__.py`: a layer without one would be left out."""
+    folders = {p.parent for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    assert sorted(str(f.relative_to(ROOT)) for f in folders if not (f / "__init__.py").exists()) == []
+
+
 # -- the checker ----------------------------------------------------------------------------------
 CLEAN = {
     "bench/__init__.py": "",
