@@ -1,7 +1,7 @@
 """OPD-Bench engine: FLOP ledger, metered models, rollout, updates, runner, run store and CLI.
 
 Importing `bench` sets `OMP_WAIT_POLICY=PASSIVE` unless the caller chose otherwise: spin-waiting
-OpenMP threads on a busy 2-core machine make torch 5-20x slower (DESIGN section 11). It must happen
+OpenMP threads on a busy 2-core machine make torch 5-20x slower (docs/design.md, Known pitfalls). It must happen
 before torch is imported, which is why it lives here.
 """
 

@@ -1,33 +1,15 @@
-"""The method protocol and its registration check, kept free of torch so that listing is instant.
+"""The registration check of a method class, kept free of torch so that listing methods is instant.
 
-`bench.api` re-exports everything here; plugins import from `bench.api`.
+The protocol it checks is `bench.api.Method`; the registry runs this check on every method it
+loads (built-in, entry point or file), and `bench.api` re-exports it for plugins' own tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any
 
-if TYPE_CHECKING:
-    from bench.context import RunContext
-
-
-@runtime_checkable
-class Method(Protocol):
-    """A post-training method adapter."""
-
-    name: ClassVar[str]
-    Config: ClassVar[type]
-
-    def __init__(self, config: Any) -> None: ...
-
-    def run(self, ctx: RunContext) -> None:
-        """Train `ctx.student` (and any helpers) until `ctx.should_stop()` or the method is done."""
-        ...
-
-
-class AdapterError(TypeError):
-    """A method class does not satisfy the adapter protocol."""
+from bench.errors import AdapterError
 
 
 def check_method_class(cls: Any, where: str = "") -> type:

@@ -1,4 +1,4 @@
-"""The public adapter API: what a method is, and everything a method may use (DESIGN section 6).
+"""The public adapter API: what a method is, and everything a method may use (docs/design.md, The method contract).
 
 A method is a small class with a frozen config dataclass and a `run(ctx)`:
 
@@ -18,32 +18,56 @@ A method is a small class with a frozen config dataclass and a `run(ctx)`:
                 ctx.step_done()
 
 Methods get metered `Policy` handles, never raw modules; the runner, not the method, evaluates at
-FLOP milestones and decides when the budget is spent (`should_stop`). Everything here is the whole
-surface: built-in methods use nothing else, so a plugin can do all they do.
+FLOP milestones and decides when the budget is spent (`should_stop`). A loss of the method's own goes
+through `ctx.update(policy, rollouts, loss_fn, lr=...)`, which calls `loss_fn(bucket: Bucket)` per
+length bucket. Everything here is the whole surface: built-in methods use nothing else, so a plugin
+can do all they do (docs/plugins.md).
 """
 
 from __future__ import annotations
 
-from bench.adapter import AdapterError, Method, check_method_class
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from bench.adapter import check_method_class
 from bench.context import RunContext, Sampler
+from bench.errors import AdapterError
 from bench.losses import (
+    LOSS_TYPES,
     distillation_advantages,
     group_advantages,
     masked_mean,
     reverse_kl_estimate,
 )
 from bench.policy import Policy, Rollouts
+from bench.update import Bucket
+
+
+@runtime_checkable
+class Method(Protocol):
+    """A post-training method adapter (checked at registration by `check_method_class`)."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, config: Any) -> None: ...
+
+    def run(self, ctx: RunContext) -> None:
+        """Train `ctx.student` (and any helpers) until `ctx.should_stop()` or the method is done."""
+        ...
+
 
 __all__ = [
+    "LOSS_TYPES",
     "AdapterError",
+    "Bucket",
     "Method",
     "Policy",
     "Rollouts",
     "RunContext",
     "Sampler",
+    "check_method_class",
     "distillation_advantages",
     "group_advantages",
     "masked_mean",
     "reverse_kl_estimate",
-    "check_method_class",
 ]

@@ -1,4 +1,5 @@
-"""The `bench` command line (DESIGN section 8).
+"""The `bench` command line: the composition root, the one engine module that names tasks and reports
+(docs/design.md, Layers and lines).
 
     bench run --method opd-multi --suite math_code [--seed 0] [--budget 2e13] [--profile tiny] [--resume]
               [--rollout torch|vllm]
@@ -25,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
+from bench.errors import USER_ERRORS, ReferenceError, unknown
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
 console = Console()
@@ -38,16 +40,6 @@ def _fail(message: str, code: int = 2) -> None:
     # Escaped: a message such as "pip install 'opd-bench[ray]'" is text, not rich markup.
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from bench.adapter import AdapterError
-    from bench.ledger import CorruptRunError
-    from bench.models import UnknownModelError
-    from bench.registry import UnknownNameError
-    from bench.runner import RunError
-
-    return (AdapterError, CorruptRunError, UnknownModelError, UnknownNameError, RunError)
 
 
 def _budget(value: Optional[str]) -> Optional[float]:
@@ -115,7 +107,8 @@ def run(
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
-    from bench.runner import RunConfig, Runner
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
 
     try:
         config = RunConfig(
@@ -126,7 +119,7 @@ def run(
             distill_eval_every=distill_eval_every, rollout=rollout,
         )
         summary = Runner(config, resume=resume, progress=progress).run()
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     table = Table(title=f"{summary['run_id']}")
     for col in ("base acc", "final acc", "counted FLOPs", "mean length", "wall s"):
@@ -147,11 +140,10 @@ def prepare(
     write_reference: bool = typer.Option(False, help="with --rebuild: replace the shipped reference models"),
 ) -> None:
     """Install (or build) the profile's shared base student and external teacher; print its regime table."""
-    from bench import prepare as prep
-    from bench import reference
-    from bench.profiles import PROFILES
-    from bench.regime import format_regime
-    from bench.registry import unknown
+    from bench.world import prepare as prep
+    from bench.world import reference
+    from bench.world.profiles import PROFILES
+    from bench.world.regime import format_regime
 
     if profile not in PROFILES:
         _fail(str(unknown("profile", profile, list(PROFILES))))
@@ -159,7 +151,7 @@ def prepare(
         _fail("--write-reference needs --rebuild: the reference is what a build from scratch gives")
     try:
         prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check)
-    except reference.ReferenceError as exc:
+    except ReferenceError as exc:
         _fail(str(exc))
     teacher = prepared.teacher_info() or {}
     console.print(f"prepared {profile}: {prepared.folder} (built in {prepared.info.get('wall_s', '?')} s for the base, "
@@ -185,7 +177,7 @@ def prepare(
 def _shipped_hashes(profile: str) -> dict:
     import json
 
-    from bench import reference
+    from bench.world import reference
 
     root = reference.ROOT / profile
     base = json.loads((root / "prepared.json").read_text())["model_hashes"]["base"]
@@ -196,13 +188,13 @@ def _shipped_hashes(profile: str) -> dict:
 @app.command("list")
 def list_(what: str = typer.Argument(..., help="methods, suites or profiles")) -> None:
     """List methods, suites or profiles."""
-    from bench.registry import method_names, unknown
+    from bench.registry import method_names
 
     if what == "methods":
         for name in method_names():
             console.print(name)
     elif what == "profiles":
-        from bench.profiles import PROFILES
+        from bench.world.profiles import PROFILES
 
         for p in PROFILES.values():
             console.print(f"{p.name}: {p.description}")
@@ -223,14 +215,43 @@ def list_(what: str = typer.Argument(..., help="methods, suites or profiles")) -
 @app.command()
 def flops(model: str = typer.Argument(..., help="tiny spec name or local HF model folder")) -> None:
     """Per-token FLOPs from the analytic formula, audited against torch's instrumented counter."""
-    from bench import audit
-    from bench.models import load_model
+    from bench.accounting import audit
+    from bench.world.models import load_model
 
     try:
         loaded, _ = load_model(model)
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
-    console.print(audit.format_audit(audit.flops_report(loaded)))
+    console.print(audit_table(audit.flops_report(loaded)))
+
+
+def audit_table(report: dict) -> Table:
+    """A `flops_report` as a rich table: one row per audited pass, per-token costs in the caption."""
+    from rich import box
+
+    from bench.accounting.audit import TOLERANCE, AuditRow
+
+    rows = [AuditRow(**r) for r in report["audit"]]
+    attention = ", ".join(sorted({row.attention for row in rows}))
+    table = Table(title=f"FLOP audit ({attention} attention, tolerance {TOLERANCE:.0%})", box=box.SIMPLE)
+    for name in ("phase", "charged", "analytic", "instrumented", "diff", "fvcore diff"):
+        phase = name == "phase"
+        table.add_column(name, justify="left" if phase else "right", min_width=16 if phase else len(name))
+    for row in rows:
+        fv = row.fvcore_flops
+        table.add_row(
+            row.phase,
+            *(f"{n:.4g}" for n in (row.charged_flops, row.analytic_flops, row.instrumented_flops)),
+            f"{row.rel_diff:+.2%}",
+            "-" if fv is None else f"{(fv - row.analytic_flops) / row.analytic_flops:+.2%}",
+            style=None if row.ok else "bold red",
+        )
+    table.caption = (
+        f"{report['model_type']}, {report['matmul_params']:,} matmul params. Per token at context "
+        f"{report['context_tokens']}: forward {report['forward_flops_per_token']:.4g}, train "
+        f"{report['train_flops_per_token_mean']:.4g} (mean over a full pass)."
+    )
+    return table
 
 
 def _split(value: str) -> list[str]:
@@ -259,8 +280,8 @@ def sweep(
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Run methods x suites x seeds (skips complete runs, resumes interrupted ones)."""
-    from bench.runner import RunConfig
-    from bench.sweep import plan, run_sweep
+    from bench.run.config import RunConfig
+    from bench.run.sweep import plan, run_sweep
 
     try:
         base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
@@ -268,7 +289,7 @@ def sweep(
         configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     _sweep_outcome(result)
 
@@ -286,9 +307,9 @@ def reproduce(
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Every method on math_code and four_domain at each world's budget, the recovery protocol, then the report."""
-    from bench.regime import shipped_worlds
-    from bench.runner import RunConfig
-    from bench.sweep import reproduce_plan, run_sweep
+    from bench.world.regime import shipped_worlds
+    from bench.run.config import RunConfig
+    from bench.run.sweep import reproduce_plan, run_sweep
     from reports.site import build_site
 
     try:
@@ -296,7 +317,7 @@ def reproduce(
             _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     # copies each record it uses to OUT/records: the site rebuilds from itself
     summary = build_site([runs], out, worlds=shipped_worlds())
@@ -306,7 +327,7 @@ def reproduce(
 
 def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_run: float):
     """The sweep executor; checked (Ray installed, options that apply) before any run starts."""
-    from bench.executors import make_executor
+    from bench.run.executors import make_executor
 
     return make_executor(name, jobs=jobs, address=address, gpus_per_run=gpus_per_run)
 
@@ -314,7 +335,7 @@ def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_r
 def _validate(configs: list) -> None:
     """Resolve every method and suite before any run starts, so a typo fails fast."""
     from bench.registry import get_method, get_suite
-    from bench.profiles import PROFILES
+    from bench.world.profiles import PROFILES
 
     for config in configs:
         get_method(config.method)
@@ -335,7 +356,7 @@ def report(
     """Build the static HTML leaderboard from run records."""
     from reports.site import build_site
 
-    from bench.regime import shipped_worlds
+    from bench.world.regime import shipped_worlds
 
     missing = [str(r) for r in runs if not r.is_dir()]
     if missing:
@@ -357,11 +378,11 @@ def check_adapter(
     suite: str = typer.Option("math_code"),
 ) -> None:
     """Run a method briefly under the instrumented FLOP counter; fail if any compute went unmetered."""
-    from bench.conformance import check_adapter as check
+    from bench.run.conformance import check_adapter as check
 
     try:
         result = check(plugin, suite=suite)
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     verdict = "[green]PASS[/green]" if result.ok else "[red]FAIL[/red]"
     console.print(
@@ -386,7 +407,7 @@ def export_lm_eval(
 
     try:
         path = export(get_suite(suite, difficulty, fmt), out)
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         _fail(str(exc))
     console.print(f"wrote {path}; score a model with: lm_eval --include_path {out} --tasks {path.stem}")
 

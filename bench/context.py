@@ -1,9 +1,13 @@
 """RunContext: the one object a method works through (samplers, policies, rollout, updates, budget).
 
 The runner builds it; `bench.api` re-exports it. Every model a method can reach is a metered
-`Policy`, every update goes through `pg_step` / `sft_step` (or a method's own loss on a metered model,
-still charged), and `step_done()` hands control back to the runner after each step so that it can
+`Policy`, every update goes through `update` / `pg_step` / `sft_step` (the update engine of
+`bench.update`), and `step_done()` hands control back to the runner after each step so that it can
 evaluate at FLOP milestones, checkpoint, and stop at the budget.
+
+The public surface (docs/design.md, The method contract) is everything without a leading
+underscore. The ledger, the rollout engine, the suite, the generator and the registered policies
+are the engine's: the runner and the phase executors reach them through the `_`-prefixed members.
 """
 
 from __future__ import annotations
@@ -15,10 +19,16 @@ from typing import Any
 
 import torch
 
-from bench.ledger import Ledger, ledger_context
-from bench.losses import policy_gradient_loss, sft_loss
+from bench.accounting.ledger import Ledger, ledger_context
+from bench.evaluation import Evaluator
 from bench.policy import Policy, Rollouts
-from bench.rollout import RolloutBackend, padded_logprobs, to_padded
+from bench.rollout.base import RolloutBackend, padded_logprobs, to_padded
+from bench.update import LossFn, completion_width, length_buckets, pg_update, run_update, sft_step
+
+
+# How `map_phases` runs its calls when not in order on the run's own context (`bench.run.phases`):
+# (context, fn, keys) -> one result per key, each with the child's ledger rows, policies and state.
+PhaseRunner = Callable[["RunContext", Callable[["RunContext", str], Any], list[str]], list[Any]]
 
 
 class Sampler:
@@ -39,7 +49,7 @@ class Sampler:
 
 
 class RunContext:
-    """What a method may use. Built by `bench.runner`; see `bench.api` for the adapter contract."""
+    """What a method may use. Built by `bench.run.runner`; see `bench.api` for the adapter contract."""
 
     def __init__(
         self,
@@ -57,79 +67,92 @@ class RunContext:
         policy_states: dict[str, dict] | None = None,
         sampler_positions: dict[str, int] | None = None,
         generator: torch.Generator | None = None,
-        phase_executor: str = "sequential",
+        phase_runner: PhaseRunner | None = None,
         on_boundary: Callable[[str, str], None] | None = None,
         eval_max_new_tokens: int | None = None,
         reports: dict | None = None,
+        student_name: str | None = None,
     ) -> None:
-        self.suite = suite
-        self.seed = seed
+        self._suite = suite
+        self._seed = seed
         self._budget_flops = float(budget_flops)
-        self.ledger = ledger
-        self.backend = backend
-        self.max_new_tokens = max_new_tokens
-        self.state: dict = state if state is not None else {}
-        self.generator = generator or torch.Generator().manual_seed(seed)
+        self._ledger = ledger
+        self._backend = backend
+        self._max_new_tokens = max_new_tokens
+        self.state: dict = state if state is not None else {}  # the method's own, saved with checkpoints
+        self._generator = generator or torch.Generator().manual_seed(seed)
         self._teacher_loader = teacher_loader
         self._on_step = on_step
         self._on_boundary = on_boundary or (lambda edge, phase: None)
-        self.eval_max_new_tokens = eval_max_new_tokens or max_new_tokens
+        self._eval_max_new_tokens = eval_max_new_tokens or max_new_tokens
         self._evaluators: dict[tuple, Any] = {}
-        self.reports: dict[str, Any] = reports if reports is not None else {}
-        self._policy_states = policy_states or {}
-        self._sampler_positions = sampler_positions or {}
+        self._reports: dict[str, Any] = reports if reports is not None else {}
+        self._policy_states = policy_states or {}  # checkpointed policies not re-created yet
+        self._restored_positions = sampler_positions or {}  # until their sampler is re-created
         self._samplers: dict[str, Sampler] = {}
-        self.policies: dict[str, Policy] = {}
-        self.student = self._register(student)
-        self.phase_executor = phase_executor  # how `map_phases` runs: see bench.phases
-        self.finished = False
+        self._student_name = student_name  # the deliverable, when the method chose another (set_student)
+        self._policies: dict[str, Policy] = {}
+        self._student = self._register(student)
+        self._phase_runner = phase_runner  # how `map_phases` runs; None: in order, on this context
+        self._finished = False
 
     # -- problems -------------------------------------------------------------------------------
     @property
     def domains(self) -> tuple[str, ...]:
-        return tuple(self.suite.domains)
+        """The suite's domains, in order."""
+        return tuple(self._suite.domains)
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The run's rollout limit (tokens per completion), the default of `rollout`."""
+        return self._max_new_tokens
 
     def sampler(self, name: str = "train", domains: Sequence[str] | None = None) -> Sampler:
         """A deterministic training-problem stream (uniform over `domains`, default all)."""
         if name not in self._samplers:
             self._samplers[name] = Sampler(
-                self.suite, self.seed, name, domains, skip=self._sampler_positions.get(name, 0)
+                self._suite, self._seed, name, domains, skip=self._restored_positions.get(name, 0)
             )
         return self._samplers[name]
 
     # -- policies -------------------------------------------------------------------------------
+    @property
+    def student(self) -> Policy:
+        """The run's deliverable: the policy the runner evaluates at milestones (see `set_student`)."""
+        return self._student
+
     def _register(self, policy: Policy) -> Policy:
         saved = self._policy_states.pop(policy.name, None)
         if saved is not None:
-            policy.load_state(saved)
-        self.policies[policy.name] = policy
-        if policy.name == self.state.get("student"):
+            policy._load_state(saved)
+        self._policies[policy.name] = policy
+        if policy.name == self._student_name:
             # A resumed run's deliverable comes back when the method re-creates it (set_student).
-            self.student = policy
+            self._student = policy
         return policy
 
     def clone(self, policy: Policy, name: str) -> Policy:
         """A trainable copy of `policy` (e.g. a domain expert), metered and checkpointed as `name`."""
-        if name in self.policies:
-            return self.policies[name]
-        return self._register(policy.clone(name))
+        if name in self._policies:
+            return self._policies[name]
+        return self._register(policy._clone(name))
 
     def snapshot(self, policy: Policy, name: str) -> Policy:
         """A frozen copy of `policy` (e.g. a self-teacher), metered and checkpointed as `name`."""
-        if name in self.policies:
-            return self.policies[name]
-        return self._register(policy.clone(name, trainable=False))
+        if name in self._policies:
+            return self._policies[name]
+        return self._register(policy._clone(name, trainable=False))
 
     def teacher(self, name: str = "external") -> Policy:
         """A frozen teacher prepared outside the run (its own training is not counted; its use is)."""
-        if name not in self.policies:
-            self.policies[name] = self._teacher_loader(name)
-        return self.policies[name]
+        if name not in self._policies:
+            self._policies[name] = self._teacher_loader(name)
+        return self._policies[name]
 
     def set_student(self, policy: Policy) -> None:
         """Declare which policy is the run's deliverable (evaluated at milestones)."""
-        self.student = policy
-        self.state["student"] = policy.name
+        self._student = policy
+        self._student_name = policy.name
 
     # -- compute --------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -160,22 +183,22 @@ class RunContext:
         The returned tensors live on the CPU whatever the model's device (the update moves them).
         """
         prompts = [policy.encode_prompt(p.prompt) for p in problems]
-        with policy.ledger.clock(model=policy.name, kind="rollout", device=policy.device):
-            batch = self.backend.generate(
-                policy.model,
+        with policy._clock("rollout"):
+            batch = self._backend.generate(
+                policy._model,
                 prompts,
                 n=n,
-                max_new_tokens=max_new_tokens or self.max_new_tokens,
+                max_new_tokens=max_new_tokens or self._max_new_tokens,
                 temperature=temperature,
                 eos_id=policy.eos_id,
                 pad_id=policy.pad_id,
                 greedy=greedy,
-                generator=self.generator,
+                generator=self._generator,
             )
         input_ids, attention_mask, completion_mask = to_padded(batch, policy.pad_id)
         completions = [policy.decode(ids) for ids in batch.completion_ids]
         rows = [p for p in problems for _ in range(n)]
-        rewards = torch.tensor([self.suite.score(p, c) for p, c in zip(rows, completions)], dtype=torch.float32)
+        rewards = torch.tensor([self._suite.score(p, c) for p, c in zip(rows, completions)], dtype=torch.float32)
         return Rollouts(
             problems=list(problems),
             n=n,
@@ -191,14 +214,37 @@ class RunContext:
     def score(self, policy: Policy, rollouts: Rollouts) -> torch.Tensor:
         """Per-token log-probs [B, T] (CPU, fp32) of the rollouts under `policy`, no grad (kind `score`)."""
         out = torch.zeros(rollouts.input_ids.shape)  # [B, T]
-        clock = policy.ledger.clock(model=policy.name, kind="score", device=policy.device)
-        with torch.no_grad(), ledger_context(kind="score"), clock:
+        with torch.no_grad(), ledger_context(kind="score"), policy._clock("score"):
             for rows, width in length_buckets(rollouts.attention_mask, vocab=policy.vocab_size):
                 out[rows, :width] = policy.logprobs(
                     rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width],
                     keep=completion_width(rollouts.completion_mask[rows, :width]),
                 ).float().cpu()
         return out
+
+    def update(
+        self,
+        policy: Policy,
+        rollouts: Any,
+        loss_fn: LossFn,
+        *,
+        lr: float,
+        epochs: int = 1,
+        weighting: str = "rows",
+        warmup_updates: int = 0,
+    ) -> dict[str, float]:
+        """`epochs` optimiser steps of `policy` on `rollouts` under a loss of the method's own.
+
+        `loss_fn(bucket)` gets one length bucket (`bench.api.Bucket`: its rows, the policy's
+        log-probs [b, width] with gradients, the completion mask, `take()` to cut batch tensors to
+        it) and returns the bucket's loss, or the loss and a dict of float statistics. Losses are
+        combined across buckets by `weighting`: `rows` when the loss is a mean over rows, `tokens`
+        when it is a mean over completion tokens. Bucketing by length, the cap on logits per micro-
+        batch, the update's FLOPs and its wall clock are the engine's, as for `pg_step`.
+        Returns {"loss", <the loss function's statistics>, "grad_norm"} (of the last epoch).
+        """
+        return run_update(policy, rollouts, loss_fn, lr=lr, epochs=epochs, weighting=weighting,
+                          warmup_updates=warmup_updates)
 
     def pg_step(
         self,
@@ -218,40 +264,13 @@ class RunContext:
 
         The first epoch's log-probs (detached) are the old policy: with one epoch the ratio is 1 and
         the loss is plain REINFORCE with group baselines; more epochs clip the ratio at `clip_eps`.
+        `loss_type` (`LOSS_TYPES`) is the normalisation; with `ref` and `kl_coef`, a k3 KL term to
+        `ref` (scored here, kind `score`). Returns {"loss", "clip_frac", "grad_norm"}.
         """
-        device = policy.device
-        mask = rollouts.completion_mask.to(device)
-        advantages = advantages.to(device)
-        ref_logprobs = self.score(ref, rollouts).to(device) if ref is not None and kl_coef else None
-        old_logprobs = torch.zeros(mask.shape, device=device)  # [B, T], filled by the first epoch
-        buckets = length_buckets(rollouts.attention_mask, vocab=policy.vocab_size)
-        weights = _bucket_weights(buckets, mask, loss_type)
-        stats: dict[str, float] = {}
-        with policy.ledger.clock(model=policy.name, kind="update", device=policy.device):
-            for epoch in range(epochs):
-                total, clip = 0.0, 0.0
-                for (rows, width), weight in zip(buckets, weights):
-                    logprobs = policy.logprobs(rollouts.input_ids[rows, :width], rollouts.attention_mask[rows, :width],
-                                               keep=completion_width(rollouts.completion_mask[rows, :width]))
-                    if epoch == 0:
-                        old_logprobs[rows, :width] = logprobs.detach()
-                    adv = advantages[rows] if advantages.dim() == 1 else advantages[rows, :width]
-                    loss, part = policy_gradient_loss(
-                        logprobs,
-                        old_logprobs[rows, :width],
-                        adv,
-                        mask[rows, :width],
-                        loss_type=loss_type,
-                        clip_eps=clip_eps,
-                        ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows, :width],
-                        kl_coef=kl_coef,
-                        max_completion_tokens=self.max_new_tokens,
-                    )
-                    (loss * weight).backward()
-                    total += float(loss.detach()) * weight
-                    clip += part["clip_frac"] * weight
-                stats = {"loss": total, "clip_frac": clip, "grad_norm": policy.step(None, lr, warmup_updates)}
-        return stats
+        ref_logprobs = self.score(ref, rollouts) if ref is not None and kl_coef else None
+        return pg_update(policy, rollouts, advantages, lr=lr, loss_type=loss_type, epochs=epochs,
+                         clip_eps=clip_eps, ref_logprobs=ref_logprobs, kl_coef=kl_coef,
+                         warmup_updates=warmup_updates, max_completion_tokens=self._max_new_tokens)
 
     def sft_step(self, policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
         """One supervised step: maximise log p(target + EOS | prompt). Returns the loss."""
@@ -267,21 +286,20 @@ class RunContext:
         leaderboard reports, for measurement protocols (a recovery target). Evaluation is recorded,
         never counted toward the budget. Returns {accuracy, domain_accuracy, mean_length, ...}.
         """
-        from bench.evaluation import Evaluator
-
         if split not in ("validation", "heldout"):
             raise ValueError(f"split must be 'validation' or 'heldout', got {split!r}")
         chosen = tuple(domains or self.domains)
         key = (split, chosen, size)
         if key not in self._evaluators:
-            self._evaluators[key] = Evaluator(self.suite, size, self.eval_max_new_tokens, backend=self.backend,
+            self._evaluators[key] = Evaluator(self._suite, size, self._eval_max_new_tokens, backend=self._backend,
                                               split=split, domains=chosen)
         return self._evaluators[key].evaluate(policy)
 
     def report(self, name: str, value: Any) -> None:
         """Record a method-specific result in the run's record (`method_metrics`), e.g. the FLOPs an
-        expert spent after it stopped improving. `recovery` fills the record's recovery block."""
-        self.reports[name] = value
+        expert spent after it stopped improving. `recovery` fills the record's recovery block.
+        The runner reads nothing else of a method: `state` is saved with checkpoints, never read."""
+        self._reports[name] = value
 
     # -- budget and control ---------------------------------------------------------------------
     @property
@@ -292,63 +310,74 @@ class RunContext:
     @property
     def spent_flops(self) -> float:
         """Counted FLOPs so far (everything toward the budget)."""
-        return self.ledger.counted_flops
+        return self._ledger.counted_flops
 
     def phase_flops(self, prefix: str) -> float:
         """Counted FLOPs of phases starting with `prefix` (e.g. `expert:` or `distill`)."""
-        return self.ledger.total("counted", phase_prefix=prefix)
+        return self._ledger.total("counted", phase_prefix=prefix)
 
     @property
     def remaining_flops(self) -> float:
+        """What is left of the budget (never negative)."""
         return max(0.0, self.budget_flops - self.spent_flops)
 
     def should_stop(self) -> bool:
-        return self.finished or self.spent_flops >= self.budget_flops
+        """True once the counted FLOPs reach the budget (or the method has returned)."""
+        return self._finished or self.spent_flops >= self.budget_flops
 
     def step_done(self, **stats: float) -> None:
         """Tell the runner a step ended: it may evaluate, checkpoint and update progress here."""
         self._on_step(stats)
 
-    def sampler_positions(self) -> dict[str, int]:
-        # Positions restored from a checkpoint or merged from a phase stay until their sampler is re-created.
-        return {**self._sampler_positions, **{name: s.drawn for name, s in self._samplers.items()}}
-
-    def pending_policy_states(self) -> dict[str, dict]:
-        """Checkpointed policies not re-created yet (a resumed run's experts, before `clone`)."""
-        return dict(self._policy_states)
-
     # -- independent phases ---------------------------------------------------------------------
     def map_phases(self, fn: Callable[[RunContext, str], Any], keys: Sequence[str]) -> dict[str, Any]:
         """`fn(ctx, key)` for each key, e.g. one expert per domain; returns {key: fn's result}.
 
-        Sequential on this context by default; with the run's expert executor `ray` (or `isolated`)
+        Sequential on this context by default; with the run's phase executor `ray` (or `isolated`)
         each call runs in a child context, as a parallel Ray task, and its ledger rows, the policies
         it created, its sampler positions and state are merged back here in key order; then the
         runner gets one `step_done` (it evaluates and checkpoints after the merge). `fn` must be
-        picklable (a module-level function or a `functools.partial` of one). See `bench.phases`.
+        picklable (a module-level function or a `functools.partial` of one). See `bench.run.phases`.
         """
-        from bench import phases
-
-        if self.phase_executor == "sequential":
+        if self._phase_runner is None:
             return {key: fn(self, key) for key in keys}
-        spec = phases.child_spec(self, fn, len(keys))
-        results = phases.run_children(spec, list(keys), self.phase_executor)
+        results = self._phase_runner(self, fn, list(keys))
         for result in results:
             self._merge_child(result)
         self.step_done()
         return {r.key: r.value for r in results}
 
+    # -- engine side: the runner's and the phase executors' access ------------------------------
+    def _finish(self) -> None:
+        """The method returned: `should_stop()` is True from now on."""
+        self._finished = True
+
+    def _sampler_positions(self) -> dict[str, int]:
+        """Problems drawn per sampler; restored or merged positions stay until their sampler is re-created."""
+        return {**self._restored_positions, **{name: s.drawn for name, s in self._samplers.items()}}
+
+    def _checkpoint(self) -> dict[str, Any]:
+        """What a checkpoint saves of this context (`bench.run.checkpoint`)."""
+        return {
+            "policies": {name: p._state() for name, p in self._policies.items() if name != "external"},
+            "generator": self._generator.get_state(),
+            "state": self.state,
+            "samplers": self._sampler_positions(),
+            "reports": self._reports,
+            "student": self._student_name,
+        }
+
     def _merge_child(self, result: Any) -> None:
-        self.ledger.merge(result.rows)
+        self._ledger.merge(result.rows)
         for name, state in result.policies.items():
             make = self.clone if state["trainable"] else self.snapshot
-            make(self.student, name).load_state(state)
+            make(self._student, name)._load_state(state)
         for name, drawn in result.sampler_positions.items():
             if name in self._samplers and self._samplers[name].drawn != drawn:
                 raise RuntimeError(f"sampler {name!r} was drawn from by a parallel phase and by the run")
-            self._sampler_positions[name] = drawn
+            self._restored_positions[name] = drawn
         _merge_state(self.state, result.state)
-        self.reports.update(result.reports)
+        self._reports.update(result.reports)
 
 
 def _merge_state(into: dict, update: dict) -> None:
@@ -359,64 +388,3 @@ def _merge_state(into: dict, update: dict) -> None:
         else:
             into[key] = value
 
-
-# At most this many logits (rows x width x vocabulary) per micro-batch: the fp32 log-softmax of a
-# 152k-token vocabulary over 64 rows of 200 tokens alone is 7.8 GB. Tiny models never reach it.
-LOGIT_BUDGET = 2**29
-
-
-def length_buckets(attention_mask: torch.Tensor, rows: int = 64, vocab: int = 1) -> list[tuple[torch.Tensor, int]]:
-    """Row index groups of similar length, each with its own padded width.
-
-    Rows of a right-padded batch [B, T] are sorted by real length and cut into groups of at most
-    `rows`, so that a mixed-domain batch does not pay every forward and backward at the longest row's
-    width; with `vocab`, a group also stops before its logits would pass `LOGIT_BUDGET` (big vocabularies).
-    """
-    lengths = attention_mask.sum(1).tolist()  # [B]
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    out, group = [], []
-    for i in order:  # ascending length: the newest row sets the group's width
-        if group and (len(group) == rows or (len(group) + 1) * lengths[i] * vocab > LOGIT_BUDGET):
-            out.append((torch.tensor(group), max(lengths[j] for j in group)))
-            group = []
-        group.append(i)
-    if group:
-        out.append((torch.tensor(group), max(lengths[j] for j in group)))
-    return out
-
-
-def completion_width(completion_mask: torch.Tensor) -> int:
-    """Columns from the earliest completion token of any row to the end: [B, T] -> int (T if none)."""
-    columns = completion_mask.bool().any(0)  # [T]: does any row have a completion token there
-    if not columns.any():
-        return completion_mask.shape[1]
-    return completion_mask.shape[1] - int(columns.int().argmax())
-
-
-def _bucket_weights(buckets: list[tuple[torch.Tensor, int]], mask: torch.Tensor, loss_type: str) -> list[float]:
-    """Weights that make the sum of per-bucket losses equal the whole batch's loss."""
-    if loss_type == "dapo":
-        total = float(mask.sum().clamp(min=1))
-        return [float(mask[rows].sum()) / total for rows, _ in buckets]
-    return [len(rows) / mask.shape[0] for rows, _ in buckets]
-
-
-def sft_step(policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
-    """Supervised step on prompt -> target + EOS, loss on target tokens only (shared with prepare)."""
-    rows, masks = [], []
-    for prompt, target in zip(prompts, targets):
-        p, t = policy.encode_prompt(prompt), policy.encode(target) + [policy.eos_id]
-        rows.append(p + t)
-        masks.append([0] * len(p) + [1] * len(t))
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), policy.pad_id, dtype=torch.long)  # [B, T]
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    target_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, m) in enumerate(zip(rows, masks)):
-        input_ids[i, : len(r)] = torch.tensor(r)
-        attention[i, : len(r)] = 1
-        target_mask[i, : len(m)] = torch.tensor(m)
-    with policy.ledger.clock(model=policy.name, kind="update", device=policy.device):
-        loss = sft_loss(policy.logprobs(input_ids, attention), target_mask.to(policy.device))
-        policy.step(loss, lr)
-    return float(loss.detach())

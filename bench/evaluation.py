@@ -1,4 +1,4 @@
-"""Held-out evaluation (DESIGN section 3) and the run's progress bar.
+"""Held-out evaluation (docs/metrics.md; docs/design.md, The run).
 
 Greedy decoding, pass@1, on a fixed slice of each domain's held-out split; suite accuracy is the mean
 over domains; response length is the mean number of generated tokens (EOS included). Evaluation is
@@ -7,15 +7,13 @@ booked to the `eval` category: recorded and shown, never counted toward the budg
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-from bench.ledger import ledger_context
+from bench.accounting.ledger import ledger_context
 from bench.policy import Policy
-from bench.rollout import RolloutBackend, TorchRollout
+from bench.rollout.base import RolloutBackend
+from bench.rollout.torch_engine import TorchRollout
 
 
 class Evaluator:
@@ -57,9 +55,9 @@ class Evaluator:
         texts, lengths = [], []
         for start in range(0, len(problems), self.batch_size):
             chunk = problems[start : start + self.batch_size]
-            with policy.ledger.clock(model=policy.name, kind="rollout", device=policy.device):
+            with policy._clock("rollout"):
                 batch = self.backend.generate(
-                    policy.model,
+                    policy._model,
                     [policy.encode_prompt(p.prompt) for p in chunk],
                     n=1,
                     max_new_tokens=self.max_new_tokens,
@@ -75,35 +73,3 @@ class Evaluator:
         texts, lengths = self.completions(policy, problems)
         return [self.suite.score(p, t) for p, t in zip(problems, texts)], lengths
 
-
-class _Bar:
-    def __init__(self, progress: Progress | None, task: Any, budget: float) -> None:
-        self.progress, self.task, self.budget = progress, task, budget
-
-    def update(self, spent: float, accuracy: float | None) -> None:
-        """Counted FLOPs against the budget, and the latest held-out accuracy."""
-        acc = "-" if accuracy is None else f"{100 * accuracy:.1f}%"
-        self.show(min(spent, self.budget), f"{spent:.2e}/{self.budget:.1e} FLOPs", f"acc {acc}")
-
-    def show(self, completed: float, amount: str, note: str) -> None:
-        """Move the bar to `completed`, with the text of its amount and note columns."""
-        if self.progress is not None:
-            self.progress.update(self.task, completed=completed, flops=amount, acc=note)
-
-
-@contextlib.contextmanager
-def progress(budget: float, enabled: bool = True, label: str = "training") -> Iterator[_Bar]:
-    """A rich bar of counted FLOPs against the budget, with the latest held-out accuracy."""
-    if not enabled:
-        yield _Bar(None, None, budget)
-        return
-    columns = (
-        TextColumn(f"[bold]{label}"),
-        BarColumn(),
-        TextColumn("{task.fields[flops]}"),
-        TextColumn("{task.fields[acc]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, transient=False) as bar:
-        task = bar.add_task(label, total=budget, acc="", flops="")
-        yield _Bar(bar, task, budget)

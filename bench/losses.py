@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# The policy-gradient normalisations (`policy_gradient_loss`): the one list every config checks against.
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
 
 

@@ -1,21 +1,24 @@
 """Policies (metered models with their optimiser) and rollouts: the objects methods hold.
 
-A `Policy` never exposes an unmetered model: its `model` has the ledger's hooks installed, so a
-method that calls `policy.model(input_ids)` itself is still charged (DESIGN section 2).
+A `Policy` is a handle: a method gets log-probs, an optimiser step, encode/decode and a few facts
+(name, device, vocabulary) through it, never the model or the optimiser. The model it wraps has the
+ledger's hooks installed, so even code that reaches past the handle (`policy._model(input_ids)`) is
+charged (docs/design.md, FLOP accounting). The engine uses the `_`-prefixed members.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from bench.ledger import Ledger
+from bench.accounting.ledger import Ledger
 from bench.losses import token_logprobs
-from bench.metering import meter
+from bench.accounting.metering import meter
 
 
 @dataclass
@@ -47,58 +50,74 @@ class Rollouts:
         return [p.domain for p in self.problems for _ in range(self.n)]
 
 
-@dataclass
 class Policy:
     """A named, metered causal LM, its tokenizer and (once it trains) its optimiser."""
 
-    name: str
-    model: torch.nn.Module
-    tokenizer: Any
-    ledger: Ledger
-    trainable: bool = True
-    optimizer: torch.optim.Optimizer | None = None
-    updates: int = 0
-    extra: dict = field(default_factory=dict)
-    chat: bool = False  # prompts go through the tokenizer's chat template (hf profile)
+    def __init__(self, name: str, model: torch.nn.Module, tokenizer: Any, ledger: Ledger, trainable: bool = True,
+                 *, chat: bool = False) -> None:
+        self.name = name
+        self._model = model
+        self._tokenizer = tokenizer
+        self._ledger = ledger
+        self._trainable = trainable
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._updates = 0
+        self._extra: dict = {}
+        self._chat = chat  # prompts go through the tokenizer's chat template (hf profile)
+        meter(self._model, self.name, self._ledger)
+        if not self._trainable:
+            self._model.requires_grad_(False)
+            self._model.eval()
 
-    def __post_init__(self) -> None:
-        meter(self.model, self.name, self.ledger)
-        if not self.trainable:
-            self.model.requires_grad_(False)
-            self.model.eval()
+    def __repr__(self) -> str:
+        return f"Policy({self.name!r}, {type(self._model).__name__}, trainable={self._trainable})"
 
-    # -- model access ---------------------------------------------------------------------------
+    # -- what a method may read -----------------------------------------------------------------
+    @property
+    def trainable(self) -> bool:
+        """False for teachers and snapshots: `step` refuses them."""
+        return self._trainable
+
+    @property
+    def updates(self) -> int:
+        """Optimiser steps taken so far (the learning-rate warm-up counts them)."""
+        return self._updates
+
     @property
     def eos_id(self) -> int:
-        return int(self.tokenizer.eos_token_id)
+        return int(self._tokenizer.eos_token_id)
 
     @property
     def pad_id(self) -> int:
-        return int(self.tokenizer.pad_token_id)
+        return int(self._tokenizer.pad_token_id)
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return next(self._model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the LM head (the logits' last dimension), which may exceed the tokenizer's size."""
+        return int(self._model.config.vocab_size)
+
+    def vocab(self) -> dict[str, int]:
+        """The tokenizer's vocabulary, token -> id (two policies share token ids iff these are equal)."""
+        return dict(self._tokenizer.get_vocab())
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self._tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """A task prompt as model input: one user turn of the chat template where the policy chats."""
-        if self.chat and getattr(self.tokenizer, "chat_template", None):
-            ids = self.tokenizer.apply_chat_template(
+        if self._chat and getattr(self._tokenizer, "chat_template", None):
+            ids = self._tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
             )
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
         return self.encode(prompt)
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    @property
-    def vocab_size(self) -> int:
-        """Rows of the LM head (the logits' last dimension), which may exceed the tokenizer's size."""
-        return int(self.model.config.vocab_size)
+        return self._tokenizer.decode(ids, skip_special_tokens=True)
 
     def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int | None = None) -> torch.Tensor:
         """Per-token log-probs [B, T] of the sequences under this model (with grad if enabled).
@@ -111,10 +130,10 @@ class Policy:
         input_ids = input_ids.to(device)
         width = input_ids.shape[1]
         if keep is None or keep + 1 >= width:
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask.to(device)).logits
+            logits = self._model(input_ids=input_ids, attention_mask=attention_mask.to(device)).logits
             return token_logprobs(logits, input_ids)
         mask = attention_mask.to(device)
-        logits = self.model(input_ids=input_ids, attention_mask=mask, logits_to_keep=keep + 1).logits  # [B, keep+1, V]
+        logits = self._model(input_ids=input_ids, attention_mask=mask, logits_to_keep=keep + 1).logits  # [B, keep+1, V]
         return F.pad(token_logprobs(logits, input_ids[:, -(keep + 1):])[:, 1:], (width - keep, 0))
 
     # -- training -------------------------------------------------------------------------------
@@ -123,44 +142,49 @@ class Policy:
     ) -> float:
         """Backward (unless `loss` is None: gradients already accumulated), clip, one AdamW step with
         linear learning-rate warm-up; returns the gradient norm."""
-        if not self.trainable:
+        if not self._trainable:
             raise RuntimeError(f"policy {self.name!r} is frozen (a teacher) and cannot be updated")
-        if self.optimizer is None:
-            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
-        scale = min(1.0, (self.updates + 1) / warmup_updates) if warmup_updates else 1.0
-        for group in self.optimizer.param_groups:
+        if self._optimizer is None:
+            self._optimizer = torch.optim.AdamW(self._model.parameters(), lr=lr, weight_decay=0.0)
+        scale = min(1.0, (self._updates + 1) / warmup_updates) if warmup_updates else 1.0
+        for group in self._optimizer.param_groups:
             group["lr"] = lr * scale
-        self.model.train()
+        self._model.train()
         if loss is not None:
             loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.updates += 1
+        norm = torch.nn.utils.clip_grad_norm_(self._model.parameters(), max_grad_norm)
+        self._optimizer.step()
+        self._optimizer.zero_grad(set_to_none=True)
+        self._updates += 1
         return float(norm)
 
-    def clone(self, name: str, trainable: bool = True) -> Policy:
-        """An independent copy with fresh optimiser state, metered under `name`."""
-        # Rebuilt from config, not deep-copied: a deep copy would carry this model's meter hooks.
-        model = type(self.model)(copy.deepcopy(self.model.config))
-        model.load_state_dict(self.model.state_dict())
-        model.to(device=self.device, dtype=next(self.model.parameters()).dtype)
-        return Policy(name=name, model=model, tokenizer=self.tokenizer, ledger=self.ledger, trainable=trainable,
-                      chat=self.chat)
+    # -- engine side ----------------------------------------------------------------------------
+    def _clock(self, kind: str) -> contextlib.AbstractContextManager:
+        """The ledger's wall clock for this model's work of `kind`."""
+        return self._ledger.clock(model=self.name, kind=kind, device=self.device)
 
-    def state(self) -> dict:
+    def _clone(self, name: str, trainable: bool = True) -> Policy:
+        """An independent copy with fresh optimiser state, metered under `name` (`RunContext.clone`)."""
+        # Rebuilt from config, not deep-copied: a deep copy would carry this model's meter hooks.
+        model = type(self._model)(copy.deepcopy(self._model.config))
+        model.load_state_dict(self._model.state_dict())
+        model.to(device=self.device, dtype=next(self._model.parameters()).dtype)
+        return Policy(name, model, self._tokenizer, self._ledger, trainable, chat=self._chat)
+
+    def _state(self) -> dict:
+        """Weights, optimiser state and step count, for checkpoints and phase results."""
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-            "updates": self.updates,
-            "trainable": self.trainable,
-            "extra": self.extra,
+            "model": self._model.state_dict(),
+            "optimizer": self._optimizer.state_dict() if self._optimizer is not None else None,
+            "updates": self._updates,
+            "trainable": self._trainable,
+            "extra": self._extra,
         }
 
-    def load_state(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.updates = state["updates"]
-        self.extra = state.get("extra", {})
+    def _load_state(self, state: dict) -> None:
+        self._model.load_state_dict(state["model"])
+        self._updates = state["updates"]
+        self._extra = state.get("extra", {})
         if state["optimizer"] is not None:
-            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.0)
-            self.optimizer.load_state_dict(state["optimizer"])
+            self._optimizer = torch.optim.AdamW(self._model.parameters(), lr=1e-3, weight_decay=0.0)
+            self._optimizer.load_state_dict(state["optimizer"])

@@ -7,7 +7,6 @@ entry-point group or as `path/to/file.py:ClassName`; all go through `bench.api.c
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import sys
@@ -15,21 +14,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.adapter import AdapterError, check_method_class
+from bench.adapter import check_method_class
+from bench.errors import AdapterError, UnknownNameError, unknown
 
 ENTRY_POINT_GROUP = "opd_bench.methods"
-
-
-class UnknownNameError(ValueError):
-    """An unknown method / suite / profile name: the message lists what is allowed."""
-
-
-def unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
-    hint = difflib.get_close_matches(name, known, n=1)
-    msg = f"unknown {kind} {name!r}; known {kind}s: {', '.join(sorted(known))}"
-    if hint:
-        msg += f" (did you mean {hint[0]!r}?)"
-    return UnknownNameError(msg)
 
 
 def _load_ref(ref: str) -> Any:
@@ -39,6 +27,11 @@ def _load_ref(ref: str) -> Any:
 
 def builtin_methods() -> dict[str, str]:
     return dict(_load_ref("methods:BUILTIN"))
+
+
+def reproduce_protocol() -> dict[str, tuple]:
+    """What `bench reproduce` runs: {"methods", "suites"} crossed, then each (method, suite) of "extra"."""
+    return dict(_load_ref("methods:REPRODUCE"))
 
 
 def plugin_methods() -> dict[str, metadata.EntryPoint]:

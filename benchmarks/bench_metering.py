@@ -15,10 +15,10 @@ import time
 import bench  # noqa: F401
 import torch
 
-from bench.ledger import Ledger
+from bench.accounting.ledger import Ledger
 from bench.losses import sft_loss, token_logprobs
-from bench.metering import meter, unmeter
-from bench.models import TINY_SPECS, build_tiny
+from bench.accounting.metering import meter, unmeter
+from bench.world.models import TINY_SPECS, build_tiny
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, ids: torch.Tensor) -> None:

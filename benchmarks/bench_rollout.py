@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from bench.flops import FlopSpec  # noqa: E402
-from bench.ledger import Ledger  # noqa: E402
-from bench.metering import meter  # noqa: E402
-from bench.rollout import TorchRollout  # noqa: E402
+from bench.accounting.flops import FlopSpec  # noqa: E402
+from bench.accounting.ledger import Ledger  # noqa: E402
+from bench.accounting.metering import meter  # noqa: E402
+from bench.rollout.torch_engine import TorchRollout  # noqa: E402
 
-torch.set_num_threads(1)  # benchmarks run single-threaded and report ratios (DESIGN section 11)
+torch.set_num_threads(1)  # benchmarks run single-threaded and report ratios (docs/design.md, Known pitfalls)
 
 VOCAB = 264  # the tiny profile's byte-level tokenizer, rounded up to a multiple of 8
 EOS, PAD = 1, 0

@@ -23,7 +23,7 @@ two `on_step_end`s minus our step in between: data loading, generation, rewards,
 clipping, optimiser and scheduler, what a user of the trainer pays (setup excluded, as it is paid once).
 Times are CPU seconds of this process (the machine may be shared); steps/s are medians over the timed
 steps, speed-ups the median of the per-step ratios (TRL's step k / our step k, run back to back).
-FLOPs: ours from the ledger; both counted with `bench.audit`'s instrumented counter on the first step.
+FLOPs: ours from the ledger; both counted with `bench.accounting.audit`'s instrumented counter on the first step.
 """
 
 from __future__ import annotations
@@ -50,18 +50,18 @@ from datasets import Dataset  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 from trl import DistillationConfig, DistillationTrainer, GRPOConfig, GRPOTrainer  # noqa: E402
 
-from bench.audit import audited  # noqa: E402
+from bench.accounting.audit import audited  # noqa: E402
 from bench.context import RunContext  # noqa: E402
-from bench.ledger import Ledger  # noqa: E402
-from bench.models import TINY_SPECS, build_tiny, build_tokenizer, param_count  # noqa: E402
+from bench.accounting.ledger import Ledger  # noqa: E402
+from bench.world.models import TINY_SPECS, build_tiny, build_tokenizer, param_count  # noqa: E402
 from bench.policy import Policy  # noqa: E402
-from bench.rollout import TorchRollout  # noqa: E402
+from bench.rollout.torch_engine import TorchRollout  # noqa: E402
 from methods.distill import DistillStepConfig, distill_step  # noqa: E402
 from methods.grpo import GRPOStepConfig, grpo_step  # noqa: E402
 from tasks import get_suite  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)  # `gradient_checkpointing` renamed in transformers 5.x
-torch.set_num_threads(1)  # benchmarks run single-threaded and report ratios (DESIGN section 11)
+torch.set_num_threads(1)  # benchmarks run single-threaded and report ratios (docs/design.md, Known pitfalls)
 
 # OPD teacher per student: the tiny profile's external teacher; for small-llama, one of its size (other seed)
 TEACHERS = {"tiny-llama": TINY_SPECS["tiny-llama-teacher"], "small-llama": replace(TINY_SPECS["small-llama"], seed=3)}
@@ -139,8 +139,8 @@ class Ours:
             self.config = GRPOStepConfig(prompts_per_step=args.prompts, group_size=args.group, lr=LR,
                                          loss_type="grpo", warmup_updates=0)
         else:
-            self.config = DistillStepConfig(distill_prompts_per_step=args.prompts, distill_samples=args.samples,
-                                            distill_lr=LR, distill_loss_type="dapo")
+            self.config = DistillStepConfig(prompts_per_step=args.prompts, samples=args.samples, lr=LR,
+                                            loss_type="dapo")
             teacher = self.ctx.teacher(model_name)
             self.teachers = {d: teacher for d in self.suite.domains}
 
@@ -184,7 +184,7 @@ class Ours:
 
 
 class Interleave(TrainerCallback):
-    """Runs our step after each TRL step and times both; counts the first step of each with `bench.audit`."""
+    """Runs our step after each TRL step and times both; counts the first step of each with `bench.accounting.audit`."""
 
     def __init__(self, ours: Ours, warmup: int) -> None:
         self.ours, self.warmup = ours, warmup
@@ -259,7 +259,7 @@ def compare(method: str, model_name: str, layout: str, args: argparse.Namespace)
     trl_log = trainer.state.log_history[-1]  # the final log: means over all steps
     span = f"{lengths[0]}" if len(lengths) == 1 else f"{lengths[0]}-{lengths[-1]}"
     return dict(
-        method=method, model=model_name, params_m=param_count(ours.student.model) / 1e6,
+        method=method, model=model_name, params_m=param_count(ours.student._model) / 1e6,
         layout=f"{layout}, {span} tokens", trl_tokens=trl_log["completions/mean_length"] * rows,
         **callback.counted, **_medians(callback),
     )  # fmt: skip

@@ -41,7 +41,8 @@ def _run(spec: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from bench.runner import RunConfig, Runner
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
 
     summary = Path(spec["runs"]) / spec["name"] / "summary.json"
     if summary.exists():
@@ -65,7 +66,7 @@ def _lr(method: str, mult: float) -> dict:
 
     if method == "grpo":
         return {"lr": str(GRPOStepConfig().lr * mult)}
-    return {"distill_lr": str(DistillStepConfig().distill_lr * mult)}
+    return {"distill.lr": str(DistillStepConfig().lr * mult)}
 
 
 def plan(args: argparse.Namespace, domains: tuple[str, ...]) -> tuple[list[dict], list[dict], dict]:
@@ -77,7 +78,7 @@ def plan(args: argparse.Namespace, domains: tuple[str, ...]) -> tuple[list[dict]
     # The rule never fires: OPD runs its whole budget, so the curve shows where it plateaus.
     opd = [{**common, "name": f"opd-{d}-x{m:g}", "method": "opd-external", "suite": d, "budget": args.opd_budget,
             "domain": d, "mult": m, "teachers": {f"expert-{d}": str(args.runs / f"grpo-{d}-x1" / "final")},
-            "overrides": {"teacher": f"expert-{d}", "kl_threshold": "0", "use_reward_rule": "false",
+            "overrides": {"teacher": f"expert-{d}", "distill.kl_threshold": "0", "distill.use_reward_rule": "false",
                           **_lr("opd", m)}}
            for d in domains for m in LR_MULTS]
     joint = {**common, "name": "grpo-joint", "method": "grpo-joint", "suite": SUITE,
@@ -146,11 +147,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
 
-    from bench.prepare import prepare
-    from bench.profiles import PROFILES
+    from bench.world.prepare import prepare
+    from bench.world.profiles import PROFILES
     from bench.registry import get_suite
 
-    from bench.regime import calibration_path
+    from bench.world.regime import calibration_path
 
     profile = PROFILES[args.profile]
     args.out = args.out or calibration_path(args.profile)

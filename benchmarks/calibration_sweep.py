@@ -1,4 +1,4 @@
-"""Calibration sweep of the tiny world (issue #4): one warm-up setting per process, as many as cores.
+"""Calibration sweep of the direct world: one warm-up setting per process, as many as cores.
 
     python benchmarks/calibration_sweep.py benchmarks/calibration_sweep.jsonl OUT.jsonl [--jobs 14]
 
@@ -12,14 +12,14 @@ teacher) in its own cache, prints the calibration figures, then trains each GRPO
 stage appended to OUT.jsonl, so a sweep cut short still reports what finished. The overrides are
 applied in the experiment's own process only (the settings file is the record of what was tried).
 
-The settings file here is the sweep that calibrated the tiny profile, run on a 16-core machine
+The settings file here is the sweep that calibrated the direct profile, run on a 16-core machine
 (~7 minutes; C_4d_single_math99 stops at once: its math has too few distinct held-out prompts). It
-spells out the code level each experiment used, since easy code changed as a result of it. Its
-results are in the README and in issue #4's closing note.
+spells out the code level each experiment used, since easy code was chosen by it. The recipe it
+led to is in docs/world.md (The direct-answer world).
 
-`calibration_sweep_graphs.jsonl` is the second sweep (session 3, on the same 16-core machine, ~5
-minutes): the `graphs` domain that replaced `logic` in `four_domain`, at 3 or 4 nodes, with and
-without reversed edges, on up to three warm-up seeds. 3 nodes without reversed edges gave GRPO gains
+`calibration_sweep_graphs.jsonl` is the sweep of the `graphs` domain of `four_domain` (on the same
+16-core machine, ~5 minutes): 3 or 4 nodes, with and without reversed edges, on up to three warm-up
+seeds. 3 nodes without reversed edges gave GRPO gains
 of +40 to +50 points on graphs on all three seeds; 4 nodes or reversed edges gave +1 to +30.
 """
 
@@ -43,7 +43,7 @@ def experiment(cfg: dict, out: Path) -> None:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from bench import models, profiles
+    from bench.world import models, profiles
 
     torch.set_num_threads(1)
     t0 = time.time()
@@ -61,8 +61,9 @@ def experiment(cfg: dict, out: Path) -> None:
         student_lr=cfg.get("lr", 3e-3), batch_size=cfg.get("batch", 64), seed=cfg.get("seed", 0),
         domain_weights=tuple(cfg.get("weights", {}).items()))
     profiles.PROFILES["direct"] = dataclasses.replace(profiles.PROFILES["direct"], warmup=warmup)
-    from bench.prepare import prepare
-    from bench.runner import RunConfig, Runner
+    from bench.world.prepare import prepare
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
 
     prepared = prepare(profiles.PROFILES["direct"], progress=False, teacher=False)
     emit(stage="base", calibration=prepared.calibration(), wall=prepared.info["wall_s"])

@@ -1,4 +1,4 @@
-"""The GPU check (issue #7): the hf path, the CUDA FLOP audit and throughput on a real-sized model.
+"""The GPU check: the hf path, the CUDA FLOP audit and throughput on a real-sized model.
 
 On a machine with an NVIDIA GPU, from the repository root (nothing is downloaded):
 
@@ -7,13 +7,13 @@ On a machine with an NVIDIA GPU, from the repository root (nothing is downloaded
 It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 4864, vocabulary
 151,936; random weights, bf16) with this project's byte-level tokenizer and a chat template, then:
 
-1. audit: `bench.audit.audit_model` on CUDA (forward, forward+backward, cached generation): the
+1. audit: `bench.accounting.audit.audit_model` on CUDA (forward, forward+backward, cached generation): the
    instrumented FlopCounterMode count (CUDA SDPA kernels counted by the pairs they attend) against
    the ledger's analytic charge; goal within 2%.
 2. rollout: `TorchRollout` tokens/s on 64 prompts x 8 samples x 256 new tokens.
 3. update: one policy update (forward, backward, AdamW) on [B, T] token batches, eager and with the
    decoder under `torch.compile`; achieved FLOP/s from the metered ledger's charge and the wall time,
-   and model FLOP utilisation (MFU) against the GPU's dense bf16 peak (`bench.flops.DEVICE_PEAK_BF16`);
+   and model FLOP utilisation (MFU) against the GPU's dense bf16 peak (`bench.accounting.flops.DEVICE_PEAK_BF16`);
    goal 40%.
 4. runs: `bench run --profile hf --device cuda` with `grpo-joint` and `opd-multi` on `math_code`
    at a small budget: wall time, FLOPs, the ledger's achieved FLOP/s and MFU per kind.
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from bench.flops import device_peak_flops  # noqa: E402
+from bench.accounting.flops import device_peak_flops  # noqa: E402
 
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -65,7 +65,7 @@ def build_folder(dest: Path, shape: dict, seed: int = 0) -> Path:
     """A Qwen2-0.5B-shaped model with random weights, saved in bf16 with our tokenizer."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from bench.models import build_tokenizer
+    from bench.world.models import build_tokenizer
 
     tokenizer = build_tokenizer()
     tokenizer.chat_template = TEMPLATE
@@ -79,13 +79,13 @@ def build_folder(dest: Path, shape: dict, seed: int = 0) -> Path:
 
 
 def _load(folder: Path):
-    from bench.models import load_model
+    from bench.world.models import load_model
 
     return load_model(folder, device=DEVICE, dtype=torch.bfloat16 if DEVICE == "cuda" else torch.float32)
 
 
 def audit(folder: Path) -> dict:
-    from bench.audit import audit_model
+    from bench.accounting.audit import audit_model
 
     model, _ = _load(folder)
     rows = audit_model(model, **SIZES["audit"], fvcore=False)
@@ -110,9 +110,9 @@ def _timed(fn, repeats: int) -> float:
 
 
 def rollout(folder: Path) -> dict:
-    from bench.ledger import Ledger
-    from bench.metering import meter
-    from bench.rollout import TorchRollout
+    from bench.accounting.ledger import Ledger
+    from bench.accounting.metering import meter
+    from bench.rollout.torch_engine import TorchRollout
 
     prompts, n, new_tokens = SIZES["rollout"]["prompts"], SIZES["rollout"]["n"], SIZES["rollout"]["new_tokens"]
     model, tokenizer = _load(folder)
@@ -145,7 +145,7 @@ def update(folder: Path) -> dict:
     `torch.compile` (norms, rotary and SwiGLU fused; the metering hooks sit on the outer model, so
     the charge is unchanged): does compiling buy the MFU the goal asks for?
     """
-    from bench.ledger import Ledger
+    from bench.accounting.ledger import Ledger
     from bench.losses import sft_loss
     from bench.policy import Policy
 

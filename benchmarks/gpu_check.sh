@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue #7): run from the repository root on a machine with an NVIDIA GPU and
+# The prepared GPU check: run from the repository root on a machine with an NVIDIA GPU and
 # the project installed (`pip install -e .`, a CUDA build of torch). Nothing is downloaded.
 # Writes gpu_check.json (or $1) and prints one line per part; see benchmarks/gpu_check.py.
 set -euo pipefail

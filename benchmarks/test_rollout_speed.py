@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bench_rollout import build_model, compare, make_prompts, run_engine
 
-from bench.rollout import TorchRollout
+from bench.rollout.torch_engine import TorchRollout
 
 
 def test_torch_rollout_throughput(benchmark):

@@ -9,3 +9,11 @@ BUILTIN = {
     "sft": "methods.sft:SFT",
     "recover": "methods.recover:Recover",
 }
+
+# `bench reproduce`: every method the findings of arXiv:2611.08453 compare, on both multi-domain
+# suites, then each (method, suite) of `extra` (the single-domain recovery protocol of finding 4).
+REPRODUCE = {
+    "methods": ("grpo-joint", "opd-multi", "opd-external", "self-grpo", "sft"),
+    "suites": ("math_code", "four_domain"),
+    "extra": (("recover", "math_code"),),
+}

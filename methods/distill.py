@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from bench.api import (
+    LOSS_TYPES,
     Policy,
     Rollouts,
     RunContext,
@@ -31,30 +32,26 @@ from bench.api import (
     reverse_kl_estimate,
 )
 
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
-
-
 @dataclass(frozen=True)
 class DistillStepConfig:
-    """The settings of one distillation step; every OPD-based method's config includes these fields."""
+    """The settings of one distillation step; OPD-based methods nest it as `distill` (`distill.lr`)."""
 
-    distill_prompts_per_step: int = 32
-    distill_samples: int = 4  # completions per prompt
+    prompts_per_step: int = 32
+    samples: int = 4  # completions per prompt
     # GRPO's rate: at 2e-3 opd-multi's student oscillated on math_code (67% -> 35% -> 66% held-out) and
     # never met its stopping rule; at 5e-4 it converged at 86% in a tenth of the FLOPs.
-    distill_lr: float = 5e-4
-    distill_loss_type: str = "grpo"  # normalisation of the per-token loss, as in GRPO
-    distill_temperature: float = 1.0
-    distill_warmup_updates: int = 0
+    lr: float = 5e-4
+    loss_type: str = "grpo"  # normalisation of the per-token loss, as in GRPO (`LOSS_TYPES`)
+    temperature: float = 1.0
+    warmup_updates: int = 0
 
     def __post_init__(self) -> None:
-        if self.distill_prompts_per_step < 1 or self.distill_samples < 1:
-            raise ValueError("distill_prompts_per_step and distill_samples must be >= 1")
-        if self.distill_loss_type not in LOSS_TYPES:
-            allowed = ", ".join(LOSS_TYPES)
-            raise ValueError(f"distill_loss_type must be one of {allowed}, got {self.distill_loss_type!r}")
-        if not self.distill_lr > 0 or not self.distill_temperature > 0 or self.distill_warmup_updates < 0:
-            raise ValueError("distill_lr and distill_temperature must be > 0, distill_warmup_updates >= 0")
+        if self.prompts_per_step < 1 or self.samples < 1:
+            raise ValueError("prompts_per_step and samples must be >= 1")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}")
+        if not self.lr > 0 or not self.temperature > 0 or self.warmup_updates < 0:
+            raise ValueError("lr and temperature must be > 0, warmup_updates >= 0")
 
 
 @dataclass(frozen=True)
@@ -72,14 +69,14 @@ class DistillConfig(DistillStepConfig):
     use_reward_rule: bool = True
     # A fixed schedule instead (the paper's protocol): exactly this many steps, no convergence rule
     # (0: use the rule). The budget still ends distillation first if it runs out.
-    distill_steps: int = 0
+    steps: int = 0
 
     def __post_init__(self) -> None:
-        DistillStepConfig.__post_init__(self)
+        super().__post_init__()
         if not self.kl_threshold >= 0 or self.patience < 1 or not 0 <= self.reward_tolerance <= 1:
             raise ValueError("kl_threshold must be >= 0, patience >= 1 and reward_tolerance in [0, 1]")
-        if self.distill_steps < 0:
-            raise ValueError(f"distill_steps must be >= 0, got {self.distill_steps!r}")
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps!r}")
 
 
 def subset(rollouts: Rollouts, problem_indices: list[int]) -> Rollouts:
@@ -143,14 +140,14 @@ def distill_step(
     accuracy) and, for each domain in the batch, `hits:<domain>` / `count:<domain>` (correct samples,
     samples).
     """
-    batch = ctx.rollout(student, sampler.next(config.distill_prompts_per_step), n=config.distill_samples,
-                        temperature=config.distill_temperature)
+    batch = ctx.rollout(student, sampler.next(config.prompts_per_step), n=config.samples,
+                        temperature=config.temperature)
     teacher_lp = teacher_logprobs(ctx, teachers, batch)  # [B, T]
     student_lp = student_logprobs(ctx, student, batch)  # [B, T]
     mask = batch.completion_mask
     advantages = distillation_advantages(teacher_lp, student_lp) * mask  # [B, T]
-    stats = ctx.pg_step(student, batch, advantages, lr=config.distill_lr, loss_type=config.distill_loss_type,
-                        warmup_updates=config.distill_warmup_updates)
+    stats = ctx.pg_step(student, batch, advantages, lr=config.lr, loss_type=config.loss_type,
+                        warmup_updates=config.warmup_updates)
     stats["reverse_kl"] = reverse_kl_estimate(teacher_lp, student_lp, mask)
     stats["reward"] = float(batch.rewards.mean())
     stats["mean_length"] = float(batch.lengths.mean())
@@ -188,7 +185,7 @@ def check_tokenizers(student: Policy, teachers: Mapping[str, Policy]) -> None:
     """Token-level distillation needs one vocabulary: refuse a teacher whose tokenizer differs."""
 
     def digest(policy: Policy) -> str:
-        vocab = sorted(policy.tokenizer.get_vocab().items())
+        vocab = sorted(policy.vocab().items())
         return hashlib.sha256(repr(vocab).encode()).hexdigest()
 
     mine = digest(student)
@@ -200,8 +197,8 @@ def check_tokenizers(student: Policy, teachers: Mapping[str, Policy]) -> None:
 
 def _converged(progress: dict, config: DistillConfig, teacher_rewards: Mapping[str, float] | None) -> str | None:
     """Why distillation has converged or ended (`steps`, `kl` or `reward`), or None."""
-    if config.distill_steps:
-        return "steps" if progress["steps"] >= config.distill_steps else None
+    if config.steps:
+        return "steps" if progress["steps"] >= config.steps else None
     if progress["low_kl_steps"] >= config.patience:
         return "kl"
     window = progress["window"]

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.api import Policy, RunContext, Sampler, group_advantages
+from bench.api import LOSS_TYPES, Policy, RunContext, Sampler, group_advantages
 
 
 @dataclass(frozen=True)
 class GRPOStepConfig:
-    """The settings of one GRPO step; every GRPO-based method's config includes these fields."""
+    """The settings of one GRPO step; GRPO-based methods nest it (`expert.lr`, `stage.lr`, `grpo.lr`)."""
 
     prompts_per_step: int = 32
     group_size: int = 8
-    lr: float = 5e-4  # 2e-3 collapses the warm-up base (greedy 21% -> 4% in 30 steps; issue #4)
-    loss_type: str = "grpo"  # grpo | dr_grpo | dapo
+    lr: float = 5e-4  # 2e-3 collapsed the direct world's warm-up base (greedy 21% -> 4% in 30 steps)
+    loss_type: str = "grpo"  # the normalisation: one of LOSS_TYPES
     epochs: int = 1
     clip_eps: float = 0.2
     temperature: float = 1.0
@@ -31,14 +31,16 @@ class GRPOStepConfig:
     def __post_init__(self) -> None:
         if self.prompts_per_step < 1 or self.group_size < 2:
             raise ValueError("prompts_per_step must be >= 1 and group_size >= 2")
-        if self.loss_type not in ("grpo", "dr_grpo", "dapo"):
-            raise ValueError(f"loss_type must be grpo, dr_grpo or dapo, got {self.loss_type!r}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}")
         if not self.lr > 0 or self.epochs < 1 or not self.temperature > 0 or self.warmup_updates < 0:
             raise ValueError("lr and temperature must be > 0, epochs >= 1 and warmup_updates >= 0")
 
 
 @dataclass(frozen=True)
 class GRPOConfig(GRPOStepConfig):
+    """`grpo` and `grpo-joint`: the step's settings, flat (`--set lr=1e-3`), and the domain."""
+
     domain: str = ""  # `grpo` only: the domain to train on (default: the suite's first)
 
 

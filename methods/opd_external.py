@@ -8,26 +8,28 @@ and not counted; every scoring pass it makes for this run is counted.
 Departures from the paper:
 - the teacher is the profile's prepared external model (`tiny`: a ~4x larger model trained on
   verbose worked solutions), not a released checkpoint;
-- distillation stops when the per-token reverse KL stays below `kl_threshold` for `patience`
-  steps, else at the budget; the accuracy rule is off because the teacher's accuracy is unknown
+- distillation stops when the per-token reverse KL stays below `distill.kl_threshold` for
+  `distill.patience` steps, else at the budget; the accuracy rule is off because the teacher's accuracy is unknown
   without spending counted compute on it;
 - the distillation details of `methods.distill` apply.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.api import RunContext
 from methods.distill import DistillConfig, distill
 
 
 @dataclass(frozen=True)
-class OPDExternalConfig(DistillConfig):
+class OPDExternalConfig:
+    """`distill`: the distillation and its stopping rule; `teacher`: which prepared teacher."""
+
+    distill: DistillConfig = field(default_factory=DistillConfig)
     teacher: str = "external"  # a teacher prepared outside the run (`ctx.teacher(name)`)
 
     def __post_init__(self) -> None:
-        DistillConfig.__post_init__(self)
         if not self.teacher:
             raise ValueError("teacher must name a prepared teacher, e.g. 'external'")
 
@@ -44,4 +46,5 @@ class OPDExternal:
     def run(self, ctx: RunContext) -> None:
         teacher = ctx.teacher(self.config.teacher)
         with ctx.phase("distill"):
-            distill(ctx, ctx.student, {d: teacher for d in ctx.domains}, ctx.sampler("distill"), self.config)
+            distill(ctx, ctx.student, {d: teacher for d in ctx.domains}, ctx.sampler("distill"),
+                    self.config.distill)

@@ -4,11 +4,11 @@ Follows "Unpacking the Compute Efficiency of Strong-to-Weak OPD against GRPO" (a
 each domain's expert is the base trained with GRPO on that domain alone; the student (the base)
 then samples prompts of every domain and is distilled on-policy, each prompt from its domain's
 expert (per-token reverse-KL advantage, `methods.distill`). The experts' GRPO FLOPs count toward
-the budget; the distillation share is distill FLOPs / expert FLOPs (DESIGN section 3).
+the budget; the distillation share is distill FLOPs / expert FLOPs (docs/metrics.md).
 
 Departures from the paper:
 - experts are trained one after another by default; under `bench sweep --executor ray` they train
-  in parallel as Ray tasks, as in the paper (`ctx.map_phases`, `bench.phases`). Each expert's FLOPs
+  in parallel as Ray tasks, as in the paper (`ctx.map_phases`, `bench.run.phases`). Each expert's FLOPs
   are booked under `expert:<domain>` either way; in parallel each expert samples from its own
   generator, so the numbers differ from the sequential run's in detail, not in kind;
 - each expert trains until it has converged, at most a fixed share of the run's budget
@@ -18,16 +18,16 @@ Departures from the paper:
   sample, checked every `expert_eval_every` steps, has not improved by one standard error for
   `expert_patience` checks. The FLOPs each expert spent after its best point are reported
   (`expert_tail_flops`);
-- distillation stops on a convergence rule (per-token reverse KL below `kl_threshold` for
-  `patience` steps, or the student's sample accuracy at its experts' on every domain), else at the
-  budget; `distill_steps=N` is the paper's fixed schedule instead;
+- distillation stops on a convergence rule (per-token reverse KL below `distill.kl_threshold` for
+  `distill.patience` steps, or the student's sample accuracy at its experts' on every domain), else
+  at the budget; `distill.steps=N` is the paper's fixed schedule instead;
 - the GRPO and distillation details of `methods.grpo` and `methods.distill` apply.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.api import Policy, RunContext
 from methods.distill import DistillConfig, distill
@@ -35,9 +35,12 @@ from methods.grpo import GRPOStepConfig, grpo_phase
 
 
 @dataclass(frozen=True)
-class OPDMultiConfig(GRPOStepConfig, DistillConfig):
-    """GRPO fields (as `grpo`) configure the experts; `distill_*` and the stopping rule, the distillation."""
+class OPDMultiConfig:
+    """`expert`: each expert's GRPO step (`--set expert.lr=...`); `distill`: the distillation and its
+    stopping rule (`--set distill.patience=...`); the rest: the experts' budget share and stopping rule."""
 
+    expert: GRPOStepConfig = field(default_factory=GRPOStepConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     expert_fraction: float = 0.9  # at most this share of the budget for all experts, split evenly by domain
     # An expert has converged once its mean sample reward over 3 steps has not beaten its best by
     # `expert_min_gain` for `expert_patience` steps (0: train each expert for its whole share). The
@@ -49,8 +52,6 @@ class OPDMultiConfig(GRPOStepConfig, DistillConfig):
     expert_eval_size: int = 200  # ...on this many validation prompts
 
     def __post_init__(self) -> None:
-        GRPOStepConfig.__post_init__(self)
-        DistillConfig.__post_init__(self)
         if not 0 < self.expert_fraction < 1:
             raise ValueError(f"expert_fraction must be in (0, 1), got {self.expert_fraction!r}")
         if self.expert_patience < 0 or not 0 <= self.expert_min_gain < 1:
@@ -84,7 +85,7 @@ class OPDMulti:
         if ctx.should_stop():
             return
         with ctx.phase("distill"):
-            distill(ctx, ctx.student, experts, ctx.sampler("distill"), self.config,
+            distill(ctx, ctx.student, experts, ctx.sampler("distill"), self.config.distill,
                     teacher_rewards=rewards if len(rewards) == len(experts) else None)
 
 
@@ -92,6 +93,6 @@ def _train_expert(ctx: RunContext, domain: str, *, phase_flops: float, config: O
     """GRPO on `domain` alone into the expert `expert:<domain>`; its mean recent reward (or None)."""
     # Cloned from the untouched base: the student does not train until distillation.
     expert = ctx.clone(ctx.student, f"expert:{domain}")
-    return grpo_phase(ctx, expert, f"expert:{domain}", [domain], phase_flops, config,
+    return grpo_phase(ctx, expert, f"expert:{domain}", [domain], phase_flops, config.expert,
                       patience=config.expert_patience, min_gain=config.expert_min_gain, stop=config.expert_stop,
                       eval_every=config.expert_eval_every, eval_size=config.expert_eval_size)

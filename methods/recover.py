@@ -29,7 +29,7 @@ Departures from the paper:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.api import Policy, RunContext
 from methods.distill import DistillStepConfig, distill_step
@@ -37,9 +37,11 @@ from methods.grpo import GRPOStepConfig, grpo_phase, grpo_step
 
 
 @dataclass(frozen=True)
-class RecoverConfig(GRPOStepConfig, DistillStepConfig):
-    """GRPO fields configure the stages and the GRPO recovery; `distill_*` the OPD recovery."""
+class RecoverConfig:
+    """`grpo`: the GRPO step of the stages and of the GRPO recovery; `distill`: the OPD recovery's step."""
 
+    grpo: GRPOStepConfig = field(default_factory=GRPOStepConfig)
+    distill: DistillStepConfig = field(default_factory=DistillStepConfig)
     domain: str = ""  # the domain to lose and recover (default: the suite's first)
     stage_fraction: float = 0.5  # budget share of both stages together (learn it, then the others)
     target_fraction: float = 0.9  # target = lost + target_fraction x (teacher - lost)...
@@ -48,8 +50,6 @@ class RecoverConfig(GRPOStepConfig, DistillStepConfig):
     check_size: int = 300  # held-out prompts per check
 
     def __post_init__(self) -> None:
-        GRPOStepConfig.__post_init__(self)
-        DistillStepConfig.__post_init__(self)
         if not 0 < self.stage_fraction < 1 or not 0 < self.target_fraction <= 1 or not 0 <= self.target <= 1:
             raise ValueError("stage_fraction must be in (0, 1), target_fraction in (0, 1] and target in [0, 1]")
         if self.check_every < 1 or self.check_size < 1:
@@ -101,10 +101,10 @@ class Recover:
         config = self.config
         domain, others = self._domains(ctx)
         stages = config.stage_fraction * ctx.budget_flops
-        grpo_phase(ctx, ctx.student, f"stage:{domain}", [domain], stages / 2, config)
+        grpo_phase(ctx, ctx.student, f"stage:{domain}", [domain], stages / 2, config.grpo)
         teacher = ctx.snapshot(ctx.student, f"self:{domain}")
         for other in others:
-            grpo_phase(ctx, ctx.student, f"stage:{other}", [other], stages / 2 / len(others), config)
+            grpo_phase(ctx, ctx.student, f"stage:{other}", [other], stages / 2 / len(others), config.grpo)
         if ctx.should_stop():
             return
         target = self._target(ctx, teacher, domain)
@@ -113,10 +113,11 @@ class Recover:
         grpo_policy = ctx.clone(ctx.student, "recover:grpo")
         grpo_sampler, opd_sampler = ctx.sampler("recover:grpo", [domain]), ctx.sampler("recover:opd", [domain])
         grpo_flops = recover_until(ctx, "recover:grpo", grpo_policy,
-                                   lambda: grpo_step(ctx, grpo_policy, grpo_sampler, config),
+                                   lambda: grpo_step(ctx, grpo_policy, grpo_sampler, config.grpo),
                                    target, cap, config, domain)
         opd_flops = recover_until(ctx, "recover:opd", ctx.student,
-                                  lambda: distill_step(ctx, ctx.student, {domain: teacher}, opd_sampler, config),
+                                  lambda: distill_step(ctx, ctx.student, {domain: teacher}, opd_sampler,
+                                                       config.distill),
                                   target, cap, config, domain)
         measured = ctx.state["recovery_target"]
         ctx.report("recovery", {"domain": domain, "target": target, "grpo_flops": grpo_flops, "opd_flops": opd_flops,

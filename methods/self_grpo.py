@@ -12,11 +12,13 @@ Departures from the paper:
 - stages run in the suite's domain order (`order` overrides it);
 - distillation stops on the convergence rule of `methods.distill` (reverse KL, or the student's
   sample accuracy at each self-teacher's end-of-stage accuracy), else at the budget.
+
+Config: `stage.*` is each stage's GRPO step, `distill.*` the distillation and its stopping rule.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.api import Policy, RunContext
 from methods.distill import DistillConfig, distill
@@ -24,15 +26,15 @@ from methods.grpo import GRPOStepConfig, grpo_phase
 
 
 @dataclass(frozen=True)
-class SelfGRPOConfig(GRPOStepConfig, DistillConfig):
-    """GRPO fields (as `grpo`) configure the stages; `distill_*` and the stopping rule, the distillation."""
+class SelfGRPOConfig:
+    """`stage`: each stage's GRPO step; `distill`: the distillation from the self-teachers and its rule."""
 
+    stage: GRPOStepConfig = field(default_factory=GRPOStepConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     stage_fraction: float = 0.9  # share of the budget for all stages together, split evenly by domain
     order: tuple[str, ...] = ()  # stage order (default: the suite's domains in order)
 
     def __post_init__(self) -> None:
-        GRPOStepConfig.__post_init__(self)
-        DistillConfig.__post_init__(self)
         if not 0 < self.stage_fraction < 1:
             raise ValueError(f"stage_fraction must be in (0, 1), got {self.stage_fraction!r}")
         if len(set(self.order)) != len(self.order):
@@ -63,12 +65,12 @@ class SelfGRPO:
         teachers: dict[str, Policy] = {}
         rewards: dict[str, float] = {}
         for domain in domains:
-            reward = grpo_phase(ctx, ctx.student, f"stage:{domain}", [domain], per_stage, self.config)
+            reward = grpo_phase(ctx, ctx.student, f"stage:{domain}", [domain], per_stage, self.config.stage)
             if ctx.should_stop():
                 return
             teachers[domain] = ctx.snapshot(ctx.student, f"self:{domain}")
             if reward is not None:
                 rewards[domain] = reward
         with ctx.phase("distill"):
-            distill(ctx, ctx.student, teachers, ctx.sampler("distill"), self.config,
+            distill(ctx, ctx.student, teachers, ctx.sampler("distill"), self.config.distill,
                     teacher_rewards=rewards if len(rewards) == len(teachers) else None)

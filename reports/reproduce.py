@@ -39,6 +39,18 @@ def _set_value(value: Any) -> str | None:
     return None
 
 
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested method config as the dotted keys `--set` takes (`distill.lr`)."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
 def run_command(record: dict[str, Any]) -> dict[str, Any]:
     """The `bench run` command that reproduces a record, and the config fields it cannot pass.
 
@@ -55,7 +67,7 @@ def run_command(record: dict[str, Any]) -> dict[str, Any]:
     if record.get("eval_size") is not None:
         parts[-1] += f" --eval-size {int(record['eval_size'])}"
     unset, sets = [], []
-    config = record.get("method_config") or {}
+    config = _flatten(record.get("method_config") or {})
     for key in sorted(config, key=str):
         value = _set_value(config[key])
         if value is None:

@@ -1,4 +1,4 @@
-"""Task suites for OPD-Bench: domains, generators, verifiers, splits (DESIGN section 4).
+"""Task suites for OPD-Bench: domains, generators, verifiers, splits (docs/design.md, Tasks and worlds).
 
     from tasks import get_suite
     suite = get_suite("four_domain", "easy", "tiny")

@@ -6,7 +6,9 @@ generators and its comparison rule:
 - `Problem`: one prompt with its reference answer and a worked solution;
 - `Domain`: the protocol a domain implements (`sample`, `score`, `config`);
 - `in_heldout_bucket(prompt)`: the train/held-out split, a fixed hash bucket of the prompt text;
-- `extract_answer(completion, fmt)`: the one extraction rule every verifier starts with.
+- `extract_answer(completion, fmt)`: the one extraction rule every verifier starts with;
+- `safe_score(completion, problem, normalise, compare)`: the one scoring skeleton every verifier
+  runs (extract, normalise, compare) under the hostile-text guard.
 
 Formats: `tiny` (compact prompts, direct answers of a few characters), `worked` (compact prompts,
 answers worked step by step over 30-60 characters and rewarded on the final answer only) and `hf`
@@ -26,7 +28,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -122,6 +124,33 @@ def extract_answer(completion: object, fmt: str) -> str | None:
         return None
     text = text.strip()
     return text or None
+
+
+def safe_score(
+    completion: object,
+    problem: Problem,
+    normalise: Callable[[str], Any],
+    compare: Callable[[Any, Problem], bool],
+    *,
+    fmt: str | None = None,
+) -> float:
+    """1.0 if the completion's final answer is right, else 0.0; never raises.
+
+    The final answer is extracted by the format's rule (`extract_answer`; the format is the problem's,
+    `meta["fmt"]`, unless `fmt` is given), `normalise(text)` makes it comparable (None: no answer)
+    and `compare(got, problem)` decides. Model output is hostile text: whatever raises scores 0.0.
+    """
+    try:
+        text = extract_answer(completion, fmt or problem.meta.get("fmt", "tiny"))
+        got = None if text is None else normalise(text)
+        return 1.0 if got is not None and compare(got, problem) else 0.0
+    except Exception:  # hostile text must never crash an evaluation
+        return 0.0
+
+
+def is_rg(problem: Problem) -> bool:
+    """Whether a reasoning-gym generator made the problem (its verifier is `tasks.rg.score_rg`)."""
+    return str(problem.meta.get("generator", "")).startswith("rg:")
 
 
 def final_form(answer: str, fmt: str) -> str:

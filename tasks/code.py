@@ -29,14 +29,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt, level_config, parse_int
+from tasks.base import Problem, final_form, hf_prompt, is_rg, level_config, parse_int, safe_score
 from tasks.rg import sample_mix, score_rg
 
 SEPARATOR = ">"
 _VARS = "abcd"
 
 TINY_LEVELS: dict[str, dict[str, Any]] = {
-    # Calibrated for the tiny profile (issue #4): one assignment and a printed expression, the
+    # Calibrated for the direct profile: one assignment and a printed expression, the
     # arithmetic of easy math (a 3-digit number +- a digit) behind a variable lookup. Measured on
     # 3,000-step four-domain warm-ups: two assignments of constants <= 15 left the 2-layer student
     # guessing (greedy 8-21%, its samples no better) and GRPO lost 6-11 points on it; `a=X;print(a+Y)`
@@ -261,13 +261,7 @@ class CodeDomain:
         return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 
     def score(self, completion: str, problem: Problem) -> float:
-        try:
-            if problem.meta.get("generator", "").startswith("rg:"):
-                return score_rg(completion, problem)
-            extracted = extract_answer(completion, problem.meta.get("fmt", "tiny"))
-            if extracted is None:
-                return 0.0
-            got = parse_int(extracted.replace(" ", "").removesuffix("."))
-            return 1.0 if got is not None and got == parse_int(problem.answer) else 0.0
-        except Exception:  # hostile text must never crash an evaluation
-            return 0.0
+        if is_rg(problem):
+            return score_rg(completion, problem)
+        return safe_score(completion, problem, lambda text: parse_int(text.replace(" ", "").removesuffix(".")),
+                          lambda got, p: got == parse_int(p.answer))

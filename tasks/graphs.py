@@ -34,7 +34,7 @@ import random
 import string
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt, level_config
+from tasks.base import Problem, final_form, hf_prompt, is_rg, level_config, safe_score
 from tasks.rg import sample_mix, score_rg
 
 SEPARATOR = "?"
@@ -92,10 +92,8 @@ def _problem(rng: random.Random, level: dict[str, Any], difficulty: str, fmt: st
     return Problem("graphs", hf_prompt(body), path, solution + final_form(path, fmt), meta)
 
 
-def _normalise(text: str | None) -> str | None:
+def _normalise(text: str) -> str:
     """Lower-cased, without the separators a list of nodes is written with (`->`, `,`, spaces, a final `.`)."""
-    if text is None:
-        return None
     return text.lower().strip().removesuffix(".").replace("->", "").replace(",", "").replace(" ", "")
 
 
@@ -116,10 +114,6 @@ class GraphsDomain:
         return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 
     def score(self, completion: str, problem: Problem) -> float:
-        try:
-            if problem.meta.get("generator", "").startswith("rg:"):
-                return score_rg(completion, problem)
-            got = _normalise(extract_answer(completion, problem.meta.get("fmt", "tiny")))
-            return 1.0 if got is not None and got == problem.answer else 0.0
-        except Exception:  # hostile text must never crash an evaluation
-            return 0.0
+        if is_rg(problem):
+            return score_rg(completion, problem)
+        return safe_score(completion, problem, _normalise, lambda got, p: got == p.answer)

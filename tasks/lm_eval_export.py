@@ -10,10 +10,10 @@ Writes, into `out_dir`:
 - `<task>_<domain>.jsonl`: the held-out problems of each domain (`meta` as a JSON string);
 - `<task>_<domain>.yaml`: one `generate_until` task per domain, absolute `data_files` paths, and
   `process_results: !function utils.process_results`. Decoding is the benchmark's own evaluation
-  (DESIGN section 3): greedy, stopped by the model's EOS token only (no `until` strings: lm-eval adds
+  (docs/metrics.md, Held-out accuracy): greedy, stopped by the model's EOS token only (no `until` strings: lm-eval adds
   the EOS), at most `max_gen_toks` new tokens;
 - `<task>.yaml`: the group; its `acc` is the unweighted mean over domains, the suite accuracy of
-  DESIGN section 3 (every domain has the same number of held-out prompts anyway);
+  docs/metrics.md (every domain has the same number of held-out prompts anyway);
 - `utils.py`: `process_results`, which rebuilds the `Problem` and calls the domain's verifier, so
   lm-eval's number and ours come from the same code. It imports this checkout's `tasks` package.
 

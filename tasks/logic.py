@@ -20,7 +20,7 @@ import itertools
 import random
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt, level_config
+from tasks.base import Problem, final_form, hf_prompt, is_rg, level_config, safe_score
 from tasks.rg import sample_mix, score_rg
 
 SEPARATOR = ">"
@@ -136,18 +136,14 @@ class LogicDomain:
         return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 
     def score(self, completion: str, problem: Problem) -> float:
-        try:
-            generator = problem.meta.get("generator", "")
-            if generator.startswith("rg:"):
-                return score_rg(completion, problem)
-            extracted = extract_answer(completion, problem.meta.get("fmt", "tiny"))
-            if extracted is None:
-                return 0.0
-            got = extracted.replace(" ", "")
-            if generator == "formula":
-                got = got.lower().removesuffix(".")
-                want = problem.answer.lower()
-                return 1.0 if (got in _TRUE and want == "true") or (got in _FALSE and want == "false") else 0.0
-            return 1.0 if got == problem.answer else 0.0
-        except Exception:  # hostile text must never crash an evaluation
-            return 0.0
+        if is_rg(problem):
+            return score_rg(completion, problem)
+        return safe_score(completion, problem, lambda text: text.replace(" ", ""), _matches)
+
+
+def _matches(got: str, problem: Problem) -> bool:
+    """A truth value in any accepted spelling for an hf formula; the exact table otherwise."""
+    if problem.meta.get("generator") == "formula":
+        got, want = got.lower().removesuffix("."), problem.answer.lower()
+        return (got in _TRUE and want == "true") or (got in _FALSE and want == "false")
+    return got == problem.answer

@@ -3,7 +3,7 @@
 Tiny prompt: `17+5-9=` (the separator `=` means "answer now"), answer `13`, worked solution
 `17+5=22;22-9=13#13`. Easy is one wide operand and one digit (`347+8=` -> `355`): a large prompt
 space whose answer a 2-layer student can learn in one pass (mostly copying, one carry), calibrated
-for the tiny profile (issue #4); multi-digit chains are far harder for it. Hard levels add one `*`,
+for the direct profile; multi-digit chains are far harder for it. Hard levels add one `*`,
 evaluated first (usual precedence), e.g. `3+4*5-2=` -> `4*5=20;3+20=23;23-2=21#21`.
 
 Worked prompt: column addition or subtraction of two numbers of equal length (`48371+25968=`), worked
@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt, level_config, parse_int
+from tasks.base import Problem, final_form, hf_prompt, is_rg, level_config, parse_int, safe_score
 from tasks.rg import sample_mix, score_rg
 
 SEPARATOR = "="
@@ -154,9 +154,7 @@ def _worked_problem(rng: random.Random, level: dict[str, Any], difficulty: str) 
                    alt_solution=";".join(alt) + final_form(answer, "worked"))
 
 
-def _normalise(text: str | None, fmt: str) -> int | None:
-    if text is None:
-        return None
+def _normalise(text: str, fmt: str) -> int | None:
     text = text.replace(" ", "").removesuffix(".")
     if fmt == "hf":
         text = text.replace(",", "")
@@ -180,11 +178,8 @@ class MathDomain:
         return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 
     def score(self, completion: str, problem: Problem) -> float:
-        try:
-            if problem.meta.get("generator", "").startswith("rg:"):
-                return score_rg(completion, problem)
-            fmt = problem.meta.get("fmt", "tiny")
-            got = _normalise(extract_answer(completion, fmt), fmt)
-            return 1.0 if got is not None and got == parse_int(problem.answer) else 0.0
-        except Exception:  # hostile text must never crash an evaluation
-            return 0.0
+        if is_rg(problem):
+            return score_rg(completion, problem)
+        fmt = problem.meta.get("fmt", "tiny")
+        return safe_score(completion, problem, lambda text: _normalise(text, fmt),
+                          lambda got, p: got == parse_int(p.answer))

@@ -29,7 +29,7 @@ from decimal import Decimal
 from collections.abc import Callable
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt, pick
+from tasks.base import Problem, extract_answer, final_form, hf_prompt, pick, safe_score
 
 _VIRTUAL_SIZE = 2**20
 _SEED = 20_251_129
@@ -154,26 +154,24 @@ _EXACT_SCORERS = {
 
 
 def score_rg(completion: str, problem: Problem) -> float:
-    """1.0 if reasoning-gym's verifier gives the extracted answer full credit, else 0.0."""
-    try:
-        extracted = extract_answer(completion, "hf")
-        if extracted is None:
-            return 0.0
-        name = problem.meta["generator"].removeprefix("rg:")
-        if name in _EXACT_SCORERS:
-            return _EXACT_SCORERS[name](extracted, problem.answer)
-        entry = {
-            "question": problem.prompt,
-            "answer": problem.answer,
-            "metadata": problem.meta.get("rg_metadata", {}),
-        }
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            value = _scorer(name)(extracted, entry)
-        # Exactly full credit: partial credits that round to 0.999... are still wrong answers.
-        return 1.0 if isinstance(value, (int, float)) and value >= 1.0 else 0.0
-    except Exception:  # hostile text must never crash an evaluation
-        return 0.0
+    """1.0 if reasoning-gym's verifier gives the extracted answer full credit, else 0.0; never raises."""
+    return safe_score(completion, problem, lambda text: text, _full_credit, fmt="hf")
+
+
+def _full_credit(extracted: str, problem: Problem) -> bool:
+    name = problem.meta["generator"].removeprefix("rg:")
+    if name in _EXACT_SCORERS:
+        return _EXACT_SCORERS[name](extracted, problem.answer) >= 1.0
+    entry = {
+        "question": problem.prompt,
+        "answer": problem.answer,
+        "metadata": problem.meta.get("rg_metadata", {}),
+    }
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        value = _scorer(name)(extracted, entry)
+    # Exactly full credit: partial credits that round to 0.999... are still wrong answers.
+    return isinstance(value, (int, float)) and value >= 1.0
 
 
 def sample_mix(

@@ -25,7 +25,7 @@ import string
 from collections import Counter
 from typing import Any
 
-from tasks.base import Problem, extract_answer, final_form, hf_prompt, level_config, parse_int
+from tasks.base import Problem, final_form, hf_prompt, is_rg, level_config, parse_int, safe_score
 from tasks.rg import sample_mix, score_rg
 
 SEPARATOR = ">"
@@ -119,9 +119,7 @@ def _problem(rng: random.Random, level: dict[str, Any], difficulty: str, fmt: st
     return Problem("strings", hf_prompt(body), answer, solution, meta)
 
 
-def _normalise(text: str | None) -> str | None:
-    if text is None:
-        return None
+def _normalise(text: str) -> str:
     return text.replace(" ", "").strip("\"'`").removesuffix(".").lower()
 
 
@@ -142,14 +140,13 @@ class StringsDomain:
         return sample_mix(rng, HF_LEVELS[difficulty], self.name, difficulty, own)
 
     def score(self, completion: str, problem: Problem) -> float:
-        try:
-            if problem.meta.get("generator", "").startswith("rg:"):
-                return score_rg(completion, problem)
-            got = _normalise(extract_answer(completion, problem.meta.get("fmt", "tiny")))
-            if got is None:
-                return 0.0
-            if problem.meta.get("op") == "c":
-                return 1.0 if parse_int(got) is not None and parse_int(got) == parse_int(problem.answer) else 0.0
-            return 1.0 if got == problem.answer.lower() else 0.0
-        except Exception:  # hostile text must never crash an evaluation
-            return 0.0
+        if is_rg(problem):
+            return score_rg(completion, problem)
+        return safe_score(completion, problem, _normalise, _matches)
+
+
+def _matches(got: str, problem: Problem) -> bool:
+    """Counts as plain integers; reversed and sorted letters case-insensitively."""
+    if problem.meta.get("op") == "c":
+        return parse_int(got) is not None and parse_int(got) == parse_int(problem.answer)
+    return got == problem.answer.lower()

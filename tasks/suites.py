@@ -5,7 +5,7 @@
     heldout = suite.heldout()                       # 1,000 prompts per domain, the same for everyone
     suite.score(problem, completion)                # 0.0 or 1.0
 
-The split (DESIGN section 4): a prompt belongs to the held-out space when a hash of its text falls in
+The split (docs/design.md, Tasks and worlds): a prompt belongs to the held-out space when a hash of its text falls in
 one fixed bucket (`tasks.base.in_heldout_bucket`, 1/8 of prompt space). The train sampler draws from
 the generators and rejects that bucket; the held-out split is drawn from a fixed seed per
 (domain, difficulty, format), keeps only that bucket and drops duplicate prompts. Both come from one

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.cli import app
-from bench.conformance import smoke_profile
+from bench.run.conformance import smoke_profile
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"

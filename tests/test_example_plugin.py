@@ -1,7 +1,11 @@
-"""The example third-party method (examples/opd-bench-rloo) installs as its own package and runs
-through the real command line: `bench list methods`, `bench run`, `bench check-adapter`.
+"""The example third-party methods install as their own packages and run through the real command
+line: `bench list methods`, `bench run`, `bench check-adapter`.
 
-The package is built and installed offline (`pip --no-index --no-build-isolation`, the venv's
+- examples/opd-bench-rloo: RLOO, a policy-gradient method on `ctx.pg_step`;
+- examples/opd-bench-seqkl: sequence-level KL distillation with a loss of its own on `ctx.update`,
+  two files in all (a method with a new loss needs no other change anywhere).
+
+The packages are built and installed offline (`pip --no-index --no-build-isolation`, the venv's
 setuptools) into a temporary folder that only the `bench` subprocesses see on PYTHONPATH, so the
 test neither needs the network nor touches the environment it runs in.
 """
@@ -21,22 +25,26 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "opd-bench-rloo"
 RLOO_FILE = EXAMPLE / "opd_bench_rloo" / "rloo.py"
+SEQKL = REPO / "examples" / "opd-bench-seqkl"
+SEQKL_FILE = SEQKL / "opd_bench_seqkl.py"
+PLUGINS = {"rloo": (EXAMPLE, "opd_bench_rloo"), "seqkl": (SEQKL, "opd_bench_seqkl")}
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """A folder holding the installed example (package + dist-info with its entry point)."""
+    """A folder holding the installed examples (packages + dist-infos with their entry points)."""
     tmp = tmp_path_factory.mktemp("plugin")
-    # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
-    source = shutil.copytree(EXAMPLE, tmp / "src", ignore=shutil.ignore_patterns("build", "*.egg-info"))
     target = tmp / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--no-cache-dir", "--disable-pip-version-check", "--target", str(target), str(source)],
-        check=True, capture_output=True, text=True, timeout=300,
-    )
-    entry_points = next(target.glob("opd_bench_rloo-*.dist-info")) / "entry_points.txt"
-    assert "[opd_bench.methods]" in entry_points.read_text()
+    for name, (folder, dist) in PLUGINS.items():
+        # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
+        source = shutil.copytree(folder, tmp / name, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+             "--no-cache-dir", "--disable-pip-version-check", "--target", str(target), str(source)],
+            check=True, capture_output=True, text=True, timeout=300,
+        )
+        entry_points = next(target.glob(f"{dist}-*.dist-info")) / "entry_points.txt"
+        assert "[opd_bench.methods]" in entry_points.read_text() and f"{name} = " in entry_points.read_text()
     return target
 
 
@@ -47,10 +55,10 @@ def bench(site: Path, *args: str, timeout: int = 600) -> subprocess.CompletedPro
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_installed_plugin_is_listed(site):
+def test_installed_plugins_are_listed(site):
     out = bench(site, "list", "methods")
     assert out.returncode == 0, out.stderr
-    assert "rloo" in out.stdout.split()
+    assert {"rloo", "seqkl"} <= set(out.stdout.split())
     assert "grpo" in out.stdout.split()  # the built-ins are still there
 
 
@@ -69,16 +77,33 @@ def test_installed_plugin_runs_through_bench_run(site, tmp_path):
     assert curve[-1]["flops"] == pytest.approx(summary["flops"]["counted"])
 
 
-@pytest.mark.slow  # ~25 s of CPU: a full smoke-budget run under the instrumented counter
-def test_installed_plugin_passes_check_adapter(site):
-    out = bench(site, "check-adapter", "rloo")
+def test_method_with_its_own_loss_runs_through_bench_run(site, tmp_path):
+    out = bench(site, "run", "--method", "seqkl", "--suite", "math_code", "--profile", "smoke", "--budget", "6e10",
+                "--eval-size", "8", "--set", "prompts_per_step=8", "--runs", str(tmp_path), "--no-progress")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "seqkl__math_code-easy__smoke__s0" / "summary.json").read_text())
+    assert summary["method"] == "seqkl" and summary["method_config"]["prompts_per_step"] == 8
+    counted = {(r["phase"], r["kind"], r["model"]) for r in summary["ledger"] if r["category"] == "counted"}
+    # its own loss went through the update engine: charged as the student's update, like any built-in's
+    assert counted == {("distill", "rollout", "student"), ("distill", "score", "external"),
+                       ("distill", "update", "student")}
+    assert summary["flops"]["counted"] >= summary["budget_flops"] == 6e10
+    steps = summary["steps"]
+    assert steps and all({"loss", "grad_norm", "seq_reverse_kl", "reward"} <= set(s) for s in steps)
+
+
+@pytest.mark.slow  # ~25 s of CPU each: a full smoke-budget run under the instrumented counter
+@pytest.mark.parametrize("plugin", sorted(PLUGINS))
+def test_installed_plugin_passes_check_adapter(site, plugin):
+    out = bench(site, "check-adapter", plugin)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "PASS rloo" in out.stdout
+    assert f"PASS {plugin}" in out.stdout
 
 
 def test_plugin_loads_from_its_file_and_validates_overrides():
     from bench.registry import get_method
-    from bench.runner import RunError, method_config
+    from bench.errors import RunError
+    from bench.run.config import method_config
 
     cls = get_method(f"{RLOO_FILE}:RLOO")
     assert cls.name == "rloo"
@@ -113,12 +138,35 @@ def _bench_imports(source: str) -> set[str]:
     return {n for n in names if n.split(".")[0] in ("bench", "methods", "tasks", "reports")}
 
 
+def test_sequence_kl_plugin_loads_from_its_file_and_validates_overrides():
+    from bench.errors import RunError
+    from bench.registry import get_method
+    from bench.run.config import method_config
+
+    cls = get_method(f"{SEQKL_FILE}:SeqKL")
+    assert cls.name == "seqkl" and method_config(cls, (("samples", "8"),)).samples == 8
+    with pytest.raises(RunError, match="samples >= 2"):
+        method_config(cls, (("samples", "1"),))
+    module = sys.modules[cls.__module__]
+    teacher = torch.tensor([[0.0, -1.0, -1.0], [0.0, -2.0, -2.0]])
+    student = torch.tensor([[0.0, -2.0, -3.0], [0.0, -2.0, -2.0]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 1]])
+    assert module.sequence_rewards(teacher, student, mask).tolist() == [1.5, 0.0]
+
+
+def test_a_method_with_a_new_loss_is_two_files():
+    built = ("build", "__pycache__")  # what an install or an import leaves behind
+    files = sorted(p.name for p in SEQKL.iterdir()
+                   if not p.name.startswith(".") and p.name not in built and not p.name.endswith(".egg-info"))
+    assert files == ["opd_bench_seqkl.py", "pyproject.toml"]
+
+
 def test_plugin_and_docs_example_use_only_the_public_api(tmp_path):
     import re
 
     from bench.registry import get_method
 
-    for path in (EXAMPLE / "opd_bench_rloo").glob("*.py"):
+    for path in [*(EXAMPLE / "opd_bench_rloo").glob("*.py"), SEQKL_FILE]:
         assert _bench_imports(path.read_text()) <= {"bench.api"}, path
     # The minimal method in docs/plugins.md is a working plugin file as written.
     doc = (REPO / "docs" / "plugins.md").read_text()

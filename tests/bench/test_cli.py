@@ -26,7 +26,7 @@ def _err(result) -> str:
         (["run", "--method", "grpo", "--budget", "-1e12"], "positive"),
         (["run", "--method", "grpo", "--budget", "inf"], "positive"),
         (["run", "--method", "grpo", "--budget", "nan"], "positive"),
-        (["run", "--method", "grpo", "--profile", "huge"], "known profiles: direct, hf, smoke, tiny"),
+        (["run", "--method", "grpo", "--profile", "huge"], "known profiles: direct, direct-smoke, hf, smoke, tiny"),
         (["run", "--method", "grpo", "--set", "nonsense"], "key=value"),
         (["run", "--method", "grpo", "--set", "lrr=1"], "did you mean 'lr'"),
         (["run", "--method", "grpo", "--set", "lr=fast"], "expected float"),

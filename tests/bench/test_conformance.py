@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bench.conformance import check_adapter
+from bench.run.conformance import check_adapter
 from bench.registry import builtin_methods
 
 SNEAKY = '''
@@ -29,7 +29,7 @@ class Sneaky:
         self.config = config
 
     def run(self, ctx):
-        model = ctx.student.model
+        model = ctx.student._model  # reaching past the handle, as a careless plugin might
         shadow = type(model)(model.config)  # built here, never metered
         sampler = ctx.sampler("train")
         while not ctx.should_stop():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bench.context import _bucket_weights, completion_width, length_buckets
+from bench.update import bucket_weights, completion_width, length_buckets
 from bench.losses import LOSS_TYPES, policy_gradient_loss
 
 
@@ -24,7 +24,7 @@ def test_bucketed_loss_equals_full_batch_loss(loss_type, per_token):
     assert sorted(torch.cat([r for r, _ in buckets]).tolist()) == list(range(b))
     assert all(int(lengths[r].max()) == w for r, w in buckets)
     total = 0.0
-    for (rows, width), weight in zip(buckets, _bucket_weights(buckets, mask, loss_type)):
+    for (rows, width), weight in zip(buckets, bucket_weights(buckets, mask, "tokens" if loss_type == "dapo" else "rows")):
         a = adv[rows] if adv.dim() == 1 else adv[rows, :width]
         part, _ = policy_gradient_loss(
             logp[rows, :width], old[rows, :width], a, mask[rows, :width], loss_type=loss_type, max_completion_tokens=t
@@ -38,8 +38,8 @@ def test_logprobs_on_the_completion_only_match_the_full_ones_and_cost_less(famil
     """`keep`: the same log-probs and gradients on the kept positions, a smaller LM-head charge."""
     import transformers
 
-    from bench.ledger import Ledger
-    from bench.models import build_tokenizer
+    from bench.accounting.ledger import Ledger
+    from bench.world.models import build_tokenizer
     from bench.policy import Policy
 
     tok = build_tokenizer()
@@ -58,15 +58,15 @@ def test_logprobs_on_the_completion_only_match_the_full_ones_and_cost_less(famil
     assert keep == 4 and completion_width(torch.zeros(2, 5)) == 5
 
     full = policy.logprobs(input_ids, attention)
-    charged_full = policy.ledger.counted_flops
+    charged_full = policy._ledger.counted_flops
     part = policy.logprobs(input_ids, attention, keep=keep)
-    charged_part = policy.ledger.counted_flops - charged_full
+    charged_part = policy._ledger.counted_flops - charged_full
     assert torch.allclose(part[:, 6:], full[:, 6:], atol=1e-5) and not part[:, :6].any()
     assert charged_part < charged_full
 
     grads = []
     for k in (None, keep):
-        policy.model.zero_grad()
+        policy._model.zero_grad()
         (policy.logprobs(input_ids, attention, keep=k) * completion).sum().backward()
-        grads.append(torch.cat([p.grad.flatten() for p in policy.model.parameters() if p.grad is not None]))
+        grads.append(torch.cat([p.grad.flatten() for p in policy._model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-5)

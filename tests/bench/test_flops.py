@@ -1,7 +1,7 @@
 """FLOP accounting: FlopSpec by hand, metering charges, the bypass test, and the instrumented audit.
 
 Every supported family is built as a tiny random model from its transformers config class and audited
-against torch's FlopCounterMode (2% tolerance, DESIGN section 2); fvcore is the second opinion.
+against torch's FlopCounterMode (2% tolerance, docs/design.md, FLOP accounting); fvcore is the second opinion.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import torch
 import transformers
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench import audit
-from bench.flops import FlopSpec, UnsupportedModelError
-from bench.ledger import Ledger, ledger_context
-from bench.metering import meter, unmeter
+from bench.accounting import audit, counting
+from bench.errors import UnsupportedModelError
+from bench.accounting.flops import FlopSpec
+from bench.accounting.ledger import Ledger, ledger_context
+from bench.accounting.metering import is_metered, meter, unmeter
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # fvcore
 
@@ -60,7 +61,7 @@ def test_flopspec_llama_by_hand():
     assert (spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim) == (L, d, nq, nkv, dh)
     n_mm = L * (d * dh * (2 * nq + 2 * nkv) + 3 * d * f) + V * d
     assert n_mm == 92_928 == spec.matmul_params  # 2 * (12_288 + 24_576) + 19_200
-    # DESIGN: a causal forward over S tokens costs 2 N_mm S + 2 L n_q d_h S (S + 1)
+    # a causal forward over S tokens costs 2 N_mm S + 2 L n_q d_h S (S + 1) (docs/design.md, FLOP accounting)
     assert spec.forward_flops(S) == 2 * n_mm * S + 2 * L * nq * dh * S * (S + 1) == 6_217_728
     assert spec.forward_flops(S, batch=3) == 3 * 6_217_728
     assert spec.train_flops(S) == 3 * 6_217_728
@@ -85,8 +86,8 @@ def test_generate_flops_is_prefill_plus_cached_steps():
     spec = FlopSpec.from_config(CONFIGS["llama"]())
     steps = sum(spec.forward_flops(1, past_tokens=P + g - 1) for g in range(1, G))
     assert spec.generate_flops(P, G) == spec.forward_flops(P, logit_tokens=1) + steps
-    # DESIGN's "forward over P+G minus the head of P-1" counts one more token: the last, at full context
-    assert audit.design_generate_flops(spec, P, G) - spec.generate_flops(P, G) == spec.forward_flops(1, P + G - 1)
+    # "a forward over P+G minus the head of P-1" counts one more token: the last, at full context
+    assert audit.full_pass_generate_flops(spec, P, G) - spec.generate_flops(P, G) == spec.forward_flops(1, P + G - 1)
 
 
 def test_unknown_architecture_is_rejected():
@@ -121,7 +122,7 @@ def test_audit_agrees(family, attn):
             assert row.attention == "full" and row.analytic_flops > charge
         else:
             assert row.attention == "causal" and row.analytic_flops == charge
-    assert model.training and not audit.is_metered(model)  # left as it was
+    assert model.training and not is_metered(model)  # left as it was
     assert all(p.grad is None for p in model.parameters())
 
 
@@ -129,26 +130,26 @@ def test_audit_agrees(family, attn):
 def test_fvcore_agrees_on_the_matmul_and_attention_terms(family):
     model = build(family).eval()
     spec = FlopSpec.from_config(model.config)
-    split = audit.fvcore_forward_flops(model, token_ids())
+    split = counting.fvcore_forward_flops(model, token_ids())
     assert close(split.matmul, 2 * spec.matmul_params * B * S)
     assert close(split.attention, B * spec.attention_flops(S))
-    assert close(audit.count_flops(lambda: audit._forward(model, token_ids())).matmul, split.matmul)
+    assert close(counting.count_flops(lambda: audit._forward(model, token_ids())).matmul, split.matmul)
 
 
 def test_fvcore_counts_eager_attention_in_full():
     model = build("llama", "eager").eval()
     spec = FlopSpec.from_config(model.config)
     full = B * spec.attention_flops(1) * S * S
-    assert close(audit.fvcore_forward_flops(model, token_ids()).attention, full)
+    assert close(counting.fvcore_forward_flops(model, token_ids()).attention, full)
 
 
 def test_generation_convention_against_the_counter():
-    """What an engine runs (P+G-1 tokens) matches the counter; DESIGN's P+G convention is over."""
+    """What an engine runs (P+G-1 tokens) matches the counter; counting P+G tokens is over."""
     model = build("llama").eval()
     spec = FlopSpec.from_config(model.config)
-    measured = audit.instrumented_flops(lambda: audit.greedy_generate(model, token_ids(length=P), G))
+    measured = counting.instrumented_flops(lambda: audit.greedy_generate(model, token_ids(length=P), G))
     assert close(measured, B * spec.generate_flops(P, G), tol=1e-9)
-    design = B * audit.design_generate_flops(spec, P, G)
+    design = B * audit.full_pass_generate_flops(spec, P, G)
     assert (design - measured) / measured > audit.TOLERANCE  # one extra token at full context: ~7% here
 
 
@@ -162,7 +163,9 @@ def test_flops_report_and_table():
     text = io.StringIO()
     from rich.console import Console
 
-    Console(file=text, width=160).print(audit.format_audit(report))
+    from bench.cli import audit_table
+
+    Console(file=text, width=160).print(audit_table(report))
     assert "forward+backward" in text.getvalue() and "+0.00%" in text.getvalue()
 
 
@@ -181,7 +184,7 @@ def _qkv(q_len=6, k_len=6, heads=4, kv_heads=2, dim=8):
 
 def _sdpa_flops(**kwargs) -> int:
     q, k, v = _qkv(**{k: kwargs.pop(k) for k in ("q_len", "k_len") if k in kwargs})
-    return audit.instrumented_flops(
+    return counting.instrumented_flops(
         lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kwargs)
     )
 
@@ -198,9 +201,9 @@ def test_cpu_sdpa_counts_the_pairs_it_attends():
 
 def test_sdpa_backward_is_twice_forward():
     q, k, v = (t.requires_grad_() for t in _qkv())
-    fwd = audit.instrumented_flops(lambda: torch.nn.functional.scaled_dot_product_attention(
+    fwd = counting.instrumented_flops(lambda: torch.nn.functional.scaled_dot_product_attention(
         q, k, v, is_causal=True, enable_gqa=True))
-    both = audit.instrumented_flops(lambda: torch.nn.functional.scaled_dot_product_attention(
+    both = counting.instrumented_flops(lambda: torch.nn.functional.scaled_dot_product_attention(
         q, k, v, is_causal=True, enable_gqa=True).sum().backward())
     assert both == 3 * fwd
 
@@ -209,17 +212,17 @@ def test_causal_formulas_for_cuda_kernels_bind_their_arguments():
     q, k, v = _qkv()
     causal = 2 * 2 * 4 * 21 * (8 + 8)
     aten = torch.ops.aten
-    efficient = audit._CAUSAL_SDPA[aten._scaled_dot_product_efficient_attention]
+    efficient = counting._CAUSAL_SDPA[aten._scaled_dot_product_efficient_attention]
     assert efficient(q, k, v, None, False, 0.0, True) == causal
     assert efficient(q, k, v, None, False, 0.0, False) == 36 * causal // 21
-    flash = audit._CAUSAL_SDPA[aten._scaled_dot_product_flash_attention]
+    flash = counting._CAUSAL_SDPA[aten._scaled_dot_product_flash_attention]
     assert flash(q, k, v, 0.0, True) == causal
-    flash_bwd = audit._CAUSAL_SDPA[aten._scaled_dot_product_flash_attention_backward]
+    flash_bwd = counting._CAUSAL_SDPA[aten._scaled_dot_product_flash_attention_backward]
     assert flash_bwd(q, q, k, v, q, None, None, None, 6, 6, 0.0, True, None, None) == 2 * causal
 
 
 def test_plain_counter_sees_cpu_sdpa_and_registration_is_idempotent():
-    audit._register_cpu_sdpa()  # a second registration must be harmless
+    counting.register_cpu_sdpa()  # a second registration must be harmless
     q, k, v = _qkv()
     with FlopCounterMode(display=False) as counter:
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
@@ -259,7 +262,7 @@ def test_hf_generate_is_charged_what_it_runs():
     meter(model, "student", ledger)
     gen = dict(max_new_tokens=G, min_new_tokens=G, do_sample=False, pad_token_id=0)
     with ledger_context(kind="rollout"):
-        measured = audit.instrumented_flops(lambda: model.generate(token_ids(length=P), **gen))
+        measured = counting.instrumented_flops(lambda: model.generate(token_ids(length=P), **gen))
     assert close(ledger.total(), measured)
 
 
@@ -278,7 +281,7 @@ def _method_calling_model_directly(model: torch.nn.Module, ids: torch.Tensor, po
 @pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_bypass_is_charged(family):
-    """DESIGN section 2: a method calling model(...) directly is still charged, and the charge is right."""
+    """A method calling model(...) directly is still charged, and the charge is right (docs/design.md, FLOP accounting)."""
     model, ledger = build(family).eval(), Ledger()
     meter(model, "student", ledger)
     spec = FlopSpec.from_config(model.config)

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.cli import app
-from bench.ledger import Ledger
-from bench.models import load_model, tiny_model_dir
+from bench.accounting.ledger import Ledger
+from bench.world.models import load_model, tiny_model_dir
 from bench.policy import Policy
 
 TEMPLATE = (

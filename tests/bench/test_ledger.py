@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.ledger import (
+from bench.accounting.ledger import (
     CATEGORIES,
     KINDS,
     CorruptRunError,

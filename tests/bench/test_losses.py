@@ -88,7 +88,7 @@ def test_sft_loss_and_masked_mean():
 
 
 def test_length_buckets_cap_the_logits_of_big_vocabularies():
-    from bench.context import LOGIT_BUDGET, length_buckets
+    from bench.update import LOGIT_BUDGET, length_buckets
 
     mask = torch.zeros(64, 300, dtype=torch.long)
     for i in range(64):

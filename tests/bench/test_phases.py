@@ -16,11 +16,12 @@ from typer.testing import CliRunner
 
 from bench.cli import app
 from bench.context import RunContext
-from bench.ledger import Ledger
-from bench.models import TINY_SPECS, build_tiny
+from bench.accounting.ledger import Ledger
+from bench.world.models import TINY_SPECS, build_tiny
 from bench.policy import Policy
 from bench.registry import get_suite
-from bench.rollout import TorchRollout
+from bench.run.phases import phase_runner
+from bench.rollout.torch_engine import TorchRollout
 
 
 def sft_expert(ctx: RunContext, domain: str) -> float:
@@ -42,7 +43,7 @@ def make_context(executor: str, steps: list) -> RunContext:
         suite=get_suite("math_code", "easy", "tiny"), seed=3, budget_flops=1e12, ledger=ledger,
         student=Policy("student", model, tokenizer, ledger=ledger), backend=TorchRollout(),
         teacher_loader=lambda name: None, max_new_tokens=8, on_step=steps.append,
-        phase_executor=executor,
+        phase_runner=phase_runner(executor),
     )
 
 
@@ -59,18 +60,18 @@ def without_seconds(rows: list[dict]) -> list[dict]:
 def assert_same_phases(ctx: RunContext, results: dict, ref: RunContext, ref_results: dict) -> None:
     """Everything the sequential path leaves behind, the child path leaves behind too, exactly."""
     assert results == ref_results
-    assert without_seconds(ctx.ledger.rows()) == without_seconds(ref.ledger.rows())
-    assert {r["phase"] for r in ctx.ledger.rows()} == {"expert:math", "expert:code"}
-    assert ctx.sampler_positions() == ref.sampler_positions() == {"expert:math": 16, "expert:code": 16}
+    assert without_seconds(ctx._ledger.rows()) == without_seconds(ref._ledger.rows())
+    assert {r["phase"] for r in ctx._ledger.rows()} == {"expert:math", "expert:code"}
+    assert ctx._sampler_positions() == ref._sampler_positions() == {"expert:math": 16, "expert:code": 16}
     assert ctx.state == ref.state
-    base = ref.student.model.state_dict()
+    base = ref.student._model.state_dict()
     for domain in ctx.domains:
-        mine = ctx.policies[f"expert:{domain}"]
-        theirs = ref.policies[f"expert:{domain}"]
+        mine = ctx._policies[f"expert:{domain}"]
+        theirs = ref._policies[f"expert:{domain}"]
         assert mine.updates == theirs.updates == 2
-        for name, tensor in theirs.model.state_dict().items():
-            assert torch.equal(mine.model.state_dict()[name], tensor), name
-        assert not torch.equal(theirs.model.state_dict()["lm_head.weight"], base["lm_head.weight"])
+        for name, tensor in theirs._model.state_dict().items():
+            assert torch.equal(mine._model.state_dict()[name], tensor), name
+        assert not torch.equal(theirs._model.state_dict()["lm_head.weight"], base["lm_head.weight"])
 
 
 def test_isolated_phases_book_exactly_what_sequential_phases_book():
@@ -78,14 +79,14 @@ def test_isolated_phases_book_exactly_what_sequential_phases_book():
     ctx, results, steps = run_phases("isolated")
     assert_same_phases(ctx, results, ref, ref_results)
     assert (len(ref_steps), len(steps)) == (0, 1)  # the runner hears once, after the merge
-    assert ctx.ledger.counted_flops > 0
+    assert ctx._ledger.counted_flops > 0
 
 
 def test_a_resumed_complete_phase_is_not_charged_again():
     ctx, _, _ = run_phases("isolated")
-    spent = ctx.ledger.counted_flops
+    spent = ctx._ledger.counted_flops
     again = ctx.map_phases(skip_if_done, ctx.domains)
-    assert ctx.ledger.counted_flops == spent
+    assert ctx._ledger.counted_flops == spent
     assert again["math"] > 0 and again["code"] > 0
 
 

@@ -1,11 +1,11 @@
-"""`bench prepare`'s imperfect warm-up data and its calibration figures (issue #4)."""
+"""`bench prepare`'s imperfect warm-up data and its calibration figures."""
 
 from __future__ import annotations
 
 import random
 
-from bench.prepare import _mistake, _warmup_answer, format_calibration, prepare
-from bench.profiles import WarmupConfig
+from bench.world.prepare import _mistake, _warmup_answer, format_calibration, prepare
+from bench.world.profiles import WarmupConfig
 from tasks import get_suite
 
 
@@ -49,7 +49,7 @@ def test_prepare_stores_and_formats_calibration_figures(fast_profile):
 
 
 def test_the_external_teacher_is_built_on_first_use_and_booked_once(fast_profile, tmp_path, monkeypatch):
-    from bench.ledger import Ledger
+    from bench.accounting.ledger import Ledger
 
     monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path))  # a cold cache: nothing prepared yet
     prepared = prepare(fast_profile, progress=False, teacher=False)

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.profiles import PROFILES
-from bench.reference import ROOT, cpu_signature
+from bench.world.profiles import PROFILES
+from bench.world.reference import ROOT, cpu_signature
 
 BUILD = """
 import json, sys, torch
 torch.set_num_threads(int(sys.argv[1]))
-from bench.prepare import prepare
-from bench.profiles import PROFILES
+from bench.world.prepare import prepare
+from bench.world.profiles import PROFILES
 prepared = prepare(PROFILES["smoke"], progress=False, teacher=False)
 print(json.dumps({"base": prepared.model_hashes()["base"]}))
 """
@@ -44,7 +44,7 @@ def test_the_smoke_base_is_identical_across_processes_and_thread_counts(tmp_path
     assert one == two
     recorded = json.loads((ROOT / "smoke-digest.json").read_text())
     assert recorded["world_version"] == PROFILES["smoke"].world_version, \
-        "the world version changed: record the smoke base's digest again (python -m bench.reference --smoke-digest)"
+        "the world version changed: record the smoke base's digest again (python -m bench.world.prepare --smoke-digest)"
     if recorded["cpu"] != cpu_signature():
         pytest.skip(f"the recorded digest is for {recorded['cpu']}; this is {cpu_signature()}")
     assert one == recorded["base"], "the smoke base's bytes changed: bump the world version and record the digest"

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'opd-bench[ray]' (the dev extra has it)")
 
 from bench.cli import app  # noqa: E402
-from bench.runner import RunConfig, Runner  # noqa: E402
+from bench.run.config import RunConfig  # noqa: E402
+from bench.run.runner import Runner  # noqa: E402
 from reports.schema import validate_record  # noqa: E402
 from tests.bench.test_phases import assert_same_phases, run_phases, without_seconds  # noqa: E402
 
@@ -65,7 +66,7 @@ def test_ray_sweep_completes_runs_reports_a_failure_and_skips_on_rerun(sweep_dir
         rec = record(runs, method)
         assert validate_record(rec) == [], method
         assert rec["budget_flops"] == BUDGET and rec["flops"]["counted"] >= BUDGET
-        assert rec["provenance"]["expert_executor"] == "ray"
+        assert rec["provenance"]["phase_executor"] == "ray"
     before = {m: record(runs, m)["provenance"]["created"] for m in ("grpo-joint", "opd-multi")}
     again = CliRunner().invoke(app, sweep_args(runs))
     assert "0 runs done, 2 already complete, 1 failed" in again.output, again.output
@@ -86,7 +87,7 @@ def test_opd_multi_ray_experts_book_what_isolated_experts_book(sweep_dir, tmp_pa
     runs = {}
     for executor in ("isolated", "sequential"):
         config = RunConfig(method="opd-multi", suite="math_code", profile="smoke", budget_flops=BUDGET,
-                           runs_dir=tmp_path / executor, expert_executor=executor)
+                           runs_dir=tmp_path / executor, phase_executor=executor)
         runs[executor] = Runner(config, progress=False).run()
     assert without_seconds(ray_rec["ledger"]) == without_seconds(runs["isolated"]["ledger"])
     share = 0.9 * BUDGET / 2
@@ -112,7 +113,7 @@ def test_ray_phases_book_exactly_what_sequential_phases_book(ray_instance):
 def test_phases_on_cuda_without_room_for_their_gpus_are_refused_not_left_waiting(ray_instance):
     from types import SimpleNamespace
 
-    from bench.phases import _child_gpus
+    from bench.run.phases import _child_gpus
 
     cpu = SimpleNamespace(student=SimpleNamespace(device="cpu"))
     cuda = SimpleNamespace(student=SimpleNamespace(device="cuda"))

@@ -3,7 +3,8 @@
 import pytest
 
 from bench.api import AdapterError, check_method_class
-from bench.registry import UnknownNameError, get_method, method_names
+from bench.errors import UnknownNameError
+from bench.registry import get_method, method_names
 
 GOOD_PLUGIN = '''
 from dataclasses import dataclass

@@ -12,12 +12,14 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from bench.flops import FlopSpec
-from bench.ledger import Ledger
+from bench.accounting.flops import FlopSpec
+from bench.accounting.ledger import Ledger
 from bench.losses import token_logprobs
-from bench.metering import meter, unmeter
-from bench.rollout import RolloutBatch, RolloutBackend, TorchRollout, padded_logprobs, sample_next, to_padded
-from bench.rollout_kv import cache_argument, decode_attention, drop_rows, make_cache
+from bench.accounting.metering import meter, unmeter
+from bench.rollout.base import RolloutBackend, RolloutBatch, padded_logprobs, to_padded
+from bench.rollout.torch_engine import TorchRollout, sample_next
+from bench.hf_compat import cache_argument
+from bench.rollout.kv import decode_attention, drop_rows, make_cache
 
 VOCAB = 300
 SMALL_VOCAB = 12

@@ -5,7 +5,7 @@ import json
 from typer.testing import CliRunner
 
 from bench.cli import app
-from bench.conformance import smoke_profile
+from bench.run.conformance import smoke_profile
 
 
 def test_sweep_runs_in_parallel_then_skips_complete_runs(tmp_path):

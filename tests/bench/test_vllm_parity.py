@@ -21,14 +21,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.flops import FlopSpec
-from bench.ledger import Ledger
+from bench.accounting.flops import FlopSpec
+from bench.accounting.ledger import Ledger
 from bench.losses import token_logprobs
-from bench.metering import meter, unmeter
-from bench.models import build_tokenizer, load_model
+from bench.accounting.metering import meter, unmeter
+from bench.world.models import build_tokenizer, load_model
 from bench.policy import Policy
-from bench.rollout import RolloutBackend, TorchRollout, padded_logprobs, to_padded
-from bench.rollout_vllm import VLLMRollout
+from bench.rollout.base import RolloutBackend, padded_logprobs, to_padded
+from bench.rollout.torch_engine import TorchRollout
+from bench.rollout.vllm_engine import VLLMRollout
 
 LOGPROB_ATOL = 1e-4  # 14x the largest difference measured (fp32, CPU)
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,5 +216,5 @@ def test_bench_run_with_vllm_rollouts(folder, tmp_path):
 @needs_vllm
 def test_bench_imports_without_vllm():
     """vLLM loads only when an engine is built: importing it takes seconds and claims process state."""
-    code = "import sys, bench.runner, bench.rollout_vllm; assert 'vllm' not in sys.modules"
+    code = "import sys, bench.run.runner, bench.rollout.engines; assert 'vllm' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300, cwd=ROOT)

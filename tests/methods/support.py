@@ -8,12 +8,17 @@ from pathlib import Path
 import pytest
 
 # Small batches so that a few steps of each phase fit a test's budget in seconds.
-SMALL_GRPO = {"prompts_per_step": "8", "group_size": "4"}
-SMALL_DISTILL = {"distill_prompts_per_step": "8", "distill_samples": "4"}
+SMALL_GRPO = {"prompts_per_step": "8", "group_size": "4"}  # a GRPO step (flat in grpo's own config)
+SMALL_DISTILL = {"distill.prompts_per_step": "8", "distill.samples": "4"}
+
+
+def grouped(group: str, settings: dict | None = None, **more) -> dict:
+    """A nested config's settings as dotted override keys: grouped("distill", lr=1) -> {"distill.lr": 1}."""
+    return {f"{group}.{k}": v for k, v in {**(settings or {}), **more}.items()}
 
 
 def run_config(profile, runs_dir: Path, method: str, budget: float, eval_every: float = 0.25, **overrides):
-    from bench.runner import RunConfig
+    from bench.run.config import RunConfig
 
     return RunConfig(
         method=method, profile=profile.name, budget_flops=budget, runs_dir=runs_dir, eval_size=16,
@@ -23,7 +28,7 @@ def run_config(profile, runs_dir: Path, method: str, budget: float, eval_every: 
 
 def run_method(profile, runs_dir: Path, method: str, budget: float, **overrides) -> dict:
     """Run `method` to completion on the fast profile; returns summary.json's record."""
-    from bench.runner import Runner
+    from bench.run.runner import Runner
 
     return Runner(run_config(profile, runs_dir, method, budget, **overrides), progress=False).run()
 

@@ -10,12 +10,12 @@ from methods.distill import DistillConfig, _converged, distill_step, subset, tea
 
 @pytest.fixture
 def ctx(fast_profile):
-    from bench import prepare
+    from bench.world import prepare
     from bench.context import RunContext
-    from bench.ledger import Ledger
+    from bench.accounting.ledger import Ledger
     from bench.policy import Policy
     from bench.registry import get_suite
-    from bench.rollout import TorchRollout
+    from bench.rollout.torch_engine import TorchRollout
 
     prepared = prepare.prepare(fast_profile, progress=False)
     ledger = Ledger()
@@ -40,10 +40,10 @@ def test_each_row_is_scored_by_its_domains_teacher_only(ctx):
     batch = ctx.rollout(ctx.student, ctx.sampler("t").next(8), n=2)
     domains = batch.domains()
     assert {"math", "code"} <= set(domains)
-    before = {r["model"]: r["tokens"] for r in ctx.ledger.rows() if r["kind"] == "score"}
+    before = {r["model"]: r["tokens"] for r in ctx._ledger.rows() if r["kind"] == "score"}
     assert not before
     mixed = teacher_logprobs(ctx, {"math": external, "code": self_teacher}, batch)  # [B, T]
-    tokens = {r["model"]: r["tokens"] for r in ctx.ledger.rows() if r["kind"] == "score"}
+    tokens = {r["model"]: r["tokens"] for r in ctx._ledger.rows() if r["kind"] == "score"}
     full_external, full_self = ctx.score(external, batch), ctx.score(self_teacher, batch)
     mask = batch.completion_mask.bool()
     for row, domain in enumerate(domains):
@@ -66,14 +66,14 @@ def test_missing_teacher_is_a_clear_error(ctx):
 
 def test_distilling_from_an_identical_teacher_has_zero_kl(ctx):
     teacher = ctx.snapshot(ctx.student, "self")
-    config = DistillConfig(distill_prompts_per_step=6, distill_samples=2)
+    config = DistillConfig(prompts_per_step=6, samples=2)
     stats = distill_step(ctx, ctx.student, {"math": teacher, "code": teacher}, ctx.sampler("d"), config)
     assert abs(stats["reverse_kl"]) < 1e-4
     assert 0.0 <= stats["reward"] <= 1.0
     assert stats["count:math"] + stats["count:code"] == 12
     # The update went through the student's policy-gradient step, charged as its update.
     assert ctx.student.updates == 1
-    assert any(r["kind"] == "update" and r["model"] == "student" for r in ctx.ledger.rows())
+    assert any(r["kind"] == "update" and r["model"] == "student" for r in ctx._ledger.rows())
 
 
 def test_convergence_rules():

@@ -41,7 +41,7 @@ def test_steps_are_traced_with_their_flops(fast_profile, tmp_path):
 
 
 def test_milestones_are_log_spaced_early(fast_profile, tmp_path):
-    from bench.runner import RunConfig
+    from bench.run.config import RunConfig
 
     config = RunConfig(method="grpo-joint", profile=fast_profile.name)
     assert config.milestones[:4] == [0.01, 0.02, 0.05, 0.1]

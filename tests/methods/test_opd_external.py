@@ -5,11 +5,15 @@ from __future__ import annotations
 import pytest
 
 from methods.opd_external import OPDExternalConfig
-from tests.methods.support import SMALL_DISTILL, check_curve, ledger_keys, phase_flops, run_method, spent_budget
+from methods.distill import DistillConfig
+from tests.methods.support import (
+    SMALL_DISTILL, check_curve, grouped, ledger_keys, phase_flops, run_method, spent_budget,
+)
 
 
 def test_distils_from_the_external_teacher_until_the_budget(fast_profile, tmp_path):
-    summary = run_method(fast_profile, tmp_path, "opd-external", 3e10, kl_threshold=0.0, **SMALL_DISTILL)
+    summary = run_method(fast_profile, tmp_path, "opd-external", 3e10, **grouped("distill", kl_threshold=0.0),
+                         **SMALL_DISTILL)
     assert ledger_keys(summary) == {("distill", "rollout", "student"), ("distill", "score", "external"),
                                     ("distill", "update", "student")}
     # The teacher's own post-training is recorded as `external`, not counted.
@@ -24,4 +28,4 @@ def test_config_rejects_bad_values():
     with pytest.raises(ValueError):
         OPDExternalConfig(teacher="")
     with pytest.raises(ValueError):
-        OPDExternalConfig(distill_samples=0)
+        OPDExternalConfig(distill=DistillConfig(samples=0))

@@ -5,16 +5,21 @@ from __future__ import annotations
 import pytest
 
 from methods.opd_multi import OPDMultiConfig
+from methods.distill import DistillConfig
+from methods.grpo import GRPOStepConfig
 from tests.methods.support import (
-    SMALL_DISTILL, SMALL_GRPO, check_curve, ledger_keys, phase_flops, run_method, spent_budget,
+    SMALL_DISTILL, SMALL_GRPO, check_curve, grouped, ledger_keys, phase_flops, run_method, spent_budget,
 )
+
+SMALL = {**grouped("expert", SMALL_GRPO), **SMALL_DISTILL}
+NEVER_CONVERGES = grouped("distill", use_reward_rule="false", kl_threshold=0.0, patience=1000)
 
 BUDGET = 8e10
 
 
 def test_experts_then_distillation_until_the_budget(fast_profile, tmp_path):
     summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=0,
-                         use_reward_rule="false", kl_threshold=0.0, patience=1000, **SMALL_GRPO, **SMALL_DISTILL)
+                         **NEVER_CONVERGES, **SMALL)
     keys = ledger_keys(summary)
     for domain in ("math", "code"):
         expert = f"expert:{domain}"
@@ -38,8 +43,7 @@ def test_experts_then_distillation_until_the_budget(fast_profile, tmp_path):
 def test_experts_stop_when_converged_and_leave_the_budget_to_distillation(fast_profile, tmp_path):
     # A gain no step can make: after its first step, each expert stops `expert_patience` steps later.
     summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=2,
-                         expert_min_gain=0.99, use_reward_rule="false", kl_threshold=0.0, patience=1000,
-                         **SMALL_GRPO, **SMALL_DISTILL)
+                         expert_min_gain=0.99, **NEVER_CONVERGES, **SMALL)
     for domain in ("math", "code"):
         expert = f"expert:{domain}"
         calls = [r["calls"] for r in summary["ledger"] if r["phase"] == expert and r["kind"] == "update"]
@@ -52,7 +56,7 @@ def test_experts_stop_when_converged_and_leave_the_budget_to_distillation(fast_p
 def test_distillation_stops_when_converged(fast_profile, tmp_path):
     # A KL threshold no batch can miss: the rule fires after `patience` distillation steps.
     summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.5,
-                         kl_threshold=1e9, patience=2, **SMALL_GRPO, **SMALL_DISTILL)
+                         **grouped("distill", kl_threshold=1e9, patience=2), **SMALL)
     update_calls = [r["calls"] for r in summary["ledger"]
                     if r["phase"] == "distill" and r["kind"] == "update" and r["model"] == "student"]
     assert update_calls == [4]  # 2 steps x (forward + backward)
@@ -61,20 +65,45 @@ def test_distillation_stops_when_converged(fast_profile, tmp_path):
     check_curve(summary)
 
 
-@pytest.mark.parametrize("bad", [{"expert_fraction": 1.0}, {"expert_fraction": 0.0}, {"patience": 0},
-                                 {"expert_patience": -1}, {"expert_min_gain": 1.0},
-                                 {"distill_loss_type": "ppo"}, {"group_size": 1}, {"distill_lr": 0.0}])
+@pytest.mark.parametrize("bad", [{"expert_fraction": 1.0}, {"expert_fraction": 0.0},
+                                 {"expert_patience": -1}, {"expert_min_gain": 1.0}])
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         OPDMultiConfig(**bad)
+
+
+@pytest.mark.parametrize("bad", [lambda: DistillConfig(patience=0), lambda: DistillConfig(loss_type="ppo"),
+                                 lambda: GRPOStepConfig(group_size=1), lambda: DistillConfig(lr=0.0)])
+def test_nested_configs_reject_bad_values(bad):
+    with pytest.raises(ValueError):
+        bad()
+
+
+def test_overrides_set_nested_settings_by_dotted_keys():
+    from bench.errors import RunError, UnknownNameError
+    from bench.registry import get_method
+    from bench.run.config import method_config
+
+    cls = get_method("opd-multi")
+    config = method_config(cls, (("distill.lr", "1e-3"), ("expert.group_size", "4"), ("expert_fraction", "0.5")))
+    assert (config.distill.lr, config.expert.group_size, config.expert_fraction) == (1e-3, 4, 0.5)
+    assert config.expert.lr == GRPOStepConfig().lr and config.distill.patience == DistillConfig().patience
+    with pytest.raises(UnknownNameError, match="did you mean 'distill.lr'"):
+        method_config(cls, (("distill_lr", "1e-3"),))
+    with pytest.raises(RunError, match="expected float"):
+        method_config(cls, (("distill.lr", "fast"),))
+    with pytest.raises(RunError, match="distill: lr and temperature must be > 0"):
+        method_config(cls, (("distill.lr", "0"),))
+    with pytest.raises(RunError, match="group of settings"):
+        method_config(cls, (("distill", "1"),))
 
 
 def test_paper_protocol_validation_plateau_and_fixed_distillation_schedule(fast_profile, tmp_path):
     # Experts stop on a validation plateau: a check every 2 steps, patience 1 check. Distillation runs
     # exactly 3 steps (the fixed schedule), whatever its KL or accuracy.
     summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_stop="validation",
-                         expert_patience=1, expert_eval_every=2, expert_eval_size=8, distill_steps=3,
-                         kl_threshold=1e9, patience=1, **SMALL_GRPO, **SMALL_DISTILL)
+                         expert_patience=1, expert_eval_every=2, expert_eval_size=8,
+                         **grouped("distill", steps=3, kl_threshold=1e9, patience=1), **SMALL)
     steps = summary["steps"]
     distill_steps = [s for s in steps if s["phase"] == "distill"]
     assert len(distill_steps) == 3
@@ -95,7 +124,7 @@ def test_paper_protocol_validation_plateau_and_fixed_distillation_schedule(fast_
 
 def test_expert_and_distillation_boundaries_are_evaluated(fast_profile, tmp_path):
     summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=0,
-                         use_reward_rule="false", kl_threshold=0.0, patience=1000, **SMALL_GRPO, **SMALL_DISTILL)
+                         **NEVER_CONVERGES, **SMALL)
     curve = summary["curve"]
     boundaries = [p["boundary"] for p in curve if p["phase"] == "boundary"]
     assert "end expert:math" in boundaries and "end expert:code" in boundaries

@@ -6,8 +6,10 @@ import pytest
 
 from methods.recover import RecoverConfig
 from tests.methods.support import (
-    SMALL_DISTILL, SMALL_GRPO, check_curve, ledger_keys, phase_flops, run_method, spent_budget,
+    SMALL_DISTILL, SMALL_GRPO, check_curve, grouped, ledger_keys, phase_flops, run_method, spent_budget,
 )
+
+SMALL = {**grouped("grpo", SMALL_GRPO), **SMALL_DISTILL}
 
 BUDGET = 6e10
 
@@ -35,7 +37,7 @@ def _check_phases(summary: dict) -> None:
 
 def test_unreachable_target_trains_both_ways_to_the_cap(fast_profile, tmp_path):
     summary = run_method(fast_profile, tmp_path, "recover", BUDGET, domain="code", target=1.0,
-                         check_size=16, check_every=2, **SMALL_GRPO, **SMALL_DISTILL)
+                         check_size=16, check_every=2, **SMALL)
     _check_phases(summary)
     assert summary["recovery"]["grpo_flops"] is None and summary["recovery"]["opd_flops"] is None
     keys = ledger_keys(summary)
@@ -49,7 +51,7 @@ def test_unreachable_target_trains_both_ways_to_the_cap(fast_profile, tmp_path):
 
 def test_relative_target_records_flops_where_reached(fast_profile, tmp_path):
     summary = run_method(fast_profile, tmp_path, "recover", BUDGET, domain="code", check_size=16,
-                         **SMALL_GRPO, **SMALL_DISTILL)
+                         **SMALL)
     _check_phases(summary)
 
 

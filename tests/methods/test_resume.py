@@ -7,14 +7,15 @@ import json
 
 import pytest
 
-from bench.runner import Runner
+from bench.run.runner import Runner
 from bench.api import RunContext
 from methods.grpo import GRPOStepConfig, grpo_step
 from methods.opd_multi import OPDMulti
-from tests.methods.support import SMALL_DISTILL, SMALL_GRPO, run_config
+from tests.methods.support import SMALL_DISTILL, SMALL_GRPO, grouped, run_config
 
 # Experts on 60% of the budget, then distillation that never converges: every phase gets steps.
-SETTINGS = dict(expert_fraction=0.6, kl_threshold=0.0, use_reward_rule="false", **SMALL_GRPO, **SMALL_DISTILL)
+SETTINGS = dict(expert_fraction=0.6, **grouped("distill", kl_threshold=0.0, use_reward_rule="false"),
+                **grouped("expert", SMALL_GRPO), **SMALL_DISTILL)
 BUDGET = 8e10
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from methods.self_grpo import SelfGRPOConfig
 from tests.methods.support import (
-    SMALL_DISTILL, SMALL_GRPO, check_curve, ledger_keys, phase_flops, run_method, spent_budget,
+    SMALL_DISTILL, SMALL_GRPO, check_curve, grouped, ledger_keys, phase_flops, run_method, spent_budget,
 )
 
 BUDGET = 8e10
@@ -16,7 +16,8 @@ def test_stages_then_self_distillation(fast_profile, tmp_path):
     # Distillation must run to the budget: the KL estimate is noisy and can dip below any threshold,
     # so the rule is given a patience no run of this size reaches.
     summary = run_method(fast_profile, tmp_path, "self-grpo", BUDGET, stage_fraction=0.6, order="code,math",
-                         kl_threshold=0.0, patience=1000, use_reward_rule="false", **SMALL_GRPO, **SMALL_DISTILL)
+                         **grouped("distill", kl_threshold=0.0, patience=1000, use_reward_rule="false"),
+                         **grouped("stage", SMALL_GRPO), **SMALL_DISTILL)
     keys = ledger_keys(summary)
     for domain in ("math", "code"):
         assert {(f"stage:{domain}", "rollout", "student"), (f"stage:{domain}", "update", "student")} <= keys
@@ -29,7 +30,7 @@ def test_stages_then_self_distillation(fast_profile, tmp_path):
 
 
 def test_order_must_name_each_domain_once(fast_profile, tmp_path):
-    from bench.runner import RunError
+    from bench.errors import RunError
 
     with pytest.raises(ValueError, match="order"):
         run_method(fast_profile, tmp_path, "self-grpo", BUDGET, order="math")

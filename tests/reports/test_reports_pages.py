@@ -176,6 +176,9 @@ def test_run_command_quotes_and_reads_back():
     args = shlex.split(run_command(record)["text"].replace("\\\n", " "))
     assert args[args.index("--method") + 1] == "a b;rm" and args[args.index("--suite") + 1] == "$(x)"
     assert args[-2:] == ["--set", "k=v w"]
+    nested = make_record("opd-multi", method_config={"distill": {"lr": 0.001, "steps": 5}, "seed_offset": 2})
+    text = run_command(nested)["text"]
+    assert "--set distill.lr=0.001 --set distill.steps=5 --set seed_offset=2" in text
 
 
 def test_samples_are_on_the_method_page_escaped(site):

@@ -18,12 +18,12 @@ import pytest
 import torch
 import yaml
 
-from bench.context import sft_step
+from bench.update import sft_step
 from bench.evaluation import Evaluator
-from bench.ledger import Ledger
-from bench.models import TINY_SPECS, build_tiny, load_model, save_model, tiny_model_dir
+from bench.accounting.ledger import Ledger
+from bench.world.models import TINY_SPECS, build_tiny, load_model, save_model, tiny_model_dir
 from bench.policy import Policy
-from bench.profiles import PROFILES
+from bench.world.profiles import PROFILES
 from tasks import get_suite
 from tasks.lm_eval_export import MAX_GEN_TOKS, export, task_name
 

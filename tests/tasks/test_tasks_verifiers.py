@@ -142,3 +142,21 @@ def test_suite_score_matches_domain_score(text):
     for dom, problem in _all_problems_domains():
         if problem.meta["fmt"] == "tiny" and problem.meta["difficulty"] == "easy" and dom.name in suite.domains:
             assert suite.score(problem, text) == dom.score(text, problem)
+
+
+def test_the_scoring_skeleton_extracts_normalises_compares_and_never_raises():
+    from tasks.base import Problem, safe_score
+
+    problem = Problem("math", "2+2=", "4", "2+2=4#4", meta={"fmt": "tiny"})
+    same = lambda got, p: got == p.answer  # noqa: E731
+    assert safe_score("2+2=4#4", problem, str.strip, same) == 1.0
+    assert safe_score("#5", problem, str.strip, same) == 0.0
+    assert safe_score("4", problem, str.strip, same, fmt="worked") == 0.0  # worked answers need the marker
+    assert safe_score("#4", problem, lambda text: None, same) == 0.0  # normalised to no answer
+    assert safe_score(None, problem, str.strip, same) == 0.0  # not even text
+
+    def explode(*args):
+        raise RecursionError("hostile")
+
+    assert safe_score("#4", problem, explode, same) == 0.0
+    assert safe_score("#4", problem, str.strip, explode) == 0.0

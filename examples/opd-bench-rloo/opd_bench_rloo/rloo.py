@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.api import RunContext
+from bench.api import LOSS_TYPES, RunContext
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ class RLOOConfig:
             raise ValueError("lr and temperature must be > 0")
         if self.warmup_updates < 0 or not self.kl_coef >= 0:
             raise ValueError("warmup_updates and kl_coef must be >= 0")
-        if self.loss_type not in ("dr_grpo", "grpo", "dapo"):
-            raise ValueError(f"loss_type must be dr_grpo, grpo or dapo, got {self.loss_type!r}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}")
 
 
 def leave_one_out_advantages(rewards: torch.Tensor, k: int) -> torch.Tensor:

@@ -25,12 +25,10 @@ import json
 import shutil
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent / "reference"
+from bench.errors import ReferenceError
+
+ROOT = Path(__file__).resolve().parents[1] / "reference"  # bench/reference/: data, not code
 PARTS = {"student": ("student", "prepared.json"), "external": ("external", "external.json")}
-
-
-class ReferenceError(RuntimeError):
-    """Shipped reference files that do not match their manifest."""
 
 
 def _sha256(path: Path) -> str:
@@ -100,29 +98,3 @@ def cpu_signature() -> str:
         pass
     return f"{model} / {torch.backends.cpu.get_cpu_capability()} / torch {torch.__version__}"
 
-
-def record_smoke_digest() -> Path:
-    """Build the smoke base from scratch and record its weights hash for this CPU (`smoke-digest.json`)."""
-    import tempfile
-
-    from bench.prepare import prepare
-    from bench.profiles import PROFILES
-
-    with tempfile.TemporaryDirectory() as cache:
-        import os
-
-        os.environ["OPD_BENCH_CACHE"] = cache
-        base = prepare(PROFILES["smoke"], progress=False, teacher=False, rebuild=True).model_hashes()["base"]
-    path = ROOT / "smoke-digest.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"world_version": PROFILES["smoke"].world_version, "cpu": cpu_signature(), "base": base}
-    path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    return path
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["--smoke-digest"]:
-        sys.exit("usage: python -m bench.reference --smoke-digest")
-    print(record_smoke_digest())

@@ -6,7 +6,7 @@ glue task symbols together, and spaces survive (a char-level WordLevel tokenizer
 Qwen2 in transformers 5.x). Built models are cached under `$OPD_BENCH_CACHE/models/` (default
 `~/.cache/opd-bench`); nothing is ever downloaded.
 
-    python -m bench.models tiny-llama      # build (or find) a spec and print its folder
+    python -m bench.world.models tiny-llama      # build (or find) a spec and print its folder
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
+
+from bench.errors import UnknownModelError
 
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
 
@@ -140,8 +143,6 @@ def save_model(model: PreTrainedModel, tokenizer, folder: Path) -> None:
     tokenizer.save_pretrained(tmp)
     folder.parent.mkdir(parents=True, exist_ok=True)
     if folder.exists():
-        import shutil
-
         shutil.rmtree(folder)
     os.replace(tmp, folder)
 
@@ -184,18 +185,6 @@ def state_digest(model: torch.nn.Module) -> str:
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-class UnknownModelError(ValueError):
-    def __init__(self, name: str, known: list[str], missing_path: bool = False) -> None:
-        import difflib
-
-        hint = difflib.get_close_matches(name, known, n=1)
-        what = "no model folder with a config.json at" if missing_path else "unknown model"
-        msg = f"{what} {name!r}; use a local Hugging Face model folder or one of: {', '.join(known)}"
-        if hint:
-            msg += f" (did you mean {hint[0]!r}?)"
-        super().__init__(msg)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from bench.ledger import Ledger
-from bench.models import load_model, resolve_model
+from bench.accounting.ledger import Ledger
+from bench.world.models import load_model, resolve_model
 from bench.policy import Policy
 
 
@@ -45,7 +45,7 @@ def folder_digest(folder: Path) -> str:
 
 @dataclass
 class LocalModels:
-    """The same interface as `bench.prepare.Prepared`, over user-supplied model folders."""
+    """The same interface as `bench.world.prepare.Prepared`, over user-supplied model folders."""
 
     student: Path
     teachers: dict[str, Path] = field(default_factory=dict)

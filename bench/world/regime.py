@@ -15,7 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-CALIBRATION_ROOT = Path(__file__).resolve().parent / "reference"
+from bench.world import reference
+from bench.world.prepare import Prepared
+from bench.world.profiles import PROFILES
+
+CALIBRATION_ROOT = reference.ROOT
 
 
 def calibration_path(profile_name: str) -> Path:
@@ -129,10 +133,6 @@ def shipped_worlds() -> list[dict[str, Any]]:
     Read from the shipped files only (the reference's prepared.json and external.json, and the
     calibration JSON): building a report never trains or loads a model.
     """
-    from bench import reference
-    from bench.prepare import Prepared
-    from bench.profiles import PROFILES
-
     worlds = []
     for name, profile in PROFILES.items():
         folder = reference.ROOT / name

@@ -1,6 +1,6 @@
 """`bench prepare`: the shared base student and the external teacher of a profile, built once and cached.
 
-tiny profile (DESIGN section 5):
+The tiny worlds (docs/design.md, Tasks and worlds; docs/world.md):
 - base student: the tiny student architecture after a supervised warm-up on short answers of all four
   domains, on imperfect data: a share `mistake_rate` of the answers carry one systematic, plausible
   mistake (the last character shifted: 355 -> 356, abcd -> abce, a flipped last truth-table bit) and a
@@ -29,6 +29,7 @@ import math
 import os
 import random
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,13 +38,18 @@ from typing import Any
 
 import torch
 
-from bench import reference, store
-from bench.context import sft_step
-from bench.ledger import Ledger, ledger_context
-from bench.models import build_tiny, cache_root, load_model, save_model, state_digest, TINY_SPECS
+from bench import store
+from bench.accounting.ledger import Ledger, ledger_context
+from bench.evaluation import Evaluator
 from bench.policy import Policy
-from bench.profiles import Profile, WarmupConfig
+from bench.progress import progress as progress_bar
 from bench.registry import get_suite
+from bench.rollout.torch_engine import TorchRollout
+from bench.update import sft_step
+from bench.world import reference
+from bench.world.hf import folder_digest
+from bench.world.models import TINY_SPECS, build_tiny, cache_root, load_model, save_model, state_digest
+from bench.world.profiles import PROFILES, Profile, WarmupConfig
 
 WARMUP_SUITE = "four_domain"
 
@@ -99,8 +105,6 @@ class Prepared:
         return self.info["ledger"]
 
     def model_hashes(self) -> dict[str, str]:
-        from bench.hf import folder_digest
-
         teacher = self.teacher_info()
         extra = {name: folder_digest(path) for name, path in self.extra_teachers.items()}
         return {**self.info["model_hashes"], **({"external": teacher["model_hash"]} if teacher else {}), **extra}
@@ -164,7 +168,7 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
             student = _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
                              ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
                              progress=progress)
-        save_model(student.model, student.tokenizer, folder / "student")
+        save_model(student._model, student._tokenizer, folder / "student")
         store.write_json(info_path, {
             "profile": profile.name,
             "key": key,
@@ -172,7 +176,7 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
             "warmup": dataclasses.asdict(config),
             "suite_hash": suite.content_hash,
             "ledger": _ledger_rows(ledger),
-            "model_hashes": {"base": state_digest(student.model)},
+            "model_hashes": {"base": state_digest(student._model)},
             "calibration": calibrate(student, suite, profile),
             "wall_s": round(time.perf_counter() - started, 1),  # training and calibration, this machine
         })
@@ -192,12 +196,12 @@ def _build_teacher(folder: Path, profile: Profile, *, progress: bool) -> dict:
         teacher = _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr, config,
                          ledger, random.Random(config.seed + 1), verbose=True, noise=0.0, progress=progress)
     tmp = folder / f"external.tmp{os.getpid()}"
-    save_model(teacher.model, teacher.tokenizer, tmp)
+    save_model(teacher._model, teacher._tokenizer, tmp)
     shutil.rmtree(folder / "external", ignore_errors=True)  # a concurrent build of the same teacher
     os.replace(tmp, folder / "external")
     info = {
         "ledger": _ledger_rows(ledger),
-        "model_hash": state_digest(teacher.model),
+        "model_hash": state_digest(teacher._model),
         "calibration": teacher_calibration(teacher, suite, profile),
         "wall_s": round(time.perf_counter() - started, 1),
     }
@@ -209,14 +213,12 @@ def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config:
            ledger: Ledger, rng: random.Random, *, verbose: bool, noise: float, progress: bool,
            on_step: Any = None) -> Policy:
     """`on_step(step, policy)` after every step: a calibration's checkpoints along one run."""
-    from bench.evaluation import progress as bar_ctx
-
     model, tokenizer = build_tiny(TINY_SPECS[spec_name])
     policy = Policy(name, model, tokenizer, ledger=ledger)
     weights = {d: w for d, w in config.domain_weights if d in suite.domains} or None
     sampler = suite.train_sampler(config.seed + (1 if verbose else 0), weights=weights)
     torch.manual_seed(config.seed)
-    with bar_ctx(steps, enabled=progress, label=f"prepare {name}") as bar:
+    with progress_bar(steps, enabled=progress, label=f"prepare {name}") as bar:
         for step in range(steps):
             problems = [next(sampler) for _ in range(config.batch_size)]
             target = config.teacher_target if verbose else config.student_target
@@ -225,7 +227,7 @@ def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config:
             bar.show(step + 1, f"step {step + 1}", f"loss {loss:.3f}")
             if on_step is not None:
                 on_step(step + 1, policy, loss)
-    policy.model.eval()
+    policy._model.eval()
     return policy
 
 
@@ -280,10 +282,6 @@ def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int
     Evaluation-only (booked `eval`); greedy on the first `greedy_size` held-out prompts, sampling on the
     first `sample_size` (both at most the profile's eval_size, so a test profile stays fast).
     """
-    from bench.evaluation import Evaluator
-    from bench.ledger import ledger_context
-    from bench.rollout import TorchRollout
-
     greedy_size, sample_size = min(greedy_size, profile.eval_size), min(sample_size, profile.eval_size)
     base = Evaluator(suite, greedy_size, profile.eval_max_new_tokens).evaluate(student)
     generator = torch.Generator().manual_seed(0)
@@ -292,7 +290,7 @@ def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int
         problems = suite.heldout(domain)[:sample_size]
         with ledger_context(category="eval", phase="eval"):
             batch = TorchRollout().generate(
-                student.model, [student.encode(p.prompt) for p in problems], n=k,
+                student._model, [student.encode(p.prompt) for p in problems], n=k,
                 max_new_tokens=profile.max_new_tokens, temperature=1.0, eos_id=student.eos_id,
                 pad_id=student.pad_id, generator=generator,
             )
@@ -311,8 +309,6 @@ def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int
 
 def teacher_calibration(teacher: Policy, suite: Any, profile: Profile, *, greedy_size: int = 500) -> list[dict]:
     """Per domain: the external teacher's greedy pass@1 and mean length (is it stronger, and longer?)."""
-    from bench.evaluation import Evaluator
-
     result = Evaluator(suite, min(greedy_size, profile.eval_size), profile.eval_max_new_tokens).evaluate(teacher)
     return [{"domain": d, "teacher_pass1": result["domain_accuracy"][d],
              "teacher_length": result["domain_mean_length"][d]} for d in suite.domains]
@@ -344,3 +340,23 @@ def _noisy(answer: str, noise: float, rng: random.Random) -> str:
     else:
         return answer
     return answer[:i] + repl + answer[i + 1 :]
+
+
+def record_smoke_digest() -> Path:
+    """Build the smoke base from scratch and record its weights hash for this CPU (`smoke-digest.json`)."""
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["OPD_BENCH_CACHE"] = cache
+        base = prepare(PROFILES["smoke"], progress=False, teacher=False, rebuild=True).model_hashes()["base"]
+    path = reference.ROOT / "smoke-digest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"world_version": PROFILES["smoke"].world_version, "cpu": reference.cpu_signature(), "base": base}
+    path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--smoke-digest"]:
+        sys.exit("usage: python -m bench.world.prepare --smoke-digest")
+    print(record_smoke_digest())

@@ -1,26 +1,27 @@
 """Profiles: which models, token limits, budgets and evaluation sizes a run uses by default.
 
-Three worlds run on a CPU with models this project builds itself (`bench prepare`):
+Worlds that run on a CPU with models this project builds itself (`bench prepare`):
 - `tiny` (default): the worked-answer world. Answers are worked step by step over 30-60 tokens and
   rewarded on the final answer only; the base is a ~1.3M student warmed up on worked solutions for
   fewer steps than it needs to master them, so its mistakes are its own and differ by domain; the
   external teacher is ~4.7x larger and trained longer on another valid solution style.
 - `direct`: the direct-answer world (answers of a few tokens, a ~0.4M student whose warm-up data
   carries one systematic mistake), kept as the ablation of answer length.
-- `smoke`: `tiny` shrunk for checks and CI.
+- `smoke`: `tiny` shrunk for checks and CI (`bench check-adapter`);
+- `direct-smoke`: `direct` shrunk the same way, the test suite's fast profile.
 `hf` runs real local Hugging Face models.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
 class WarmupConfig:
     # The defaults are the direct world's recipe (benchmarks/calibration_sweep.py chose it): 4,500 steps
     # of 64 on math, code, graphs and strings, half the answers with the systematic mistake, trained on
-    # one thread (bench.prepare.single_threaded), give a base at 37-52% greedy per domain (pass@8
+    # one thread (bench.world.prepare.single_threaded), give a base at 37-52% greedy per domain (pass@8
     # 88-96%), from which each GRPO expert gains 30+ points in 4.5e11 FLOPs. At 3,000 steps whether
     # math and code were learnt at all turned on the data mix.
     student_steps: int = 4500
@@ -37,7 +38,7 @@ class WarmupConfig:
     # be calibrated by checkpoints along one run.
     schedule: str = "cosine"
     label_noise: float = 0.0  # share of the student's warm-up answers with one random wrong character
-    # Share with the systematic mistake (last character shifted, bench.prepare): greedy decoding then
+    # Share with the systematic mistake (last character shifted, bench.world.prepare): greedy decoding then
     # often picks the mistake while sampling finds the answer (pass@8 >> pass@1), once the rule is learnt.
     mistake_rate: float = 0.5
     # Relative frequency of each domain in the warm-up, e.g. (("math", 3.0), ("code", 3.0)); () = uniform.
@@ -63,7 +64,7 @@ class Profile:
     world_version: str = ""
 
 
-# The direct-answer world: the tiny profile's world until the worked-answer world replaced it.
+# The direct-answer world: short answers, the ablation of answer length.
 DIRECT = Profile(
     name="direct",
     task_format="tiny",
@@ -99,12 +100,10 @@ WORKED = Profile(
 PROFILES: dict[str, Profile] = {"tiny": WORKED, "direct": DIRECT}
 
 # `smoke`: `tiny` shrunk for checks and CI (`bench check-adapter`, the plugin and lm-eval tests). Built
-# from `tiny` so that it follows any change to tiny's models and token limits.
-from dataclasses import replace as _replace  # noqa: E402
-
-# Its models are the direct world's small student, its token caps short: a smoke run checks the
-# plumbing on the worked tasks in seconds, not learning (an untrained model never stops before its cap).
-PROFILES["smoke"] = _replace(
+# from `tiny` so that it follows any change to tiny's models and token limits. Its models are the
+# direct world's small student, its token caps short: a smoke run checks the plumbing on the worked
+# tasks in seconds, not learning (an untrained model never stops before its cap).
+PROFILES["smoke"] = replace(
     WORKED,
     name="smoke",
     student="tiny-llama",
@@ -114,7 +113,18 @@ PROFILES["smoke"] = _replace(
     budget_flops=4e11,
     eval_size=32,
     description="checks and CI: the tiny world's tasks, a 0.4M student after a 30-step warm-up, short caps, 4e11 FLOPs",
-    warmup=_replace(WORKED.warmup, student_steps=30, teacher_steps=30, batch_size=32),
+    warmup=replace(WORKED.warmup, student_steps=30, teacher_steps=30, batch_size=32),
+)
+
+# `direct-smoke`: `direct` shrunk for the test suite (`tests/conftest.py: fast_profile`): the direct
+# world's tasks and models after a 30-step warm-up, a small budget and evaluation; seconds per run.
+PROFILES["direct-smoke"] = replace(
+    DIRECT,
+    name="direct-smoke",
+    budget_flops=4e11,
+    eval_size=64,
+    description="tests: the direct world's tasks and models after a 30-step warm-up, 4e11 FLOPs",
+    warmup=replace(DIRECT.warmup, student_steps=30, teacher_steps=30, batch_size=32),
 )
 
 # `hf`: real models. The student is `--model PATH` (any local HF causal LM folder), teachers come from

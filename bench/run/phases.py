@@ -1,10 +1,10 @@
 """Independent phases of one run (opd-multi's experts) in child contexts, optionally as Ray tasks.
 
 `RunContext.map_phases(fn, keys)` calls `fn(ctx, key)` once per key. How depends on the run's
-`expert_executor` (`RunConfig.expert_executor`, set to "ray" by `bench sweep --executor ray`):
+`phase_executor` (`RunConfig.phase_executor`, set to "ray" by `bench sweep --executor ray`), which the
+runner hands the context as `phase_runner(executor)`:
 
-- `sequential` (default): each call on the run's own context, one after another; this is what every
-  run did before phases could fan out, and it gives the same numbers.
+- `sequential` (default): each call on the run's own context, one after another.
 - `ray`: each call is a Ray task (1 CPU; on CUDA the run task's GPU share) with a child context: a copy
   of the student, its own in-memory ledger, and its own sampling generator seeded from (seed, key).
   The task hands back its new ledger rows, the weights and optimiser state of the policies it
@@ -28,6 +28,7 @@ creates must be clones or snapshots of the student; state it writes should sit u
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import pickle
 from collections.abc import Callable, Sequence
@@ -36,8 +37,10 @@ from typing import Any
 
 import torch
 
-from bench.ledger import Ledger
+from bench.accounting.ledger import Ledger
+from bench.context import PhaseRunner, RunContext
 from bench.policy import Policy
+from bench.run.ray_support import import_ray
 
 EXECUTORS = ("sequential", "isolated", "ray")
 
@@ -56,9 +59,9 @@ class PolicySpec:
 
     @classmethod
     def of(cls, policy: Policy) -> PolicySpec:
-        weights = {k: v.detach().cpu() for k, v in policy.model.state_dict().items()}
-        return cls(policy.name, type(policy.model), policy.model.config, weights, policy.tokenizer,
-                   policy.chat, policy.device.type)
+        weights = {k: v.detach().cpu() for k, v in policy._model.state_dict().items()}
+        return cls(policy.name, type(policy._model), policy._model.config, weights, policy._tokenizer,
+                   policy._chat, policy.device.type)
 
     def build(self, ledger: Ledger) -> Policy:
         model = self.model_cls(copy.deepcopy(self.model_config))
@@ -98,14 +101,25 @@ class ChildResult:
     reports: dict
 
 
+def phase_runner(executor: str) -> PhaseRunner | None:
+    """How a context runs `map_phases` under `executor`: None (in order, on the run's own context)
+    for `sequential`, else in child contexts (`isolated` here, `ray` as Ray tasks)."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown phase executor {executor!r}; known: {', '.join(EXECUTORS)}")
+    return None if executor == "sequential" else functools.partial(run_phases, executor=executor)
+
+
+def run_phases(ctx: RunContext, fn: Callable[[Any, str], Any], keys: list[str], *, executor: str) -> list[ChildResult]:
+    """One child context per key, each with an equal share of the budget left; their results in key order."""
+    return run_children(child_spec(ctx, fn, len(keys)), keys, executor)
+
+
 def child_seed(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:phase:{key}".encode()).digest()[:8], "little") % 2**63
 
 
 def run_child(spec: ChildSpec, key: str) -> ChildResult:
     """Run `spec.fn(child_ctx, key)` in a fresh context; the body of each Ray task."""
-    from bench.context import RunContext
-
     ledger = Ledger()
     ledger.merge(spec.prior_rows)
     ledger.flush()  # an in-memory ledger forgets pending rows: only the child's own charges remain
@@ -120,10 +134,11 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
             generator=torch.Generator().manual_seed(seed), eval_max_new_tokens=spec.eval_max_new_tokens,
         )
         value = spec.fn(ctx, key)
-    created = {name: p.state() for name, p in ctx.policies.items() if name != spec.student.name}
+    created = {name: p._state() for name, p in ctx._policies.items() if name != spec.student.name}
     for state in created.values():
         state["model"] = {k: v.detach().cpu() for k, v in state["model"].items()}
-    return ChildResult(key, value, ledger.pending_rows(), created, ctx.sampler_positions(), ctx.state, ctx.reports)
+    return ChildResult(key, value, ledger.pending_rows(), created, ctx._sampler_positions(), ctx.state,
+                       ctx._reports)
 
 
 def _ray_child(spec: ChildSpec, key: str) -> ChildResult:
@@ -136,13 +151,13 @@ def _no_teacher(name: str) -> Policy:
     raise RuntimeError(f"teacher {name!r} is not available inside a parallel phase (map_phases)")
 
 
-def child_spec(ctx: Any, fn: Callable[[Any, str], Any], n_keys: int) -> ChildSpec:
+def child_spec(ctx: RunContext, fn: Callable[[Any, str], Any], n_keys: int) -> ChildSpec:
     """The shared spec from the parent context `ctx`; each of `n_keys` children gets an equal share
     of the budget left."""
     return ChildSpec(
-        fn, ctx.suite, ctx.seed, ctx.spent_flops + ctx.remaining_flops / max(1, n_keys), ctx.ledger.rows(),
-        PolicySpec.of(ctx.student), ctx.backend, ctx.max_new_tokens, ctx.state, ctx.pending_policy_states(),
-        ctx.sampler_positions(), ctx.eval_max_new_tokens,
+        fn, ctx._suite, ctx._seed, ctx.spent_flops + ctx.remaining_flops / max(1, n_keys), ctx._ledger.rows(),
+        PolicySpec.of(ctx.student), ctx._backend, ctx.max_new_tokens, ctx.state, dict(ctx._policy_states),
+        ctx._sampler_positions(), ctx._eval_max_new_tokens,
     )
 
 
@@ -151,8 +166,6 @@ def run_children(spec: ChildSpec, keys: Sequence[str], executor: str) -> list[Ch
     if executor == "isolated":
         # The pickle round trip gives each child its own copy, exactly as a Ray task would get.
         return [run_child(pickle.loads(pickle.dumps(spec)), key) for key in keys]
-    from bench.executors import import_ray
-
     ray = import_ray()
     from ray.exceptions import RayTaskError
 

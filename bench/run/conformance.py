@@ -16,15 +16,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import prepare as prep
-from bench.audit import TOLERANCE, count_flops
-from bench.profiles import PROFILES, Profile
+from bench.world import prepare as prep
+from bench.accounting.audit import TOLERANCE
+from bench.accounting.counting import count_flops
+from bench.world.profiles import PROFILES, Profile
 from bench.registry import get_method
-from bench.runner import RunConfig, Runner
+from bench.run.config import RunConfig
+from bench.run.runner import Runner
 
 
 def smoke_profile() -> Profile:
-    """The `smoke` profile (`bench/profiles.py`): tiny models, a short warm-up, small budget and evaluation."""
+    """The `smoke` profile (`bench/world/profiles.py`): tiny models, a short warm-up, small budget and evaluation."""
     return PROFILES["smoke"]
 
 

@@ -1,4 +1,4 @@
-"""Analytic FLOP counts for decoder-only transformers, from a Hugging Face config (DESIGN section 2).
+"""Analytic FLOP counts for decoder-only transformers, from a Hugging Face config (docs/design.md, FLOP accounting).
 
 The ledger's unit. Per token, a forward costs 2 x (matmul parameters, LM head included, embeddings
 excluded) plus 4 x layers x heads x head_dim x (keys attended); a backward costs 2 x forward. This is
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from bench.errors import UnsupportedModelError
 
 # model_type -> number of MLP matrices (gated MLPs have gate, up and down projections)
 _MLP_MATRICES = {
@@ -31,10 +33,6 @@ _MLP_MATRICES = {
     "opt": 2,
 }
 SUPPORTED_FAMILIES = tuple(sorted(_MLP_MATRICES))
-
-
-class UnsupportedModelError(ValueError):
-    """The config's architecture has no analytic FLOP formula here."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +93,7 @@ class FlopSpec:
 
     @property
     def matmul_params(self) -> int:
-        """N_mm of DESIGN section 2."""
+        """N_mm (docs/design.md, FLOP accounting)."""
         return self.body_params + self.head_params
 
     def attention_flops(self, new_tokens: int, past_tokens: int = 0) -> int:

@@ -1,6 +1,6 @@
-"""The FLOP ledger: every FLOP a run spends, by category, phase, kind and model (DESIGN section 2).
+"""The FLOP ledger: every FLOP a run spends, by category, phase, kind and model (docs/design.md, FLOP accounting).
 
-Charges come from metered models (`bench.metering`), never from methods' own bookkeeping. Which
+Charges come from metered models (`bench.accounting.metering`), never from methods' own bookkeeping. Which
 phase and category a charge belongs to is ambient state set with context managers, so that the runner
 can mark an evaluation as `eval` and a method can mark its expert training as `expert:math` without
 either having to thread arguments through the model call:
@@ -23,6 +23,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.errors import CorruptRunError
 
 KINDS = ("rollout", "score", "update")
 CATEGORIES = ("counted", "shared", "external", "eval")
@@ -262,7 +264,3 @@ class Ledger:
             except (ValueError, KeyError, TypeError) as exc:
                 raise CorruptRunError(f"{self.path}: line {n} is not a ledger row ({exc})") from exc
         self.rows_written = n
-
-
-class CorruptRunError(RuntimeError):
-    """A run directory's files cannot be read back."""

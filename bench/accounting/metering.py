@@ -1,4 +1,4 @@
-"""Metered models: forward hooks that charge every call of a model to the ledger (DESIGN section 2).
+"""Metered models: forward hooks that charge every call of a model to the ledger (docs/design.md, FLOP accounting).
 
 `meter(model, name, ledger)` installs hooks on a Hugging Face causal LM, so that any call to it,
 through our helpers or a method's own `model(input_ids)`, is charged by input shape and cache length:
@@ -8,7 +8,7 @@ through our helpers or a method's own `model(input_ids)`, is charged by input sh
 - its backward (2 x forward) is charged when gradients reach its logits, i.e. only if it happens.
 
 Padding positions are real compute and are charged; bucket prompts by length to avoid paying for them.
-Work done with a model's weights outside its forward (a vLLM engine, `bench.rollout_vllm`) is charged
+Work done with a model's weights outside its forward (a vLLM engine, `bench.rollout.vllm_engine`) is charged
 analytically through `charge_outside`, to the same ledger and model name.
 """
 
@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 
-from bench.flops import FlopSpec
-from bench.ledger import Ledger, current_category, current_kind, current_phase
+from bench.accounting.flops import FlopSpec
+from bench.accounting.ledger import Ledger, current_category, current_kind, current_phase
+from bench.hf_compat import cache_length, call_cache
 
 _HANDLES_ATTR = "_opd_meter_handles"
 _LEDGER_ATTR = "_opd_meter_ledger"
-_CACHE_ARGS = ("cache", "past_key_values")
 
 
 def _call_arguments(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> dict:
@@ -52,13 +52,8 @@ def _input_shape(call: dict) -> tuple[int, int]:
 
 
 def _past_length(call: dict) -> int:
-    # transformers 5.x renamed `past_key_values` to `cache`; both are accepted for now
-    past = next((call[k] for k in _CACHE_ARGS if call.get(k) is not None), None)
-    if past is None:
-        return 0
-    if hasattr(past, "get_seq_length"):
-        return int(past.get_seq_length())
-    return int(past[0][0].shape[-2])  # legacy tuple cache: [B, H, T, D]
+    past = call_cache(call)
+    return 0 if past is None else cache_length(past)
 
 
 def _logit_tokens(call: dict, new_tokens: int) -> int:

@@ -5,28 +5,28 @@
     bench reproduce [--profile tiny] [--seeds 1] [--executor ray ...]
 
 A sweep skips runs whose `summary.json` is complete, resumes runs that have a checkpoint, and starts
-the rest, whichever executor runs them (`bench.executors`). Locally each run is one process with
+the rest, whichever executor runs them (`bench.run.executors`). Locally each run is one process with
 one torch thread (two spin-waiting threads per run on a 2-core machine are slower than one), so
 `--jobs` defaults to the number of cores.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
-from bench.executors import LocalExecutor, SweepExecutor
-from bench.runner import RunConfig, RunError
+from rich.progress import Progress
 
-# `bench reproduce`: every method that the paper's findings compare, on both multi-domain suites,
-# plus the single-domain recovery protocol (finding 4) on math_code.
-REPRODUCE_METHODS = ("grpo-joint", "opd-multi", "opd-external", "self-grpo", "sft")
-REPRODUCE_SUITES = ("math_code", "four_domain")
-RECOVERY = ("recover", "math_code")
+from bench.errors import RunError
+from bench.registry import reproduce_protocol
+from bench.run.config import RunConfig
+from bench.run.executors import LocalExecutor, SweepExecutor
+from bench.run.runner import Runner
+from bench.world import prepare
+from bench.world.profiles import PROFILES
 
 
 @dataclass
@@ -46,32 +46,22 @@ def plan(methods: list[str], suites: list[str], seeds: int, base: RunConfig) -> 
 
 
 def reproduce_plan(seeds: int, base: RunConfig) -> list[RunConfig]:
-    configs = plan(list(REPRODUCE_METHODS), list(REPRODUCE_SUITES), seeds, base)
-    return configs + plan([RECOVERY[0]], [RECOVERY[1]], seeds, base)
+    """`bench reproduce`'s runs: the protocol of `methods.REPRODUCE` (through the registry), `seeds` each."""
+    protocol = reproduce_protocol()
+    configs = plan(list(protocol["methods"]), list(protocol["suites"]), seeds, base)
+    for method, suite in protocol["extra"]:
+        configs += plan([method], [suite], seeds, base)
+    return configs
 
 
 def _state(config: RunConfig) -> tuple[str, Path]:
     """('complete' | 'resume' | 'new', run dir) of a planned run."""
-    from bench.runner import Runner
-
     run_dir = Path(config.runs_dir) / Runner.run_id_for(config)
     if (run_dir / "summary.json").exists():
         return "complete", run_dir
     if (run_dir / "config.json").exists():
         return "resume", run_dir
     return "new", run_dir
-
-
-def _run_one(config: RunConfig, resume: bool, env: dict[str, str] | None = None) -> str:
-    """One run in a worker (a local process or a Ray task); `env`: variables to set there first."""
-    os.environ.update(env or {})
-    import torch
-
-    torch.set_num_threads(1)
-    from bench.runner import Runner
-
-    summary = Runner(config, resume=resume, progress=False).run()
-    return f"{summary['run_id']}: {100 * summary['final_accuracy']:.1f}% at {summary['flops']['counted']:.2e} FLOPs"
 
 
 def run_sweep(
@@ -92,14 +82,9 @@ def run_sweep(
     if not todo:
         return result
     # Prepare once, in this process, before the workers start: they would otherwise race to build it.
-    from bench import prepare
-    from bench.profiles import PROFILES
-
     for profile in {c.profile for c, _ in todo}:
         prepare.prepare(PROFILES[profile])
     executor = executor or LocalExecutor(jobs)
-    from rich.progress import Progress
-
     outcomes = executor.run(todo)
     with Progress(console=console) as bar:
         task = bar.add_task(f"sweep ({executor.describe(len(todo))})", total=len(todo))

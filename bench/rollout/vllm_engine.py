@@ -1,5 +1,5 @@
 """The vLLM rollout engine (`bench run --rollout vllm`): `RolloutBackend` on a vLLM engine colocated
-with the trainer, for the `hf` profile on a GPU (DESIGN section 9). vLLM is imported only when an
+with the trainer, for the `hf` profile on a GPU (docs/gpu.md). vLLM is imported only when an
 engine is built.
 
     pip install 'opd-bench[vllm]'                      # a GPU machine
@@ -38,9 +38,9 @@ from typing import Any
 
 import torch
 
-from bench.flops import FlopSpec
-from bench.metering import charge_outside
-from bench.rollout import RolloutBatch, check_args
+from bench.accounting.flops import FlopSpec
+from bench.accounting.metering import charge_outside
+from bench.rollout.base import RolloutBatch, check_args
 
 
 def vllm_missing() -> str | None:

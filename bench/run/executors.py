@@ -1,15 +1,16 @@
 """Where a sweep's runs execute: local processes (default) or Ray tasks, on one machine or a cluster.
 
-`bench.sweep.run_sweep` plans, skips complete runs, prepares models, reports and collects failures;
-an executor only runs `(config, resume)` pairs and yields each outcome as it finishes: the result
-line, or the exception that ended the run. Both executors run the same `bench.sweep._run_one`.
+`bench.run.sweep.run_sweep` plans, skips complete runs, prepares models, reports and collects
+failures; an executor only runs `(config, resume)` pairs and yields each outcome as it finishes: the
+result line, or the exception that ended the run. Both executors run the same `run_one`.
 
     LocalExecutor(jobs=2)                      # a process pool, one torch thread per run
     RayExecutor(address="10.0.0.1:6379")       # one Ray task per run on an existing cluster
     RayExecutor()                              # a local Ray instance, started and stopped here
 
-Under Ray each run is a task with 1 CPU and `gpus_per_run` GPUs, and its `expert_executor` is set to
-`ray`, so that opd-multi's experts become parallel Ray tasks too (`bench.phases`).
+Under Ray each run is a task with 1 CPU and `gpus_per_run` GPUs, and its `phase_executor` is set to
+`ray`, so that a method's independent phases (opd-multi's experts) become parallel Ray tasks too
+(`bench.run.phases`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.runner import RunConfig, RunError
+import torch
+
+from bench.errors import RunError, unknown
+from bench.run.config import RunConfig
+from bench.run.ray_support import import_ray
+from bench.run.runner import Runner
 
 Outcome = tuple[RunConfig, "str | BaseException"]
-RAY_MISSING = "the ray executor needs Ray, which is not installed: pip install 'opd-bench[ray]'"
+
+
+def run_one(config: RunConfig, resume: bool, env: dict[str, str] | None = None) -> str:
+    """One run in a worker (a local process or a Ray task); `env`: variables to set there first."""
+    os.environ.update(env or {})
+    torch.set_num_threads(1)
+    summary = Runner(config, resume=resume, progress=False).run()
+    return f"{summary['run_id']}: {100 * summary['final_accuracy']:.1f}% at {summary['flops']['counted']:.2e} FLOPs"
 
 
 class SweepExecutor(Protocol):
@@ -50,12 +63,10 @@ class LocalExecutor:
         return f"{self._workers(n_runs)} jobs"
 
     def run(self, todo: list[tuple[RunConfig, bool]]) -> Iterator[Outcome]:
-        from bench.sweep import _run_one
-
         jobs = self._workers(len(todo))
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_run_one, config, resume): config for config, resume in todo}
+            futures = {pool.submit(run_one, config, resume): config for config, resume in todo}
             for future in as_completed(futures):
                 try:
                     yield futures[future], future.result()
@@ -91,14 +102,12 @@ class RayExecutor:
         return self._results(refs, started)
 
     def _submit(self, todo: list[tuple[RunConfig, bool]]) -> dict:
-        from bench.sweep import _run_one
-
-        task = self.ray.remote(num_cpus=1, num_gpus=self.gpus_per_run, max_retries=0)(_run_one)
+        task = self.ray.remote(num_cpus=1, num_gpus=self.gpus_per_run, max_retries=0)(run_one)
         env = _task_env()
         refs = {}
         for config, resume in todo:
             # Absolute paths: a task's working directory is the worker's, not this shell's.
-            config = replace(config, expert_executor="ray", runs_dir=Path(config.runs_dir).resolve())
+            config = replace(config, phase_executor="ray", runs_dir=Path(config.runs_dir).resolve())
             refs[task.remote(config, resume, env)] = config
         return refs
 
@@ -142,15 +151,6 @@ class RayExecutor:
             return RuntimeError(f"Ray: {type(exc).__name__}: {_first_line(exc)}")
 
 
-def import_ray() -> Any:
-    """The `ray` module, or a RunError that says how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise RunError(RAY_MISSING) from None
-    return ray
-
-
 def make_executor(name: str, *, jobs: int | None = None, address: str | None = None,
                   gpus_per_run: float = 0.0) -> SweepExecutor:
     """The executor the command line asked for; options that do not apply to it are errors."""
@@ -162,8 +162,6 @@ def make_executor(name: str, *, jobs: int | None = None, address: str | None = N
         if address and jobs:
             raise RunError("--jobs sets the CPUs of a local Ray instance; with --address the cluster decides")
         return RayExecutor(address, gpus_per_run, num_cpus=jobs)
-    from bench.registry import unknown
-
     raise unknown("executor", name, ["local", "ray"])
 
 

@@ -1,0 +1,60 @@
+"""Every error the engine raises for bad input or a bad run directory: one line that says what is wrong.
+
+The command line catches `USER_ERRORS` and prints the message with exit status 2; anything else is
+a bug and keeps its traceback. Unknown names (methods, suites, profiles, config keys, executors)
+get the list of known ones and a "did you mean" (`unknown`).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+
+class RunError(RuntimeError):
+    """A run cannot start or continue; the message says why and what to do."""
+
+
+class AdapterError(TypeError):
+    """A method class does not satisfy the adapter protocol, or a plugin fails to load."""
+
+
+class CorruptRunError(RuntimeError):
+    """A run directory's files cannot be read back."""
+
+
+class UnknownNameError(ValueError):
+    """An unknown method / suite / profile name: the message lists what is allowed."""
+
+
+class UnknownModelError(ValueError):
+    """Neither a tiny model spec nor a local Hugging Face model folder."""
+
+    def __init__(self, name: str, known: list[str], missing_path: bool = False) -> None:
+        what = "no model folder with a config.json at" if missing_path else "unknown model"
+        msg = f"{what} {name!r}; use a local Hugging Face model folder or one of: {', '.join(known)}"
+        super().__init__(msg + did_you_mean(name, known))
+
+
+class UnsupportedModelError(ValueError):
+    """The config's architecture has no analytic FLOP formula here."""
+
+
+class ReferenceError(RuntimeError):  # noqa: A001  (shadows the builtin only inside `bench`)
+    """Shipped reference files that do not match their manifest."""
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    AdapterError, CorruptRunError, UnknownModelError, UnknownNameError, RunError,
+)
+
+
+def did_you_mean(name: str, known: list[str]) -> str:
+    """` (did you mean 'x'?)` for the closest known name, or "" when none is close."""
+    hint = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
+def unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
+    """`unknown <kind> 'name'; known <kind>s: ...` with a did-you-mean, as an error to raise."""
+    return UnknownNameError(f"unknown {kind} {name!r}; known {kind}s: {', '.join(sorted(known))}"
+                            + did_you_mean(name, known))

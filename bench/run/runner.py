@@ -1,0 +1,255 @@
+"""The runner: one method, one suite, one seed, one FLOP budget -> a run directory (docs/design.md, The run).
+
+It owns what a method must not: evaluations at FLOP milestones (the start; 1%, 2% and 5% of the
+budget; then every tenth), at phase boundaries (a phase's start or end, once FLOPs moved) and every
+few steps of a distillation; checkpoints at each milestone (`bench.run.checkpoint`); the per-step
+trace (`steps.jsonl`, each step's statistics with the counted FLOPs after it); `--resume` to the
+same ledger, trace and curve; the budget stop; the progress bar; and the `summary.json` result
+record written last (`bench.run.record`). Of the method it reads only what it reported
+(`ctx.report`); its `ctx.state` is saved with checkpoints, never read.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench import store
+from bench.accounting.ledger import Ledger, current_phase
+from bench.context import RunContext
+from bench.errors import RunError
+from bench.evaluation import Evaluator
+from bench.policy import Policy
+from bench.progress import progress
+from bench.registry import get_method, get_suite
+from bench.rollout.engines import make_backend
+from bench.run import checkpoint, record
+from bench.run.config import RunConfig, method_config
+from bench.run.phases import phase_runner
+from bench.world import prepare
+from bench.world.hf import local_models
+from bench.world.models import resolve_model, save_model
+
+
+class Runner:
+    """Runs one configuration into `runs_dir/<run_id>/`."""
+
+    def __init__(self, config: RunConfig, *, resume: bool = False, progress: bool = True) -> None:
+        self.config = config
+        self.method_cls = get_method(config.method)
+        self.method_config = method_config(self.method_cls, config.overrides)
+        self.profile = config.resolved_profile
+        self.suite = get_suite(config.suite, config.difficulty, self.profile.task_format)
+        self.run_id = self.run_id_for(config, self.method_cls.name)
+        self.dir = Path(config.runs_dir) / self.run_id
+        self.resume = resume
+        self.show_progress = progress
+        self.curve: list[dict] = []
+        self._milestones = config.milestones
+        self._next_milestone = 0  # index into self._milestones
+        self._wall_offset = 0.0
+        # per-step trace (steps.jsonl): rows written, steps per ledger phase, the largest step's FLOPs
+        self._trace = {"rows": 0, "phase_steps": {}, "max_step_flops": 0.0, "last_flops": 0.0}
+
+    @staticmethod
+    def run_id_for(config: RunConfig, method_name: str | None = None) -> str:
+        """`<method>__<suite>-<difficulty>__<profile>__s<seed>`, or the configured run name."""
+        if config.run_name:
+            return config.run_name
+        name = method_name or get_method(config.method).name
+        return f"{_slug(name)}__{config.suite}-{config.difficulty}__{config.profile}__s{config.seed}"
+
+    # -- entry ----------------------------------------------------------------------------------
+    def run(self) -> dict:
+        self._check_dir()
+        prepared = self._models()
+        self._open_dir()
+        restored = self._load_checkpoint() if self.resume else None
+        if restored is None:
+            self.ledger = Ledger(self.dir / "ledger.jsonl")
+            self._book_preparation(prepared)
+        chat = self.profile.task_format == "hf"
+        student = Policy("student", *prepared.load_student(), ledger=self.ledger, chat=chat)
+        backend = make_backend(self.config.rollout)
+        self.evaluator = Evaluator(
+            self.suite,
+            self.config.eval_size or self.profile.eval_size,
+            self.config.max_new_tokens or self.profile.eval_max_new_tokens,
+            backend=backend,
+        )
+        ctx = RunContext(
+            suite=self.suite,
+            seed=self.config.seed,
+            budget_flops=self.config.budget,
+            ledger=self.ledger,
+            student=student,
+            backend=backend,
+            teacher_loader=lambda name: prepared.load_teacher(name, self.ledger),
+            max_new_tokens=self.config.max_new_tokens or self.profile.max_new_tokens,
+            on_step=lambda stats: self._after_step(ctx, stats),
+            on_boundary=lambda edge, phase: self._boundary(ctx, edge, phase),
+            phase_runner=phase_runner(self.config.phase_executor),
+            eval_max_new_tokens=self.config.max_new_tokens or self.profile.eval_max_new_tokens,
+            **(restored or {}),
+        )
+        self.ctx = ctx
+        self._t0 = time.perf_counter()
+        with progress(self.config.budget, enabled=self.show_progress) as bar:
+            self.bar = bar
+            if not self.curve:
+                self._evaluate(ctx, "start")
+            method = self.method_cls(self.method_config)
+            method.run(ctx)
+            ctx._finish()
+            if self.curve[-1]["flops"] < ctx.spent_flops:
+                self._evaluate(ctx, "final")
+        self.ledger.flush()
+        self._save_final(ctx.student)
+        summary = self._summary(prepared)
+        store.write_json(self.dir / "summary.json", summary)
+        return summary
+
+    def _save_final(self, student: Policy) -> None:
+        """The deliverable as a Hugging Face folder (`final/`): loadable by transformers, lm-eval,
+        or `bench run --teacher NAME=RUN/final` (a calibration's expert as a teacher)."""
+        save_model(student._model, student._tokenizer, self.dir / "final")
+
+    def _models(self) -> Any:
+        """The tiny profile builds its models (`bench prepare`); hf runs use the folders given."""
+        if self.profile.task_format == "hf":
+            c = self.config
+            return local_models(c.model, c.external, c.teachers, c.device)
+        teachers = {name: resolve_model(path) for name, path in self.config.teachers}
+        prepared = prepare.prepare(self.profile, progress=self.show_progress, teacher=False)  # teacher: on first use
+        prepared.extra_teachers = teachers
+        return prepared
+
+    # -- run directory --------------------------------------------------------------------------
+    def _check_dir(self) -> None:
+        """Refuse, before any work, to overwrite a run or to resume one that is not there."""
+        if self.resume:
+            if not (self.dir / "config.json").exists():
+                raise RunError(f"nothing to resume: {self.dir} has no config.json")
+            if (self.dir / "summary.json").exists():
+                raise RunError(f"nothing to resume: {self.dir} is complete (summary.json is written)")
+        elif self.dir.exists() and any(self.dir.iterdir()):
+            raise RunError(f"{self.dir} already exists; pass --resume to continue it or choose --runs elsewhere")
+
+    def _open_dir(self) -> None:
+        config_path = self.dir / "config.json"
+        written = self._config_record()
+        if self.resume:
+            old = store.read_json(config_path)
+            if old.get("fingerprint") != written["fingerprint"]:
+                raise RunError(f"{self.dir} was started with a different configuration; not resuming")
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        store.write_json(config_path, written)
+
+    def _config_record(self) -> dict:
+        return record.config_record(self.run_id, self.method_cls.name, self.method_config, self.config,
+                                    self.profile, self.suite)
+
+    def _book_preparation(self, prepared: Any) -> None:
+        """Copy the shared base's and external teacher's training costs in: recorded, not counted."""
+        for row in prepared.ledger_rows():
+            self.ledger.charge(**row)
+        self.ledger.flush()
+
+    # -- milestones -----------------------------------------------------------------------------
+    def _after_step(self, ctx: RunContext, stats: dict) -> None:
+        spent = ctx.spent_flops
+        phase = current_phase()
+        self._trace_step(spent, phase, stats)
+        self.bar.update(spent, self.curve[-1]["accuracy"] if self.curve else None)
+        if self._next_milestone < len(self._milestones) and spent >= self._milestone_flops(self._next_milestone):
+            self._evaluate(ctx, "milestone")
+            while self._next_milestone < len(self._milestones) and spent >= self._milestone_flops(self._next_milestone):
+                self._next_milestone += 1
+            if not ctx.should_stop():
+                self._save_checkpoint(ctx)
+        elif phase == "distill" and self.config.distill_eval_every and \
+                self._trace["phase_steps"][phase] % self.config.distill_eval_every == 0:
+            self._evaluate(ctx, "distill")
+
+    def _milestone_flops(self, index: int) -> float:
+        return self._milestones[index] * self.config.budget
+
+    def _boundary(self, ctx: RunContext, edge: str, phase: str) -> None:
+        """A phase starts or ends: evaluate there if counted FLOPs moved since the last evaluation."""
+        if self.curve and ctx.spent_flops > self.curve[-1]["flops"]:
+            self._evaluate(ctx, "boundary", boundary=f"{edge} {phase}")
+
+    def _trace_step(self, spent: float, phase: str, stats: dict) -> None:
+        """Append the step's stats to steps.jsonl with the counted FLOPs after it."""
+        trace = self._trace
+        trace["rows"] += 1
+        trace["phase_steps"][phase] = trace["phase_steps"].get(phase, 0) + 1
+        trace["max_step_flops"] = max(trace["max_step_flops"], spent - trace["last_flops"])
+        trace["last_flops"] = spent
+        row = {"step": trace["rows"], "flops": spent, "phase": phase}
+        for key, value in stats.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[key] = float(value) if math.isfinite(value) else None
+        store.append_row(self.dir / "steps.jsonl", row)
+
+    def _evaluate(self, ctx: RunContext, label: str, **extra: str) -> None:
+        result = self.evaluator.evaluate(ctx.student)
+        point = {
+            "flops": ctx.spent_flops,
+            "wall_s": round(self._wall_offset + time.perf_counter() - self._t0, 3),
+            "phase": label,
+            **extra,
+            "ledger_phase": current_phase(),
+            "phase_flops": self.ledger.by_phase("counted"),
+            **result,
+        }
+        self.curve.append(point)
+        store.append_jsonl(self.dir / "curve.jsonl", point)
+        self.bar.update(ctx.spent_flops, point["accuracy"])
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def _save_checkpoint(self, ctx: RunContext) -> None:
+        rows = self.ledger.flush()
+        checkpoint.save(self.dir, ctx._checkpoint(), ledger_rows=rows, curve_rows=len(self.curve),
+                        next_milestone=self._next_milestone, trace=self._trace,
+                        wall_s=self._wall_offset + time.perf_counter() - self._t0)
+
+    def _load_checkpoint(self) -> dict | None:
+        """The context's keyword arguments from the last checkpoint, with the ledger, curve and step
+        trace cut back to it; None (and the run's files removed) if it was killed before one."""
+        restored = checkpoint.load(self.dir)
+        if restored is None:
+            # Killed before the first checkpoint: start over, keeping the config.
+            for name in ("ledger.jsonl", "curve.jsonl", "steps.jsonl", "summary.json"):
+                (self.dir / name).unlink(missing_ok=True)
+            return None
+        self.ledger = Ledger(self.dir / "ledger.jsonl", keep_rows=restored.ledger_rows)
+        self.curve = store.read_jsonl(self.dir / "curve.jsonl", keep=restored.curve_rows)
+        store.rewrite_jsonl(self.dir / "curve.jsonl", self.curve)
+        (self.dir / "summary.json").unlink(missing_ok=True)
+        self._next_milestone = restored.next_milestone
+        self._trace = restored.trace
+        steps = store.read_jsonl(self.dir / "steps.jsonl", keep=self._trace["rows"])
+        store.rewrite_jsonl(self.dir / "steps.jsonl", steps)
+        self._wall_offset = restored.wall_s
+        torch.set_rng_state(restored.torch_rng)
+        return restored.context
+
+    # -- result ---------------------------------------------------------------------------------
+    def _summary(self, prepared: Any) -> dict:
+        provenance = store.read_json(self.dir / "config.json")["provenance"]
+        return record.summary(
+            run_id=self.run_id, method=self.method_cls.name, method_config=self.method_config, config=self.config,
+            profile=self.profile, suite=self.suite, curve=self.curve, ledger=self.ledger, reports=self.ctx._reports,
+            steps=store.read_jsonl(self.dir / "steps.jsonl"), max_step_flops=self._trace["max_step_flops"],
+            provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
+            wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),
+        )
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:60]

@@ -1,0 +1,61 @@
+"""Fixed small runs whose ledger, curve and step trace are held against golden files.
+
+The golden files hold the numbers of a fixed configuration; a change that only moves code must
+leave every number identical. Timings (`seconds`, `wall_s`) are left out. Floats depend
+on the processor's kernels, so on another CPU than the one that recorded them the check skips.
+
+    OPD_BENCH_WRITE_GOLDEN=1 pytest tests/bench/test_golden_run.py     # record them again
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from bench.world.reference import cpu_signature
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+SMALL_GRPO = {"prompts_per_step": "8", "group_size": "4"}
+SMALL_DISTILL = {"distill.prompts_per_step": "8", "distill.samples": "4"}
+
+CASES = {
+    # experts that stop on their reward plateau, then distillation until it converges or the budget ends
+    "opd-multi": ("opd-multi", 8e10, {"expert_fraction": "0.6", **{f"expert.{k}": v for k, v in SMALL_GRPO.items()},
+                                      **SMALL_DISTILL}),
+    # supervised steps on the external teacher's samples
+    "sft": ("sft", 2e10, {"keep": "all", "prompts_per_step": "8"}),
+    # token-weighted buckets and two epochs (clipped ratios)
+    "grpo-dapo": ("grpo-joint", 4e10, {"loss_type": "dapo", "epochs": "2", **SMALL_GRPO}),
+}
+
+
+def _record(summary: dict) -> dict:
+    return {
+        "ledger": [{k: v for k, v in row.items() if k != "seconds"} for row in summary["ledger"]],
+        "curve": [{k: v for k, v in point.items() if k != "wall_s"} for point in summary["curve"]],
+        "steps": summary["steps"],
+        "method_metrics": summary["method_metrics"],
+    }
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_run_matches_its_golden_record(case, fast_profile, tmp_path):
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+
+    method, budget, overrides = CASES[case]
+    config = RunConfig(method=method, profile=fast_profile.name, budget_flops=budget, runs_dir=tmp_path,
+                       eval_size=16, eval_every=0.25, overrides=tuple(overrides.items()))
+    got = json.loads(json.dumps(_record(Runner(config, progress=False).run())))
+    path = GOLDEN / f"{case}.json"
+    if os.environ.get("OPD_BENCH_WRITE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"cpu": cpu_signature(), **got}, indent=1, sort_keys=True) + "\n")
+    golden = json.loads(path.read_text())
+    if golden.pop("cpu") != cpu_signature():
+        pytest.skip(f"the golden records are for another CPU; this is {cpu_signature()}")
+    for part in ("ledger", "curve", "steps", "method_metrics"):
+        assert got[part] == golden[part], part
