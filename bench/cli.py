@@ -305,12 +305,13 @@ def reproduce(
     address: Optional[str] = typer.Option(None, help="ray: an existing cluster, e.g. HOST:6379 (default: start one here)"),
     gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
+    force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
 ) -> None:
     """Every method on math_code and four_domain at each world's budget, the recovery protocol, then the report."""
     from bench.world.regime import shipped_worlds
     from bench.run.config import RunConfig
     from bench.run.sweep import reproduce_plan, run_sweep
-    from reports.site import build_site
+    from reports.site import SiteOverwriteError, build_site
 
     try:
         configs = [c for name in profile for c in reproduce_plan(
@@ -320,7 +321,11 @@ def reproduce(
     except USER_ERRORS as exc:
         _fail(str(exc))
     # copies each record it uses to OUT/records: the site rebuilds from itself
-    summary = build_site([runs], out, worlds=shipped_worlds())
+    try:
+        summary = build_site([runs], out, worlds=shipped_worlds(), force=force)
+    except SiteOverwriteError as exc:
+        _sweep_outcome(result, fail=False)
+        _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site from them.")
     console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; findings: {out / 'findings.html'}")
     _sweep_outcome(result)
 
@@ -342,9 +347,9 @@ def _validate(configs: list) -> None:
         get_suite(config.suite, config.difficulty, PROFILES[config.profile].task_format)
 
 
-def _sweep_outcome(result) -> None:
+def _sweep_outcome(result, fail: bool = True) -> None:
     console.print(f"{len(result.done)} runs done, {len(result.skipped)} already complete, {len(result.failed)} failed")
-    if result.failed:
+    if result.failed and fail:
         _fail("; ".join(f"{name}: {why}" for name, why in result.failed), code=1)
 
 
@@ -352,16 +357,20 @@ def _sweep_outcome(result) -> None:
 def report(
     runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),
     out: Path = typer.Option(Path("leaderboard"), help="where the static site is written"),
+    force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
 ) -> None:
     """Build the static HTML leaderboard from run records."""
-    from reports.site import build_site
+    from reports.site import SiteOverwriteError, build_site
 
     from bench.world.regime import shipped_worlds
 
     missing = [str(r) for r in runs if not r.is_dir()]
     if missing:
         _fail(f"no such runs folder: {', '.join(missing)}")
-    summary = build_site(runs, out, worlds=shipped_worlds())
+    try:
+        summary = build_site(runs, out, worlds=shipped_worlds(), force=force)
+    except SiteOverwriteError as exc:
+        _fail(str(exc))
     for path, reason in summary.skipped:
         err.print(f"skipped {path}: {reason}", highlight=False, soft_wrap=True)
     console.print(

@@ -93,3 +93,20 @@ def test_list_methods_and_profiles():
     assert result.exit_code == 0 and "grpo-joint" in result.output
     result = runner.invoke(app, ["list", "profiles"])
     assert result.exit_code == 0 and "tiny" in result.output
+
+
+def test_report_refuses_to_drop_a_sites_records_unless_forced(tmp_path):
+    from tests.reports.factory import make_record, write_runs
+
+    first = write_runs([make_record("grpo-joint", seed=s) for s in range(2)], tmp_path / "a")
+    second = write_runs([make_record("opd-multi", seed=0)], tmp_path / "b")
+    out = tmp_path / "site"
+    assert runner.invoke(app, ["report", "--runs", str(first), "--out", str(out)]).exit_code == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    result = runner.invoke(app, ["report", "--runs", str(second), "--out", str(out)])
+    assert result.exit_code == 2
+    message = _err(result)
+    assert "would be lost" in message and "--force" in message and len(message.splitlines()) == 1
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # nothing touched
+    assert runner.invoke(app, ["report", "--runs", str(second), "--out", str(out), "--force"]).exit_code == 0
+    assert [p.name for p in (out / "records").glob("*.json")] and len(list((out / "records").glob("*.json"))) == 1
