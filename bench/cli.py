@@ -410,15 +410,17 @@ def export_lm_eval(
     difficulty: str = typer.Option("easy"),
     fmt: str = typer.Option("hf", "--format", help="prompt format: hf (chat, real models) or tiny"),
 ) -> None:
-    """Write a suite's held-out split as an lm-eval task (`lm_eval --include_path OUT`)."""
+    """Write a suite's held-out split as a self-contained lm-eval task folder (`lm_eval --include_path OUT`)."""
     from bench.registry import get_suite
-    from tasks.lm_eval_export import export
+    from tasks.lm_eval_export import export, lm_eval_command
 
     try:
-        path = export(get_suite(suite, difficulty, fmt), out)
+        chosen = get_suite(suite, difficulty, fmt)
+        path = export(chosen, out)
     except USER_ERRORS as exc:
         _fail(str(exc))
-    console.print(f"wrote {path}; score a model with: lm_eval --include_path {out} --tasks {path.stem}")
+    console.print(f"wrote {path}; score a model folder with:", soft_wrap=True)
+    console.print(lm_eval_command(chosen, out.resolve()), highlight=False, soft_wrap=True, markup=False)
 
 
 def main() -> None:

@@ -1,32 +1,42 @@
 """Export a suite's held-out split as an lm-evaluation-harness task, scored by our own verifiers.
 
     from tasks import get_suite
-    from tasks.lm_eval_export import export
+    from tasks.lm_eval_export import export, lm_eval_command
     export(get_suite("math_code", "easy", "hf"), "lm_eval_tasks/")
-    # lm_eval --model hf --model_args pretrained=/path/to/model --include_path lm_eval_tasks \
-    #         --tasks opd_bench_math_code_easy_hf [--apply_chat_template]
+    print(lm_eval_command(suite, "lm_eval_tasks/", "/path/to/model"))
+    # lm_eval --model hf --model_args pretrained=/path/to/model,add_bos_token=False \
+    #         --tasks opd_bench_math_code_easy_hf --include_path lm_eval_tasks --apply_chat_template
 
-Writes, into `out_dir`:
+The folder is self-contained: copy it anywhere (another machine with lm-eval installed) and it runs.
+It holds:
 - `<task>_<domain>.jsonl`: the held-out problems of each domain (`meta` as a JSON string);
-- `<task>_<domain>.yaml`: one `generate_until` task per domain, absolute `data_files` paths, and
-  `process_results: !function utils.process_results`. Decoding is the benchmark's own evaluation
-  (docs/metrics.md, Held-out accuracy): greedy, stopped by the model's EOS token only (no `until` strings: lm-eval adds
-  the EOS), at most `max_gen_toks` new tokens;
+- `<task>_<domain>.yaml`: one `generate_until` task per domain that reads its documents through
+  `custom_dataset: !function utils.load_documents` (a file beside the YAML, found from `utils.py`'s
+  own location, so no path is written down), and scores them with `process_results: !function
+  utils.process_results`. Decoding is the benchmark's own evaluation (docs/metrics.md, Held-out
+  accuracy): greedy, stopped by the model's EOS token only (no `until` strings: lm-eval adds the
+  EOS), at most `max_gen_toks` new tokens;
 - `<task>.yaml`: the group; its `acc` is the unweighted mean over domains, the suite accuracy of
   docs/metrics.md (every domain has the same number of held-out prompts anyway);
-- `utils.py`: `process_results`, which rebuilds the `Problem` and calls the domain's verifier, so
-  lm-eval's number and ours come from the same code. It imports this checkout's `tasks` package.
+- `utils.py`: the two hooks. `process_results` rebuilds the `Problem` and calls the domain's
+  verifier, so lm-eval's number and ours come from the same code;
+- `opd_bench_tasks/tasks/`: a copy of this `tasks` package (generators and verifiers, pure Python),
+  which `utils.py` imports. The hf-format verifiers of reasoning-gym problems need `reasoning-gym`
+  installed where the export runs.
 
 hf-format suites are chat prompts: pass `--apply_chat_template` for chat models. tiny-format prompts
-are raw text, scored as the benchmark feeds them: no chat template and no BOS
-(`--model_args pretrained=DIR,add_bos_token=False`); then lm-eval's accuracy on the first N documents
-equals `bench.evaluation.Evaluator`'s on the same N (tests/tasks/test_lm_eval_roundtrip.py).
+are raw text, scored as the benchmark feeds them: no chat template. Either way `add_bos_token=False`
+(the benchmark adds no BOS of its own; a chat template adds its own); then lm-eval's accuracy on the
+first N documents equals `bench.evaluation.Evaluator`'s on the same N
+(tests/tasks/test_lm_eval_roundtrip.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 from pathlib import Path
 
 from tasks.suites import Suite
@@ -34,17 +44,33 @@ from tasks.suites import Suite
 # Generation limit per prompt format: the `eval_max_new_tokens` of the profile of that format (tiny, hf),
 # so that lm-eval and `bench.evaluation.Evaluator` score the same completions.
 MAX_GEN_TOKS = {"tiny": 64, "worked": 128, "hf": 512}
+# Where the copy of the `tasks` package goes inside an export (on sys.path as a folder holding `tasks`).
+VENDOR_DIR = "opd_bench_tasks"
 
-_UTILS = '''"""lm-eval hooks for OPD-Bench suites (written by tasks.lm_eval_export; regenerate, do not edit)."""
+_UTILS = '''"""lm-eval hooks for OPD-Bench suites (written by tasks.lm_eval_export; regenerate, do not edit).
+
+Self-contained: the documents are the .jsonl files beside this file, the verifiers are the copy of
+OPD-Bench's `tasks` package in {vendor}/.
+"""
 
 import functools
+import json
 import sys
+from pathlib import Path
 
-_REPO = {repo!r}
-if _REPO not in sys.path:
-    sys.path.insert(0, _REPO)
+_HERE = Path(__file__).resolve().parent
+if str(_HERE / "{vendor}") not in sys.path:
+    sys.path.insert(0, str(_HERE / "{vendor}"))
 
 from tasks.suites import get_domain, problem_from_record  # noqa: E402
+
+
+def load_documents(data_file, **_metadata):
+    """lm-eval `custom_dataset` hook: the held-out documents of one domain, as a DatasetDict."""
+    import datasets
+
+    lines = (_HERE / data_file).read_text(encoding="utf-8").splitlines()
+    return datasets.DatasetDict({{"test": datasets.Dataset.from_list([json.loads(line) for line in lines])}})
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,19 +91,26 @@ def task_name(suite: Suite) -> str:
     return f"opd_bench_{suite.name}_{suite.difficulty}_{suite.fmt}"
 
 
+def lm_eval_command(suite: Suite, out_dir: str | os.PathLike, model: str = "MODEL_DIR") -> str:
+    """The shell command that scores a local HF model folder on an export in `out_dir`."""
+    args = ["lm_eval", "--model", "hf", "--model_args", f"pretrained={model},add_bos_token=False",
+            "--tasks", task_name(suite), "--include_path", str(out_dir), "--batch_size", "16"]
+    if suite.fmt == "hf":
+        args.append("--apply_chat_template")
+    return shlex.join(args)
+
+
 def _q(value: str) -> str:
     """A YAML double-quoted scalar (JSON strings are valid YAML)."""
     return json.dumps(value)
 
 
-def _task_yaml(name: str, data_path: Path, suite: Suite, max_gen_toks: int) -> str:
+def _task_yaml(name: str, data_file: str, suite: Suite, max_gen_toks: int) -> str:
     return f"""# OPD-Bench {suite.id} (suite version {suite.version}, hash {suite.content_hash}); generated, do not edit
 task: {name}
-dataset_path: json
+custom_dataset: !function utils.load_documents
 dataset_kwargs:
-  data_files:
-    test: {_q(str(data_path))}
-  cache_dir: {_q(str(data_path.parent / ".hf-datasets-cache"))}
+  data_file: {_q(data_file)}
 test_split: test
 output_type: generate_until
 num_fewshot: 0
@@ -121,8 +154,15 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _vendor(out: Path) -> None:
+    """Copy this `tasks` package (its .py files) into `out/VENDOR_DIR/tasks`, replacing an older copy."""
+    target = out / VENDOR_DIR / "tasks"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(Path(__file__).resolve().parent, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
 def export(suite: Suite, out_dir: str | os.PathLike, *, max_gen_toks: int | None = None) -> Path:
-    """Write the suite as an lm-eval task group into `out_dir`; returns the group YAML's path.
+    """Write the suite as a self-contained lm-eval task group into `out_dir`; returns the group YAML's path.
 
     `max_gen_toks` caps each completion (default `MAX_GEN_TOKS[suite.fmt]`); give it the evaluating
     profile's `eval_max_new_tokens` to reproduce that profile's held-out accuracy.
@@ -130,20 +170,19 @@ def export(suite: Suite, out_dir: str | os.PathLike, *, max_gen_toks: int | None
     max_gen_toks = MAX_GEN_TOKS[suite.fmt] if max_gen_toks is None else int(max_gen_toks)
     if max_gen_toks < 1:
         raise ValueError(f"max_gen_toks must be >= 1, got {max_gen_toks}")
-    out = Path(out_dir).resolve()
+    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     group = task_name(suite)
     records = suite.heldout_records()
     subtasks = []
     for domain in suite.domains:
         name = f"{group}_{domain}"
-        data_path = out / f"{name}.jsonl"
         rows = [r for r in records if r["domain"] == domain]
-        _write(data_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        _write(out / f"{name}.yaml", _task_yaml(name, data_path, suite, max_gen_toks))
+        _write(out / f"{name}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        _write(out / f"{name}.yaml", _task_yaml(name, f"{name}.jsonl", suite, max_gen_toks))
         subtasks.append(name)
-    repo_root = str(Path(__file__).resolve().parent.parent)
-    _write(out / "utils.py", _UTILS.format(repo=repo_root))
+    _vendor(out)
+    _write(out / "utils.py", _UTILS.format(vendor=VENDOR_DIR))
     group_path = out / f"{group}.yaml"
     _write(group_path, _group_yaml(group, subtasks, suite))
     return group_path

@@ -11,8 +11,13 @@ Two local models are scored both ways on the first N held-out problems of each d
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -25,7 +30,7 @@ from bench.world.models import TINY_SPECS, build_tiny, load_model, save_model, t
 from bench.policy import Policy
 from bench.world.profiles import PROFILES
 from tasks import get_suite
-from tasks.lm_eval_export import MAX_GEN_TOKS, export, task_name
+from tasks.lm_eval_export import MAX_GEN_TOKS, export, lm_eval_command, task_name
 
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.tasks import TaskManager  # noqa: E402
@@ -122,6 +127,42 @@ def test_lm_eval_stops_where_bench_stops(suite, exported):
         assert lm_texts[d] == our_texts[d]
 
 
+# Runs lm-eval's own command line and reports which `tasks` package the export's hooks imported.
+_LM_EVAL_MAIN = """import runpy, sys
+sys.argv = ["lm_eval", *sys.argv[1:]]
+try:
+    runpy.run_module("lm_eval", run_name="__main__")
+finally:
+    print("TASKS_FROM", sys.modules["tasks"].__file__)
+"""
+
+
+def test_copied_export_runs_from_the_shell(trained_model, suite, tmp_path):
+    """Export, move the folder elsewhere (the original is gone), run the printed `lm_eval` command
+    in another process and directory: it reads its own documents and verifiers and gives our accuracy."""
+    first = tmp_path / "first"
+    export(suite, first, max_gen_toks=MAX_NEW_TOKENS)
+    moved = tmp_path / "elsewhere" / "exported"
+    shutil.copytree(first, moved)
+    shutil.rmtree(first)
+    command = lm_eval_command(suite, moved, str(trained_model)).split()
+    assert command[:5] == ["lm_eval", "--model", "hf", "--model_args", f"pretrained={trained_model},add_bos_token=False"]
+    results_dir = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    done = subprocess.run(
+        [sys.executable, "-c", _LM_EVAL_MAIN, *command[1:], "--device", "cpu", "--limit", str(N),
+         "--output_path", str(results_dir)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    tasks_from = done.stdout.split("TASKS_FROM", 1)[1].split()[0]
+    assert tasks_from.startswith(str(moved)), tasks_from  # the shipped copy, not this checkout
+    results = json.loads(next(results_dir.rglob("results_*.json")).read_text())["results"]
+    ours, _, _ = score_with_bench(trained_model, suite)
+    assert results[task_name(suite)]["acc,none"] == pytest.approx(ours["accuracy"], abs=1e-12)
+
+
 def test_export_decodes_like_the_evaluator(suite, exported):
     """Greedy, EOS-only stop, the profile's token cap; the default caps are the profiles' own."""
     for profile in ("direct", "tiny", "hf"):
@@ -144,7 +185,9 @@ def test_cli_export_lm_eval(tmp_path):
     result = CliRunner().invoke(app, ["export-lm-eval", "math_code", "--out", str(out), "--format", "tiny"])
     assert result.exit_code == 0, result.output
     name = "opd_bench_math_code_easy_tiny"
-    assert f"--tasks {name}" in " ".join(result.output.split())  # rich wraps long lines
+    printed = " ".join(result.output.split())  # rich wraps long lines
+    assert f"--tasks {name}" in printed and "--model hf --model_args pretrained=" in printed
+    assert f"--include_path {out}" in printed
     per_domain = {f"{name}_{d}.{ext}" for d in ("math", "code") for ext in ("yaml", "jsonl")}
     expected = {f"{name}.yaml", "utils.py"} | per_domain
     assert expected <= {p.name for p in out.iterdir()}

@@ -26,13 +26,16 @@ def test_export_writes_group_tasks_data_and_hook(exported):
     assert group_yaml == out / f"{name}.yaml"
     for domain in suite.domains:
         text = (out / f"{name}_{domain}.yaml").read_text()
-        assert f'test: "{out / f"{name}_{domain}.jsonl"}"' in text  # absolute data path
+        assert f'data_file: "{name}_{domain}.jsonl"' in text  # beside the YAML, no path written down
+        assert "custom_dataset: !function utils.load_documents" in text
         assert "output_type: generate_until" in text and "do_sample: false" in text
         assert "process_results: !function utils.process_results" in text
         assert suite.content_hash in text
         assert len((out / f"{name}_{domain}.jsonl").read_text().splitlines()) == 1000
     assert "weight_by_size: false" in group_yaml.read_text()
     assert (out / "utils.py").exists()
+    assert (out / "opd_bench_tasks" / "tasks" / "suites.py").exists()  # the verifiers travel with it
+    assert str(out) not in (out / "utils.py").read_text()
 
 
 def test_task_manager_loads_group_and_reads_documents(exported):
