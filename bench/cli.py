@@ -9,6 +9,7 @@
     bench report [--runs runs/] [--out leaderboard/]
     bench check-adapter PLUGIN
     bench export-lm-eval SUITE --out DIR
+    bench eval MODEL_DIR|RUN_DIR [--suite S] [--profile P] [--limit N] [--task LM_EVAL_TASK ...]
     bench sweep --methods A,B [--suites S] [--seeds N] [--executor local|ray [--address HOST:6379]] [--rollout ...]
     bench reproduce [--profile tiny] [--executor local|ray ...] [--rollout torch|vllm]
 
@@ -421,6 +422,69 @@ def export_lm_eval(
         _fail(str(exc))
     console.print(f"wrote {path}; score a model folder with:", soft_wrap=True)
     console.print(lm_eval_command(chosen, out.resolve()), highlight=False, soft_wrap=True, markup=False)
+
+
+@app.command("eval")
+def eval_(
+    model: str = typer.Argument(..., help="a run directory (scores its final/) or a local HF model folder"),
+    suite: Optional[str] = typer.Option(None, help="suite (default: the run's, else math_code)"),
+    difficulty: Optional[str] = typer.Option(None, help="easy, medium or hard (default: the run's, else easy)"),
+    profile: Optional[str] = typer.Option(None, help="prompt format and token cap (default: the run's, else hf)"),
+    limit: Optional[int] = typer.Option(None, help="first N held-out problems per domain (default: all)"),
+    task: list[str] = typer.Option([], help="also run this lm-eval task, e.g. gsm8k (repeatable; data must be cached)"),
+    include_path: list[Path] = typer.Option([], help="extra folder of lm-eval task YAMLs (repeatable)"),
+    max_new_tokens: Optional[int] = typer.Option(None, help="generation cap (default: the profile's evaluation cap)"),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
+    batch_size: int = typer.Option(16),
+    out: Optional[Path] = typer.Option(None, help="also write the scores as JSON to this file"),
+) -> None:
+    """Score a model with lm-evaluation-harness on a suite's held-out split (and any lm-eval task), offline."""
+    import json
+    import os
+    import tempfile
+
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    from bench.registry import get_suite
+    from bench.run.harness import evaluate, metric_rows, resolve_target, uses_chat_template
+    from bench.world.profiles import PROFILES
+    from tasks.lm_eval_export import export, task_name
+
+    if limit is not None and limit < 1:
+        _fail(f"--limit must be at least 1, got {limit}")
+    try:
+        target = resolve_target(model, suite=suite, difficulty=difficulty, profile=profile)
+        if target.profile not in PROFILES:
+            raise unknown("profile", target.profile, list(PROFILES))
+        chosen = PROFILES[target.profile]
+        problems = get_suite(target.suite, target.difficulty, chosen.task_format)
+        group = task_name(problems)
+        with tempfile.TemporaryDirectory(prefix="opd-bench-lm-eval-") as tmp:
+            export(problems, tmp, max_gen_toks=max_new_tokens or chosen.eval_max_new_tokens)
+            output = evaluate(
+                target.model, [group, *task], [Path(tmp), *include_path], limit=limit, device=_device(device),
+                chat=uses_chat_template(target.model, chosen.task_format), batch_size=batch_size,
+                include_defaults=any(not p.startswith("opd_bench_") for p in task),
+            )
+    except USER_ERRORS as exc:
+        _fail(str(exc))
+    results = output["results"]
+    table = Table(title=f"{target.run_id or target.model}: {problems.id}" + (f", first {limit} per domain" if limit else ""))
+    for col in ("task", "metric", "value"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for name, metric, value in metric_rows(results):
+        table.add_row(name, metric, f"{value:.4f}")
+    console.print(table)
+    console.print(f"suite accuracy ({problems.id}): {100 * results[group]['acc,none']:.2f}%")
+    if out is not None:
+        record = {
+            "model": str(target.model), "run_id": target.run_id, "suite": problems.id, "limit": limit,
+            "accuracy": results[group]["acc,none"],
+            "domain_accuracy": {d: results[f"{group}_{d}"]["acc,none"] for d in problems.domains},
+            "results": results, "n_samples": output.get("n-samples"), "lm_eval_config": output.get("config"),
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+        console.print(f"wrote {out}")
 
 
 def main() -> None:

@@ -1,0 +1,106 @@
+"""Score a Hugging Face model folder with lm-evaluation-harness (`bench eval`), offline.
+
+    bench eval runs/grpo__math_code-easy__direct__s0 --limit 100
+    bench eval ./my-model --suite math_code --profile hf --task gsm8k
+
+The model is a run directory's `final/` folder (the run's suite, difficulty and profile are the
+defaults) or any local model folder. The CLI exports the suite as lm-eval tasks
+(`tasks.lm_eval_export`) and this module hands them, with any lm-eval task the user names, to
+`lm_eval.simple_evaluate` on its `hf` backend. Decoding is the benchmark's own: greedy, EOS-only stop,
+the profile's evaluation cap, no BOS added, and the chat template where the benchmark uses one (hf
+prompts on a tokenizer that has a template), so the suite accuracy equals `bench.evaluation.Evaluator`'s
+on the same first N problems of each domain (tests/bench/test_harness.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import store
+from bench.errors import RunError, unknown
+from bench.world.models import resolve_model
+
+
+@dataclass(frozen=True)
+class EvalTarget:
+    """What `bench eval` scores: a model folder, on a suite, as a profile would evaluate it."""
+
+    model: Path
+    suite: str
+    difficulty: str
+    profile: str
+    run_id: str | None = None
+
+
+def resolve_target(path: str, *, suite: str | None, difficulty: str | None, profile: str | None) -> EvalTarget:
+    """A run directory (scores its `final/`; suite, difficulty and profile default to the run's) or a
+    model folder / tiny spec name (defaults: math_code, easy, hf). Raises `RunError` for a run that
+    has not finished and `UnknownModelError` for a path that holds no model."""
+    folder = Path(path)
+    if (folder / "ledger.jsonl").exists() or (folder / "final").is_dir():
+        if not (folder / "final" / "config.json").exists():
+            raise RunError(f"{folder} is a run directory without a final/ model: the run has not finished "
+                           "(finish it with `bench run ... --resume`)")
+        run = store.read_json(folder / "config.json")
+        return EvalTarget(folder / "final", suite or run["suite"], difficulty or run["difficulty"],
+                          profile or run["profile"], run_id=run.get("run_id"))
+    return EvalTarget(resolve_model(path), suite or "math_code", difficulty or "easy", profile or "hf")
+
+
+def uses_chat_template(model: Path, task_format: str) -> bool:
+    """Whether the benchmark would feed this model chat-formatted prompts (`bench.policy.Policy`)."""
+    if task_format != "hf":
+        return False
+    from transformers import AutoTokenizer
+
+    return bool(getattr(AutoTokenizer.from_pretrained(model, local_files_only=True), "chat_template", None))
+
+
+def evaluate(
+    model: Path, task_names: list[str], include_paths: list[Path], *, chat: bool, limit: int | None,
+    device: str = "cpu", batch_size: int = 16, include_defaults: bool = False,
+) -> dict[str, Any]:
+    """`lm_eval.simple_evaluate` on the hf backend; returns its output (`results`, `samples`, ...).
+
+    `include_defaults`: also index lm-eval's own tasks (gsm8k, ...; seconds), needed only when the
+    user names one. Unknown task names raise `UnknownNameError` before any model loads.
+    """
+    import logging
+
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    # lm-eval warns once per task that uses a `custom_dataset` hook, as every exported task does.
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    manager = TaskManager(include_path=[str(p) for p in include_paths], include_defaults=include_defaults)
+    for name in task_names:
+        if name not in manager.all_tasks:
+            raise unknown("lm-eval task", name, list(manager.all_tasks))
+    return lm_eval.simple_evaluate(
+        model="hf",
+        model_args={"pretrained": str(model), "dtype": "bfloat16" if device.startswith("cuda") else "float32",
+                    "add_bos_token": False},
+        tasks=task_names,
+        task_manager=manager,
+        device=device,
+        limit=limit,
+        batch_size=batch_size,
+        apply_chat_template=chat,
+        log_samples=False,
+        bootstrap_iters=0,
+        verbosity="ERROR",
+    )
+
+
+def metric_rows(results: dict[str, dict]) -> list[tuple[str, str, float]]:
+    """(task, metric, value) for every metric of lm-eval's `results` (keys `metric,filter`), stderr left out."""
+    rows = []
+    for task, metrics in results.items():
+        for key, value in metrics.items():
+            metric, comma, _ = key.partition(",")
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if comma and numeric and not metric.endswith("_stderr"):
+                rows.append((task, key, float(value)))
+    return rows

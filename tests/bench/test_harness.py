@@ -1,0 +1,121 @@
+"""`bench eval`: a run's final student scored through lm-eval's Python API gives the accuracy of the
+benchmark's own greedy evaluator on the same suite, prompts and problems."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bench.accounting.ledger import Ledger
+from bench.cli import app
+from bench.evaluation import Evaluator
+from bench.policy import Policy
+from bench.registry import get_suite
+from bench.run.harness import metric_rows
+from bench.update import sft_step
+from bench.world.models import load_model, save_model
+from tests.methods.support import run_method
+
+pytest.importorskip("lm_eval")
+N = 16  # held-out problems per domain
+
+
+@pytest.fixture(scope="module")
+def run_dir(fast_profile, tmp_path_factory):
+    """A finished sft run on the fast profile: `runs/<run_id>/final/` holds its student."""
+    runs = tmp_path_factory.mktemp("runs")
+    summary = run_method(fast_profile, runs, "sft", 4e10, keep="all", prompts_per_step=8)
+    return runs / summary["run_id"]
+
+
+@pytest.fixture(scope="module")
+def partly_right(run_dir, fast_profile, tmp_path_factory):
+    """The run's student after a few SFT steps on the first N held-out answers of each domain: partly
+    right, so that equal accuracies mean equal completions, not two zeros."""
+    suite = get_suite("math_code", "easy", fast_profile.task_format)
+    model, tokenizer = load_model(run_dir / "final")
+    policy = Policy("student", model, tokenizer, ledger=Ledger())
+    pool = [p for d in suite.domains for p in suite.heldout(d)[:N]]
+    rng = random.Random(0)
+    torch.manual_seed(0)
+    steps = 90  # the recipe of tests/tasks/test_lm_eval_roundtrip.py
+    for step in range(steps):
+        batch = rng.sample(pool, 32)
+        lr = 1e-2 * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps)))
+        sft_step(policy, [p.prompt for p in batch], [p.answer for p in batch], lr=lr)
+    folder = tmp_path_factory.mktemp("partly_right") / "model"
+    save_model(model, tokenizer, folder)
+    return folder
+
+
+def bench_accuracy(folder, suite, max_new_tokens: int) -> dict:
+    policy = Policy("student", *load_model(folder), ledger=Ledger(), trainable=False)
+    return Evaluator(suite, N, max_new_tokens).evaluate(policy)
+
+
+def test_eval_of_a_run_equals_the_evaluator(run_dir, fast_profile, tmp_path):
+    out = tmp_path / "scores.json"
+    result = CliRunner().invoke(app, ["eval", str(run_dir), "--limit", str(N), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    scores = json.loads(out.read_text())
+    assert scores["suite"] == "math_code-easy-tiny" and scores["limit"] == N
+    suite = get_suite("math_code", "easy", fast_profile.task_format)
+    ours = bench_accuracy(run_dir / "final", suite, fast_profile.eval_max_new_tokens)
+    assert scores["domain_accuracy"] == pytest.approx(ours["domain_accuracy"], abs=1e-12)
+    assert scores["accuracy"] == pytest.approx(ours["accuracy"], abs=1e-12)
+    # the run's own last evaluation (eval_size 16) scored the same final student
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert scores["accuracy"] == pytest.approx(summary["final_accuracy"], abs=1e-12)
+    assert "suite accuracy" in result.output
+
+
+def test_eval_of_a_partly_right_model_folder_equals_the_evaluator(partly_right, fast_profile, tmp_path):
+    suite = get_suite("math_code", "easy", fast_profile.task_format)
+    ours = bench_accuracy(partly_right, suite, fast_profile.eval_max_new_tokens)
+    right = round(ours["accuracy"] * len(suite.domains) * N)
+    assert 3 <= right <= len(suite.domains) * N - 3, f"the model should be partly right, got {ours}"
+    out = tmp_path / "scores.json"
+    args = ["eval", str(partly_right), "--profile", fast_profile.name, "--limit", str(N), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    scores = json.loads(out.read_text())
+    assert scores["domain_accuracy"] == pytest.approx(ours["domain_accuracy"], abs=1e-12)
+    assert scores["accuracy"] == pytest.approx(ours["accuracy"], abs=1e-12)
+
+
+def test_eval_runs_a_task_the_user_names(run_dir, tmp_path):
+    extra = tmp_path / "extra"
+    assert CliRunner().invoke(app, ["export-lm-eval", "strings", "--out", str(extra), "--format", "tiny"]).exit_code == 0
+    out = tmp_path / "scores.json"
+    result = CliRunner().invoke(app, ["eval", str(run_dir), "--limit", "4", "--include-path", str(extra),
+                                      "--task", "opd_bench_strings_easy_tiny", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    results = json.loads(out.read_text())["results"]
+    assert 0.0 <= results["opd_bench_strings_easy_tiny"]["acc,none"] <= 1.0
+    assert {"opd_bench_math_code_easy_tiny", "opd_bench_strings_easy_tiny"} <= {t for t, _, _ in metric_rows(results)}
+
+
+@pytest.mark.parametrize("make_args, says", [
+    (lambda run, tmp: ["eval", str(tmp / "nowhere")], "no model folder"),
+    (lambda run, tmp: ["eval", str(run), "--task", "opd_bench_math_code_easy_tin"], "did you mean"),
+    (lambda run, tmp: ["eval", str(run), "--suite", "math_cod"], "did you mean"),
+    (lambda run, tmp: ["eval", str(run), "--limit", "0"], "--limit"),
+])
+def test_eval_bad_input_is_one_line_and_exit_2(run_dir, tmp_path, make_args, says):
+    result = CliRunner().invoke(app, make_args(run_dir, tmp_path))
+    assert result.exit_code == 2, result.output
+    message = result.stderr or result.output
+    assert says in message and "Traceback" not in message
+
+
+def test_eval_refuses_an_unfinished_run(tmp_path):
+    unfinished = tmp_path / "run"
+    unfinished.mkdir()
+    (unfinished / "ledger.jsonl").write_text("")
+    result = CliRunner().invoke(app, ["eval", str(unfinished)])
+    assert result.exit_code == 2 and "final/" in (result.stderr or result.output)
