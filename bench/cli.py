@@ -9,6 +9,7 @@
     bench report [--runs runs/] [--out leaderboard/]
     bench check-adapter PLUGIN
     bench export-lm-eval SUITE --out DIR
+    bench export-hf SUITE --out DIR
     bench eval MODEL_DIR|RUN_DIR [--suite S] [--profile P] [--limit N] [--task LM_EVAL_TASK ...]
     bench sweep --methods A,B [--suites S] [--seeds N] [--executor local|ray [--address HOST:6379]] [--rollout ...]
     bench reproduce [--profile tiny] [--executor local|ray ...] [--rollout torch|vllm]
@@ -422,6 +423,29 @@ def export_lm_eval(
         _fail(str(exc))
     console.print(f"wrote {path}; score a model folder with:", soft_wrap=True)
     console.print(lm_eval_command(chosen, out.resolve()), highlight=False, soft_wrap=True, markup=False)
+
+
+@app.command("export-hf")
+def export_hf(
+    suite: str = typer.Argument(..., help="suite name"),
+    out: Path = typer.Option(..., help="folder for the dataset (parquet splits and a README.md card)"),
+    difficulty: str = typer.Option("easy"),
+    fmt: str = typer.Option("hf", "--format", help="prompt format: hf (chat, real models), tiny or worked"),
+    train_size: int = typer.Option(1000, help="problems in the train split (a sample of the endless train stream)"),
+    seed: int = typer.Option(0, help="seed of the train stream the sample is drawn from"),
+) -> None:
+    """Write a suite's train sample, validation and held-out splits as a Hugging Face dataset with a card."""
+    from bench.registry import get_suite
+    from tasks.hf_datasets import export
+
+    if train_size < 0:
+        _fail(f"--train-size must be at least 0, got {train_size}")
+    try:
+        card = export(get_suite(suite, difficulty, fmt), out, train_size=train_size, seed=seed)
+    except USER_ERRORS as exc:
+        _fail(str(exc))
+    console.print(f"wrote {card.parent}; load it with datasets.load_dataset({str(out)!r}) "
+                  f"or tasks.hf_datasets.load({str(out)!r})", highlight=False, soft_wrap=True, markup=False)
 
 
 @app.command("eval")
