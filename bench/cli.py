@@ -98,7 +98,7 @@ def run(
     set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
     eval_size: Optional[int] = typer.Option(None, help="held-out prompts per domain at each evaluation"),
     progress: bool = typer.Option(True, help="show the progress bar"),
-    model: Optional[str] = typer.Option(None, help="hf profile: the student, a local HF model folder"),
+    model: Optional[str] = typer.Option(None, help="hf profile: the student, a local HF model folder or a hub id in the local HF cache"),
     external: Optional[str] = typer.Option(None, help="hf profile: the external teacher's folder"),
     teacher: list[str] = typer.Option([], help="hf profile: a named teacher DOMAIN=PATH (repeatable)"),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),

@@ -29,9 +29,13 @@ class UnknownNameError(ValueError):
 class UnknownModelError(ValueError):
     """Neither a tiny model spec nor a local Hugging Face model folder."""
 
-    def __init__(self, name: str, known: list[str], missing_path: bool = False) -> None:
+    def __init__(self, name: str, known: list[str], missing_path: bool = False, hub_cache: str | None = None) -> None:
         what = "no model folder with a config.json at" if missing_path else "unknown model"
-        msg = f"{what} {name!r}; use a local Hugging Face model folder or one of: {', '.join(known)}"
+        msg = f"{what} {name!r}"
+        if hub_cache is not None:  # it was looked up as a hub id too
+            msg += (f", nor a model {name!r} in the local Hugging Face cache {hub_cache} (nothing is downloaded: "
+                    f"fetch it first where there is a network, e.g. `hf download {name}`)")
+        msg += f"; use a local Hugging Face model folder, a cached hub id, or one of: {', '.join(known)}"
         super().__init__(msg + did_you_mean(name, known))
 
 

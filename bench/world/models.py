@@ -1,4 +1,5 @@
-"""Models and tokenizers: load any local Hugging Face causal LM, or build a tiny one from a named spec.
+"""Models and tokenizers: load any local Hugging Face causal LM (a folder, or a hub id already in the
+local Hugging Face cache), or build a tiny one from a named spec.
 
 Tiny models are built deterministically (seeded random init) with a byte-level BPE tokenizer that has
 the 256-byte alphabet and no merges: every character of a task prompt is one token, so no merge can
@@ -14,12 +15,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import huggingface_hub
 import torch
+from huggingface_hub.errors import HFValidationError
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     AutoConfig,
@@ -32,6 +36,8 @@ from transformers import (
 from bench.errors import UnknownModelError
 
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
+# What a hub model id looks like (`org/name` or `name`); anything else is only ever a path.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
 def cache_root() -> Path:
@@ -147,16 +153,33 @@ def save_model(model: PreTrainedModel, tokenizer, folder: Path) -> None:
     os.replace(tmp, folder)
 
 
+def hub_snapshot(repo_id: str) -> Path | None:
+    """The folder of a hub model id in the local Hugging Face cache (`HF_HUB_CACHE`), or None; offline."""
+    if not _HUB_ID.fullmatch(repo_id):
+        return None
+    try:
+        folder = Path(huggingface_hub.snapshot_download(repo_id, local_files_only=True))
+    except (HFValidationError, OSError):  # not cached (LocalEntryNotFoundError), incomplete, or not an id
+        return None
+    return folder if (folder / "config.json").exists() else None
+
+
 def resolve_model(name_or_path: str | Path) -> Path:
-    """A tiny spec name or a local folder holding a HF causal LM; clear errors otherwise."""
-    if str(name_or_path) in TINY_SPECS:
-        return tiny_model_dir(str(name_or_path))
+    """A tiny spec name, a local folder holding a HF causal LM, or a hub id (`org/name`) already in the
+    local Hugging Face cache; clear errors otherwise. Nothing is downloaded."""
+    name = str(name_or_path)
+    if name in TINY_SPECS:
+        return tiny_model_dir(name)
     path = Path(name_or_path)
-    if not path.is_dir():
-        raise UnknownModelError(str(name_or_path), sorted(TINY_SPECS), missing_path=True)
-    if not (path / "config.json").exists():
-        raise UnknownModelError(str(name_or_path), sorted(TINY_SPECS), missing_path=True)
-    return path
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise UnknownModelError(name, sorted(TINY_SPECS), missing_path=True)
+        return path
+    cached = hub_snapshot(name)
+    if cached is None:
+        looked_up = huggingface_hub.constants.HF_HUB_CACHE if _HUB_ID.fullmatch(name) else None
+        raise UnknownModelError(name, sorted(TINY_SPECS), missing_path=True, hub_cache=looked_up)
+    return cached
 
 
 def load_model(
