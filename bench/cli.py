@@ -460,7 +460,7 @@ def eval_(
     max_new_tokens: Optional[int] = typer.Option(None, help="generation cap (default: the profile's evaluation cap)"),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
     batch_size: int = typer.Option(16),
-    out: Optional[Path] = typer.Option(None, help="also write the scores as JSON to this file"),
+    out: Optional[Path] = typer.Option(None, help="also write the scores and each prompt's completion as JSON here"),
 ) -> None:
     """Score a model with lm-evaluation-harness on a suite's held-out split (and any lm-eval task), offline."""
     import json
@@ -469,7 +469,7 @@ def eval_(
 
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from bench.registry import get_suite
-    from bench.run.harness import evaluate, metric_rows, resolve_target, uses_chat_template
+    from bench.run.harness import evaluate, metric_rows, resolve_target, suite_samples, uses_chat_template
     from bench.world.profiles import PROFILES
     from tasks.lm_eval_export import export, task_name
 
@@ -505,6 +505,7 @@ def eval_(
             "accuracy": results[group]["acc,none"],
             "domain_accuracy": {d: results[f"{group}_{d}"]["acc,none"] for d in problems.domains},
             "results": results, "n_samples": output.get("n-samples"), "lm_eval_config": output.get("config"),
+            "samples": suite_samples(output, [f"{group}_{d}" for d in problems.domains]),
         }
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")

@@ -88,10 +88,21 @@ def evaluate(
         limit=limit,
         batch_size=batch_size,
         apply_chat_template=chat,
-        log_samples=False,
+        log_samples=True,
         bootstrap_iters=0,
         verbosity="ERROR",
     )
+
+
+def suite_samples(output: dict[str, Any], task_names: list[str]) -> dict[str, list[dict]]:
+    """Per document of each named task, in document order: the prompt as the model saw it (chat
+    template applied), the completion and its score."""
+    out = {}
+    for task in task_names:
+        rows = sorted(output["samples"].get(task, []), key=lambda s: s["doc_id"])
+        out[task] = [{"doc_id": s["doc_id"], "prompt": s["arguments"][0][0], "completion": s["resps"][0][0],
+                      "acc": s.get("acc")} for s in rows]
+    return out
 
 
 def metric_rows(results: dict[str, dict]) -> list[tuple[str, str, float]]:

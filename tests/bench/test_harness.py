@@ -18,7 +18,7 @@ from bench.policy import Policy
 from bench.registry import get_suite
 from bench.run.harness import metric_rows
 from bench.update import sft_step
-from bench.world.models import load_model, save_model
+from bench.world.models import load_model, save_model, tiny_model_dir
 from tests.methods.support import run_method
 
 pytest.importorskip("lm_eval")
@@ -86,6 +86,30 @@ def test_eval_of_a_partly_right_model_folder_equals_the_evaluator(partly_right, 
     scores = json.loads(out.read_text())
     assert scores["domain_accuracy"] == pytest.approx(ours["domain_accuracy"], abs=1e-12)
     assert scores["accuracy"] == pytest.approx(ours["accuracy"], abs=1e-12)
+
+
+def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path):
+    """hf-format prompts through a tokenizer with a chat template: lm-eval sees the prompt the benchmark's
+    policy would encode and generates the same completions."""
+    model, tokenizer = load_model(tiny_model_dir("tiny-llama"))
+    tokenizer.chat_template = ("{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}Assistant:{% endif %}")
+    model.config.max_position_embeddings = 4096  # hf prompts are long: no truncation on either side
+    folder = tmp_path / "chat-model"
+    save_model(model, tokenizer, folder)
+    out, cap, limit = tmp_path / "scores.json", 8, 4
+    args = ["eval", str(folder), "--suite", "strings", "--profile", "hf", "--limit", str(limit),
+            "--max-new-tokens", str(cap), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    samples = json.loads(out.read_text())["samples"]["opd_bench_strings_easy_hf_strings"]
+    suite = get_suite("strings", "easy", "hf")
+    policy = Policy("student", *load_model(folder), ledger=Ledger(), trainable=False, chat=True)
+    problems = suite.heldout("strings")[:limit]
+    texts, _ = Evaluator(suite, limit, cap).completions(policy, problems)
+    assert [s["prompt"] for s in samples] == [f"User: {p.prompt}\nAssistant:" for p in problems]
+    assert [policy.encode_prompt(p.prompt) for p in problems] == [policy.encode(s["prompt"]) for s in samples]
+    assert [s["completion"] for s in samples] == texts
 
 
 def test_eval_runs_a_task_the_user_names(run_dir, tmp_path):
