@@ -450,7 +450,7 @@ def export_hf(
 
 @app.command("eval")
 def eval_(
-    model: str = typer.Argument(..., help="a run directory (scores its final/) or a local HF model folder"),
+    model: str = typer.Argument(..., help="a run directory (scores its final/), a local HF model folder or a cached hub id"),
     suite: Optional[str] = typer.Option(None, help="suite (default: the run's, else math_code)"),
     difficulty: Optional[str] = typer.Option(None, help="easy, medium or hard (default: the run's, else easy)"),
     profile: Optional[str] = typer.Option(None, help="prompt format and token cap (default: the run's, else hf)"),
@@ -463,13 +463,13 @@ def eval_(
     out: Optional[Path] = typer.Option(None, help="also write the scores and each prompt's completion as JSON here"),
 ) -> None:
     """Score a model with lm-evaluation-harness on a suite's held-out split (and any lm-eval task), offline."""
-    import json
     import os
     import tempfile
 
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from bench.registry import get_suite
-    from bench.run.harness import evaluate, metric_rows, resolve_target, suite_samples, uses_chat_template
+    from bench.run.harness import evaluate, metric_rows, resolve_target, scores_record, uses_chat_template
+    from bench.store import write_json
     from bench.world.profiles import PROFILES
     from tasks.lm_eval_export import export, task_name
 
@@ -500,15 +500,7 @@ def eval_(
     console.print(table)
     console.print(f"suite accuracy ({problems.id}): {100 * results[group]['acc,none']:.2f}%")
     if out is not None:
-        record = {
-            "model": str(target.model), "run_id": target.run_id, "suite": problems.id, "limit": limit,
-            "accuracy": results[group]["acc,none"],
-            "domain_accuracy": {d: results[f"{group}_{d}"]["acc,none"] for d in problems.domains},
-            "results": results, "n_samples": output.get("n-samples"), "lm_eval_config": output.get("config"),
-            "samples": suite_samples(output, [f"{group}_{d}" for d in problems.domains]),
-        }
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+        write_json(out, scores_record(target, problems.id, group, problems.domains, limit, output))
         console.print(f"wrote {out}")
 
 

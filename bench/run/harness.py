@@ -94,6 +94,20 @@ def evaluate(
     )
 
 
+def scores_record(target: EvalTarget, suite_id: str, group: str, domains: tuple[str, ...], limit: int | None,
+                  output: dict[str, Any]) -> dict[str, Any]:
+    """What `bench eval --out` writes: the suite accuracy and its domains', every lm-eval result, and
+    each suite prompt with its completion and score."""
+    results = output["results"]
+    return {
+        "model": str(target.model), "run_id": target.run_id, "suite": suite_id, "limit": limit,
+        "accuracy": results[group]["acc,none"],
+        "domain_accuracy": {d: results[f"{group}_{d}"]["acc,none"] for d in domains},
+        "results": results, "n_samples": output.get("n-samples"), "lm_eval_config": output.get("config"),
+        "samples": suite_samples(output, [f"{group}_{d}" for d in domains]),
+    }
+
+
 def suite_samples(output: dict[str, Any], task_names: list[str]) -> dict[str, list[dict]]:
     """Per document of each named task, in document order: the prompt as the model saw it (chat
     template applied), the completion and its score."""
