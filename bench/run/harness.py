@@ -65,7 +65,8 @@ def evaluate(
     """`lm_eval.simple_evaluate` on the hf backend; returns its output (`results`, `samples`, ...).
 
     `include_defaults`: also index lm-eval's own tasks (gsm8k, ...; seconds), needed only when the
-    user names one. Unknown task names raise `UnknownNameError` before any model loads.
+    user names one. Unknown task names raise `UnknownNameError` before any model loads, a task whose
+    data is not cached `RunError`.
     """
     import logging
 
@@ -78,20 +79,24 @@ def evaluate(
     for name in task_names:
         if name not in manager.all_tasks:
             raise unknown("lm-eval task", name, list(manager.all_tasks))
-    return lm_eval.simple_evaluate(
-        model="hf",
-        model_args={"pretrained": str(model), "dtype": "bfloat16" if device.startswith("cuda") else "float32",
-                    "add_bos_token": False},
-        tasks=task_names,
-        task_manager=manager,
-        device=device,
-        limit=limit,
-        batch_size=batch_size,
-        apply_chat_template=chat,
-        log_samples=True,
-        bootstrap_iters=0,
-        verbosity="ERROR",
-    )
+    try:
+        return lm_eval.simple_evaluate(
+            model="hf",
+            model_args={"pretrained": str(model), "dtype": "bfloat16" if device.startswith("cuda") else "float32",
+                        "add_bos_token": False},
+            tasks=task_names,
+            task_manager=manager,
+            device=device,
+            limit=limit,
+            batch_size=batch_size,
+            apply_chat_template=chat,
+            log_samples=True,
+            bootstrap_iters=0,
+            verbosity="ERROR",
+        )
+    except ConnectionError as exc:  # what `datasets` raises offline for data it does not have
+        raise RunError(f"a task's data is not in the local datasets cache and nothing is downloaded ({exc}); "
+                       "fetch it once where there is a network, e.g. with lm_eval --tasks NAME --limit 1") from exc
 
 
 def scores_record(target: EvalTarget, suite_id: str, group: str, domains: tuple[str, ...], limit: int | None,

@@ -129,6 +129,7 @@ def test_eval_runs_a_task_the_user_names(run_dir, tmp_path):
     (lambda run, tmp: ["eval", str(run), "--task", "opd_bench_math_code_easy_tin"], "did you mean"),
     (lambda run, tmp: ["eval", str(run), "--suite", "math_cod"], "did you mean"),
     (lambda run, tmp: ["eval", str(run), "--limit", "0"], "--limit"),
+    (lambda run, tmp: ["eval", str(run), "--limit", "1", "--task", "gsm8k"], "not in the local datasets cache"),
 ])
 def test_eval_bad_input_is_one_line_and_exit_2(run_dir, tmp_path, make_args, says):
     result = CliRunner().invoke(app, make_args(run_dir, tmp_path))
