@@ -358,7 +358,7 @@ def _sweep_outcome(result, fail: bool = True) -> None:
 @app.command()
 def report(
     runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),
-    out: Path = typer.Option(Path("leaderboard"), help="where the static site is written"),
+    out: Path = typer.Option(Path("site"), help="where the static site is written (the committed reference is leaderboard/)"),
     force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
 ) -> None:
     """Build the static HTML leaderboard from run records."""

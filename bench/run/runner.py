@@ -98,7 +98,7 @@ class Runner:
         )
         self.ctx = ctx
         self._t0 = time.perf_counter()
-        with progress(self.config.budget, enabled=self.show_progress) as bar:
+        with progress(self.config.budget, enabled=self.show_progress, log=self.dir / "progress.log") as bar:
             self.bar = bar
             if not self.curve:
                 self._evaluate(ctx, "start")
@@ -210,7 +210,7 @@ class Runner:
         }
         self.curve.append(point)
         store.append_jsonl(self.dir / "curve.jsonl", point)
-        self.bar.update(ctx.spent_flops, point["accuracy"])
+        self.bar.update(ctx.spent_flops, point["accuracy"], evaluated=True)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def _save_checkpoint(self, ctx: RunContext) -> None:

@@ -110,3 +110,28 @@ def test_report_refuses_to_drop_a_sites_records_unless_forced(tmp_path):
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # nothing touched
     assert runner.invoke(app, ["report", "--runs", str(second), "--out", str(out), "--force"]).exit_code == 0
     assert [p.name for p in (out / "records").glob("*.json")] and len(list((out / "records").glob("*.json"))) == 1
+
+
+def test_a_run_without_a_terminal_prints_and_logs_a_line_per_evaluation(tmp_path):
+    import json
+
+    result = runner.invoke(app, ["run", "--method", "grpo-joint", "--profile", "direct-smoke", "--budget", "4e10",
+                                 "--runs", str(tmp_path), "--set", "prompts_per_step=8", "--set", "group_size=4"])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    curve = (run_dir / "curve.jsonl").read_text().splitlines()
+    logged = (run_dir / "progress.log").read_text().splitlines()
+    assert len(logged) == len(curve) >= 3
+    last = json.loads(curve[-1])
+    assert f"acc {100 * last['accuracy']:.1f}%" in logged[-1] and "FLOPs (" in logged[-1] and "left ~" in logged[-1]
+    printed = [line for line in result.output.splitlines() if "FLOPs (" in line and "left ~" in line]
+    assert len(printed) == len(curve)  # CliRunner's stdout is not a terminal: lines, not a bar
+
+
+def test_progress_line_extrapolates_the_time_left():
+    from bench.progress import progress_line
+
+    line = progress_line(5e11, 2e12, 0.185, elapsed=60.0)
+    assert "5.00e+11/2.0e+12 FLOPs (25%)" in line and "acc 18.5%" in line
+    assert "elapsed 0:01:00" in line and "left ~0:03:00" in line
+    assert "left ~?" in progress_line(0.0, 2e12, None, elapsed=1.0)
