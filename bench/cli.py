@@ -107,6 +107,7 @@ def run(
     eval_early: str = typer.Option("0.01,0.02,0.05", help="also evaluate at these budget fractions (comma-separated)"),
     distill_eval_every: int = typer.Option(5, help="inside distillation, also evaluate every N steps (0: off)"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
+    report_to: list[str] = typer.Option([], help="mirror the run live to a tracker: tensorboard (repeatable)"),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
     from bench.run.config import RunConfig
@@ -118,7 +119,7 @@ def run(
             budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
             model=model, external=external, teachers=_overrides(teacher), device=_device(device),
             max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
-            distill_eval_every=distill_eval_every, rollout=rollout,
+            distill_eval_every=distill_eval_every, rollout=rollout, report_to=tuple(report_to),
         )
         summary = Runner(config, resume=resume, progress=progress).run()
     except USER_ERRORS as exc:

@@ -11,6 +11,7 @@ from typing import Any
 from bench.errors import RunError, unknown
 from bench.rollout.engines import ROLLOUT_BACKENDS, vllm_missing
 from bench.run.phases import EXECUTORS
+from bench.run.tracking import TRACKERS
 from bench.world.profiles import PROFILES, Profile
 
 
@@ -44,6 +45,9 @@ class RunConfig:
     # analytic FLOPs for the same tokens (torch adds its padded keys, under 1%); the record says which
     # one finished the run.
     rollout: str = "torch"
+    # Trackers that mirror the run while it trains (bench.run.tracking): () or ("tensorboard",). Not part
+    # of the fingerprint: what is watched does not change what is trained.
+    report_to: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -64,6 +68,9 @@ class RunConfig:
             raise unknown("phase executor", self.phase_executor, list(EXECUTORS))
         if self.rollout not in ROLLOUT_BACKENDS:
             raise unknown("rollout backend", self.rollout, list(ROLLOUT_BACKENDS))
+        for name in self.report_to:
+            if name not in TRACKERS:
+                raise unknown("tracker", name, list(TRACKERS))
         if self.rollout == "vllm" and (missing := vllm_missing()):
             raise RunError(missing)
 

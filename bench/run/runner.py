@@ -25,6 +25,7 @@ from bench.errors import RunError
 from bench.evaluation import Evaluator
 from bench.policy import Policy
 from bench.progress import progress
+from bench.run.tracking import make_tracker
 from bench.registry import get_method, get_suite
 from bench.rollout.engines import make_backend
 from bench.run import checkpoint, record
@@ -97,6 +98,7 @@ class Runner:
             **(restored or {}),
         )
         self.ctx = ctx
+        self.tracker = make_tracker(self.config.report_to, self.dir)
         self._t0 = time.perf_counter()
         with progress(self.config.budget, enabled=self.show_progress, log=self.dir / "progress.log") as bar:
             self.bar = bar
@@ -111,6 +113,7 @@ class Runner:
         self._save_final(ctx.student)
         summary = self._summary(prepared)
         store.write_json(self.dir / "summary.json", summary)
+        self.tracker.close(summary)
         return summary
 
     def _save_final(self, student: Policy) -> None:
@@ -196,6 +199,7 @@ class Runner:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 row[key] = float(value) if math.isfinite(value) else None
         store.append_row(self.dir / "steps.jsonl", row)
+        self.tracker.step(row)
 
     def _evaluate(self, ctx: RunContext, label: str, **extra: str) -> None:
         result = self.evaluator.evaluate(ctx.student)
@@ -210,6 +214,7 @@ class Runner:
         }
         self.curve.append(point)
         store.append_jsonl(self.dir / "curve.jsonl", point)
+        self.tracker.evaluation(point)
         self.bar.update(ctx.spent_flops, point["accuracy"], evaluated=True)
 
     # -- checkpoints ----------------------------------------------------------------------------
