@@ -19,9 +19,11 @@ Bad input gets one line on stderr saying what was wrong and what is allowed, and
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -34,6 +36,23 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: p
 console = Console()
 err = Console(stderr=True)
 ROLLOUT_HELP = "rollout engine of methods and evaluations: torch, or vllm (the `vllm` extra)"
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"opd-bench {version('opd-bench')}")
+        except PackageNotFoundError:  # pragma: no cover - a checkout that was never installed
+            print("opd-bench (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """OPD-Bench: post-training methods per FLOP."""
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -93,7 +112,7 @@ def run(
     seed: int = typer.Option(0),
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
     profile: str = typer.Option("tiny"),
-    runs: Path = typer.Option(Path("runs"), help="folder that holds run directories"),
+    runs: Path = typer.Option(Path("runs"), "--out", "--runs", help="folder that holds run directories (--runs: the old name)"),
     resume: bool = typer.Option(False, help="continue a killed run from its last checkpoint"),
     set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
     eval_size: Optional[int] = typer.Option(None, help="held-out prompts per domain at each evaluation"),
@@ -108,6 +127,7 @@ def run(
     distill_eval_every: int = typer.Option(5, help="inside distillation, also evaluate every N steps (0: off)"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
     report_to: list[str] = typer.Option([], help="mirror the run live to a tracker: tensorboard (repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress bar)"),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
     from bench.run.config import RunConfig
@@ -121,9 +141,13 @@ def run(
             max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
             distill_eval_every=distill_eval_every, rollout=rollout, report_to=tuple(report_to),
         )
-        summary = Runner(config, resume=resume, progress=progress).run()
+        summary = Runner(config, resume=resume, progress=progress and not as_json).run()
     except USER_ERRORS as exc:
         _fail(str(exc))
+    if as_json:
+        keys = ("run_id", "method", "suite", "profile", "seed", "budget_flops", "base_accuracy", "final_accuracy",
+                "final_domain_accuracy", "final_mean_length", "flops", "wall_s")
+        return _print_json({**{k: summary.get(k) for k in keys}, "run_dir": str(config.runs_dir / summary["run_id"])})
     table = Table(title=f"{summary['run_id']}")
     for col in ("base acc", "final acc", "counted FLOPs", "mean length", "wall s"):
         table.add_column(col, justify="right")
@@ -188,24 +212,73 @@ def _shipped_hashes(profile: str) -> dict:
     return {"base": base, "external": external}
 
 
-@app.command("list")
-def list_(what: str = typer.Argument(..., help="methods, suites or profiles")) -> None:
-    """List methods, suites or profiles."""
-    from bench.registry import method_names
+def _plain() -> bool:
+    """stdout is not a terminal (a pipe, a file, a log): plain lines, never a table cut to 80 columns."""
+    return not console.is_terminal
 
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=1, default=str))
+
+
+def _config_fields(config: Any, prefix: str = "") -> list[dict[str, Any]]:
+    """Every settable field of a method config, nested ones dotted: name, type and default."""
+    fields = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            fields += _config_fields(value, f"{prefix}{f.name}.")
+        else:
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            fields.append({"name": f"{prefix}{f.name}", "type": kind, "default": value})
+    return fields
+
+
+@app.command("list")
+def list_(
+    what: str = typer.Argument(..., help="methods, suites or profiles"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="methods: each one's config fields, types and defaults"),
+) -> None:
+    """List methods (with --verbose, their --set keys), suites or profiles."""
     if what == "methods":
+        from bench.registry import get_method, method_names
+
+        rows = []
         for name in method_names():
-            console.print(name)
+            row: dict[str, Any] = {"name": name}
+            if verbose or as_json:
+                cls = get_method(name)
+                row["summary"] = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+                row["config"] = _config_fields(cls.Config())
+            rows.append(row)
+        if as_json:
+            return _print_json(rows)
+        for row in rows:
+            print(row["name"] + (f": {row['summary']}" if verbose and row.get("summary") else ""))
+            for field in row.get("config", []) if verbose else []:
+                print(f"    --set {field['name']}=...  ({field['type']}, default {field['default']!r})")
     elif what == "profiles":
         from bench.world.profiles import PROFILES
 
-        for p in PROFILES.values():
-            console.print(f"{p.name}: {p.description}")
+        rows = [{"name": p.name, "description": p.description, "budget_flops": p.budget_flops,
+                 "eval_size": p.eval_size} for p in PROFILES.values()]
+        if as_json:
+            return _print_json(rows)
+        for row in rows:
+            print(f"{row['name']}: {row['description']}")
     elif what == "suites":
         import tasks
 
-        table = Table()
         rows = tasks.describe_suites()
+        if as_json:
+            return _print_json(rows)
+        if _plain():
+            print("\t".join(rows[0]))
+            for row in rows:
+                print("\t".join(str(v).replace("\n", "\\n") for v in row.values()))
+            return
+        table = Table()
         for col in rows[0]:
             table.add_column(col)
         for row in rows:
@@ -216,7 +289,10 @@ def list_(what: str = typer.Argument(..., help="methods, suites or profiles")) -
 
 
 @app.command()
-def flops(model: str = typer.Argument(..., help="tiny spec name or local HF model folder")) -> None:
+def flops(
+    model: str = typer.Argument(..., help="tiny spec name or local HF model folder"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
     """Per-token FLOPs from the analytic formula, audited against torch's instrumented counter."""
     from bench.accounting import audit
     from bench.world.models import load_model
@@ -225,7 +301,10 @@ def flops(model: str = typer.Argument(..., help="tiny spec name or local HF mode
         loaded, _ = load_model(model)
     except USER_ERRORS as exc:
         _fail(str(exc))
-    console.print(audit_table(audit.flops_report(loaded)))
+    report = audit.flops_report(loaded)
+    if as_json:
+        return _print_json(report)
+    console.print(audit_table(report))
 
 
 def audit_table(report: dict) -> Table:
@@ -275,7 +354,7 @@ def sweep(
     difficulty: str = typer.Option("easy"),
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
     profile: str = typer.Option("tiny"),
-    runs: Path = typer.Option(Path("runs")),
+    runs: Path = typer.Option(Path("runs"), "--out", "--runs", help="folder that holds run directories (--runs: the old name)"),
     jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
     executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
     address: Optional[str] = typer.Option(None, help="ray: an existing cluster, e.g. HOST:6379 (default: start one here)"),

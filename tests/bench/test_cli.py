@@ -135,3 +135,44 @@ def test_progress_line_extrapolates_the_time_left():
     assert "5.00e+11/2.0e+12 FLOPs (25%)" in line and "acc 18.5%" in line
     assert "elapsed 0:01:00" in line and "left ~0:03:00" in line
     assert "left ~?" in progress_line(0.0, 2e12, None, elapsed=1.0)
+
+
+def test_version_and_machine_readable_listings():
+    import json
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"opd-bench {version('opd-bench')}"
+    methods = json.loads(runner.invoke(app, ["list", "methods", "--json"]).output)
+    opd = next(m for m in methods if m["name"] == "opd-multi")
+    fields = {f["name"]: f for f in opd["config"]}
+    assert fields["distill.lr"]["type"] == "float" and fields["expert_fraction"]["default"] == 0.9
+    verbose = runner.invoke(app, ["list", "methods", "--verbose"]).output
+    assert "    --set distill.steps=...  (int, default 0)" in verbose
+    profiles = json.loads(runner.invoke(app, ["list", "profiles", "--json"]).output)
+    assert {p["name"] for p in profiles} >= {"tiny", "direct", "smoke"}
+
+
+def test_listings_piped_are_plain_and_whole():
+    # CliRunner's stdout is not a terminal, as with `bench list suites | grep ...`
+    lines = runner.invoke(app, ["list", "suites"]).output.splitlines()
+    header = lines[0].split("\t")
+    assert header[:2] == ["suite", "difficulty"] and "content_hash" in header
+    rows = [line.split("\t") for line in lines[1:]]
+    assert all(len(row) == len(header) for row in rows)
+    assert {"four_domain", "math_code"} <= {row[0] for row in rows}
+    assert all(len(row[header.index("content_hash")]) == 64 for row in rows)  # nothing cut with an ellipsis
+
+
+def test_run_takes_out_like_the_other_commands_and_prints_json(tmp_path):
+    import json
+
+    result = runner.invoke(app, ["run", "--method", "grpo-joint", "--profile", "direct-smoke", "--budget", "2e10",
+                                 "--out", str(tmp_path), "--json", "--set", "prompts_per_step=4",
+                                 "--set", "group_size=2"])
+    assert result.exit_code == 0, result.output
+    outcome = json.loads(result.output[result.output.index("{"):])
+    assert outcome["run_dir"] == str(tmp_path / outcome["run_id"]) and (tmp_path / outcome["run_id"] / "summary.json").is_file()
+    assert outcome["flops"]["counted"] > 0 and 0 <= outcome["final_accuracy"] <= 1
+    flops = json.loads(runner.invoke(app, ["flops", "tiny-llama", "--json"]).output)
+    assert flops["matmul_params"] > 0 and flops["audit"]
