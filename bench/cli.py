@@ -130,6 +130,7 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress bar)"),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
+    _names([method], [suite], difficulty, profile)
     from bench.run.config import RunConfig
     from bench.run.runner import Runner
 
@@ -362,6 +363,7 @@ def sweep(
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
     """Run methods x suites x seeds (skips complete runs, resumes interrupted ones)."""
+    _names(_split(methods), _split(suites), difficulty, profile)
     from bench.run.config import RunConfig
     from bench.run.sweep import plan, run_sweep
 
@@ -417,6 +419,20 @@ def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_r
     from bench.run.executors import make_executor
 
     return make_executor(name, jobs=jobs, address=address, gpus_per_run=gpus_per_run)
+
+
+def _names(methods: list[str], suites: list[str], difficulty: str, profile: str) -> None:
+    """Names checked before torch is imported, so that a typo is answered in well under a second."""
+    import tasks
+    from bench.registry import method_names
+    from bench.world.profiles import PROFILES
+
+    checks = [("method", m, method_names()) for m in methods if ".py:" not in m]
+    checks += [("suite", s, list(tasks.SUITES)) for s in suites]
+    checks += [("difficulty level", difficulty, list(tasks.DIFFICULTIES)), ("profile", profile, list(PROFILES))]
+    for kind, name, known in checks:
+        if name not in known:
+            _fail(str(unknown(kind, name, known)))
 
 
 def _validate(configs: list) -> None:

@@ -176,3 +176,13 @@ def test_run_takes_out_like_the_other_commands_and_prints_json(tmp_path):
     assert outcome["flops"]["counted"] > 0 and 0 <= outcome["final_accuracy"] <= 1
     flops = json.loads(runner.invoke(app, ["flops", "tiny-llama", "--json"]).output)
     assert flops["matmul_params"] > 0 and flops["audit"]
+
+
+@pytest.mark.parametrize("args", [["run", "--method", "grpo-jiont"], ["run", "--method", "grpo", "--suite", "math_cod"],
+                                  ["sweep", "--methods", "grpo,opd-mlti"], ["run", "--method", "grpo", "--profile", "huge"]])
+def test_a_mistyped_name_is_answered_before_torch_loads(args):
+    # the answer comes in a fraction of a second because torch and transformers are never imported for it
+    code = ("import sys; from typer.testing import CliRunner; from bench.cli import app; "
+            f"r = CliRunner().invoke(app, {args!r}); print(r.exit_code, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["2", "False"]
