@@ -428,7 +428,7 @@ def _names(methods: list[str], suites: list[str], difficulty: str, profile: str)
     from bench.world.profiles import PROFILES
 
     checks = [("method", m, method_names()) for m in methods if ".py:" not in m]
-    checks += [("suite", s, list(tasks.SUITES)) for s in suites]
+    checks += [("suite", s, tasks.list_suites()) for s in suites]
     checks += [("difficulty level", difficulty, list(tasks.DIFFICULTIES)), ("profile", profile, list(PROFILES))]
     for kind, name, known in checks:
         if name not in known:

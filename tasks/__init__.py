@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.base import DIFFICULTIES, FORMATS, Domain, Problem, UnknownSuiteError, as_messages, check_choice
+from tasks.base import (
+    DIFFICULTIES, FORMATS, Domain, Problem, UnknownSuiteError, as_messages, check_choice, final_form, safe_score,
+)
 from tasks.suites import HELDOUT_PER_DOMAIN, SUITES, Suite, get_domain, get_suite, list_suites
 
 DOMAINS: dict[str, str] = {
@@ -25,7 +27,8 @@ DOMAINS: dict[str, str] = {
 
 __all__ = [
     "DIFFICULTIES", "DOMAINS", "FORMATS", "HELDOUT_PER_DOMAIN", "SUITES", "Domain", "Problem", "Suite",
-    "UnknownSuiteError", "as_messages", "describe_suites", "get_domain", "get_suite", "list_suites",
+    "UnknownSuiteError", "as_messages", "check_choice", "describe_suites", "final_form", "get_domain", "get_suite", "list_suites",
+    "safe_score",
 ]
 
 

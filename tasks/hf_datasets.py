@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tasks.suites import SUITES, Suite, cache_dir, get_suite, problem_from_record
+from tasks.suites import Suite, all_suites, cache_dir, get_suite, problem_from_record
 
 if TYPE_CHECKING:
     import datasets
@@ -128,7 +128,7 @@ class LoadedSuite(Suite):
     """A suite whose held-out and validation problems (and its train sample) come from an export folder."""
 
     def __init__(self, name: str, difficulty: str, fmt: str, splits: datasets.DatasetDict) -> None:
-        super().__init__(name, difficulty, fmt, SUITES[name])
+        super().__init__(name, difficulty, fmt, all_suites()[name])
         problems = {s: [problem_from_record(r) for r in splits[s]] for s in SPLITS}
         self.train_sample = problems["train"]
         self._heldout = {d: [p for p in problems["heldout"] if p.domain == d] for d in self.domains}

@@ -20,6 +20,7 @@ as parquet for `datasets` on demand.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import random
@@ -54,9 +55,35 @@ _VALIDATION_CACHE: dict[tuple[str, str, str], list[Problem]] = {}
 VALIDATION_PER_DOMAIN = 500
 
 
+# Third-party tasks arrive through entry points, like methods: `opd_bench.domains` names a Domain
+# class ("module:Class"), which also becomes a one-domain suite of its name; `opd_bench.suites` names
+# a tuple of domain names ("module:ATTRIBUTE"). Built-in names win over plugins of the same name.
+DOMAIN_ENTRY_POINTS = "opd_bench.domains"
+SUITE_ENTRY_POINTS = "opd_bench.suites"
+
+
+def plugin_domains() -> dict[str, str]:
+    """Installed domain plugins: name -> "module:Class"."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=DOMAIN_ENTRY_POINTS)}
+
+
+def all_suites() -> dict[str, tuple[str, ...]]:
+    """The built-in suites, then one per plugin domain, then the plugins' own suites."""
+    suites = dict(SUITES)
+    for name in plugin_domains():
+        suites.setdefault(name, (name,))
+    for ep in importlib.metadata.entry_points(group=SUITE_ENTRY_POINTS):
+        if ep.name not in suites:
+            domains = ep.load()
+            if not (isinstance(domains, (tuple, list)) and domains and all(isinstance(d, str) for d in domains)):
+                raise TypeError(f"suite plugin {ep.name} ({ep.value}) must be a non-empty tuple of domain names")
+            suites[ep.name] = tuple(domains)
+    return suites
+
+
 def list_suites() -> list[str]:
-    """Names of the registered suites."""
-    return list(SUITES)
+    """Names of the registered suites (built-in and installed plugins)."""
+    return list(all_suites())
 
 
 def get_domain(name: str) -> Domain:
@@ -65,20 +92,22 @@ def get_domain(name: str) -> Domain:
 
     import tasks
 
-    check_choice("domain", name, list(tasks.DOMAINS))
-    module_name, _, class_name = tasks.DOMAINS[name].partition(":")
+    registry = {**plugin_domains(), **tasks.DOMAINS}
+    check_choice("domain", name, list(registry))
+    module_name, _, class_name = registry[name].partition(":")
     domain = getattr(importlib.import_module(module_name), class_name)()
     if not isinstance(domain, Domain) or domain.name != name:
-        raise TypeError(f"{tasks.DOMAINS[name]} does not implement the Domain protocol as {name!r}")
+        raise TypeError(f"{registry[name]} does not implement the Domain protocol as {name!r}")
     return domain
 
 
 def get_suite(name: str, difficulty: str = "easy", fmt: str = "tiny") -> Suite:
     """A registered suite at one difficulty and format; unknown values raise `UnknownSuiteError`."""
-    check_choice("suite", name, list(SUITES))
+    suites = all_suites()
+    check_choice("suite", name, list(suites))
     check_choice("difficulty", difficulty, DIFFICULTIES)
     check_choice("format", fmt, FORMATS)
-    suite = Suite(name, difficulty, fmt, SUITES[name])
+    suite = Suite(name, difficulty, fmt, suites[name])
     suite.config()  # a domain without this format says so here, in one line
     return suite
 

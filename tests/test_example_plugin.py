@@ -27,7 +27,11 @@ EXAMPLE = REPO / "examples" / "opd-bench-rloo"
 RLOO_FILE = EXAMPLE / "opd_bench_rloo" / "rloo.py"
 SEQKL = REPO / "examples" / "opd-bench-seqkl"
 SEQKL_FILE = SEQKL / "opd_bench_seqkl.py"
-PLUGINS = {"rloo": (EXAMPLE, "opd_bench_rloo"), "seqkl": (SEQKL, "opd_bench_seqkl")}
+DIGITS = REPO / "examples" / "opd-bench-digits"
+# name -> (source folder, distribution, entry-point group)
+PLUGINS = {"rloo": (EXAMPLE, "opd_bench_rloo", "opd_bench.methods"),
+           "seqkl": (SEQKL, "opd_bench_seqkl", "opd_bench.methods"),
+           "digits": (DIGITS, "opd_bench_digits", "opd_bench.domains")}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +39,7 @@ def site(tmp_path_factory) -> Path:
     """A folder holding the installed examples (packages + dist-infos with their entry points)."""
     tmp = tmp_path_factory.mktemp("plugin")
     target = tmp / "site"
-    for name, (folder, dist) in PLUGINS.items():
+    for name, (folder, dist, group) in PLUGINS.items():
         # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
         source = shutil.copytree(folder, tmp / name, ignore=shutil.ignore_patterns("build", "*.egg-info"))
         subprocess.run(
@@ -44,7 +48,7 @@ def site(tmp_path_factory) -> Path:
             check=True, capture_output=True, text=True, timeout=300,
         )
         entry_points = next(target.glob(f"{dist}-*.dist-info")) / "entry_points.txt"
-        assert "[opd_bench.methods]" in entry_points.read_text() and f"{name} = " in entry_points.read_text()
+        assert f"[{group}]" in entry_points.read_text() and f"{name} = " in entry_points.read_text()
     return target
 
 
@@ -60,6 +64,25 @@ def test_installed_plugins_are_listed(site):
     assert out.returncode == 0, out.stderr
     assert {"rloo", "seqkl"} <= set(out.stdout.split())
     assert "grpo" in out.stdout.split()  # the built-ins are still there
+
+
+def test_an_installed_task_plugin_is_a_suite_that_runs(site, tmp_path):
+    # a third-party domain (sorting digits) becomes a suite of its own, and joins math in its package's suite
+    listed = bench(site, "list", "suites", "--json")
+    assert listed.returncode == 0, listed.stderr
+    suites = {(row["suite"], row["difficulty"]): row for row in json.loads(listed.stdout)}
+    assert suites[("digits", "easy")]["domains"] == ["digits"]
+    assert suites[("digits_math", "easy")]["domains"] == ["digits", "math"] and ("math_code", "easy") in suites
+    out = bench(site, "run", "--method", "grpo-joint", "--suite", "digits_math", "--profile", "smoke", "--budget", "3e10",
+                "--eval-size", "8", "--set", "prompts_per_step=4", "--set", "group_size=2", "--out", str(tmp_path),
+                "--no-progress")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "grpo-joint__digits_math-easy__smoke__s0" / "summary.json").read_text())
+    assert summary["domains"] == ["digits", "math"] and set(summary["curve"][-1]["domain_accuracy"]) == {"digits", "math"}
+    assert summary["flops"]["counted"] >= 3e10
+    refused = bench(site, "run", "--method", "grpo", "--suite", "digits", "--profile", "hf", "--model", str(tmp_path))
+    assert refused.returncode == 2 and "format of the digits domain" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
 
 
 def test_installed_plugin_runs_through_bench_run(site, tmp_path):
