@@ -17,7 +17,11 @@ Bad input gets one line on stderr saying what was wrong and what is allowed, and
 
 from __future__ import annotations
 
+import contextlib
+import shlex
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
 
@@ -26,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
-from bench.errors import USER_ERRORS, ReferenceError, unknown
+from bench.errors import USER_ERRORS, ReferenceError, os_error_message, unknown
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
 console = Console()
@@ -40,6 +44,29 @@ def _fail(message: str, code: int = 2) -> None:
     # Escaped: a message such as "pip install 'opd-bench[ray]'" is text, not rich markup.
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _one_line() -> Iterator[None]:
+    """Bad input, a bad run directory or a file that cannot be read or written: one line, exit 2."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(os_error_message(exc))
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _resume_command() -> str:
+    """The command that continues an interrupted run: this one with --resume."""
+    args = sys.argv[1:]
+    if args[:1] != ["run"]:
+        return "the same bench run command with --resume"
+    return shlex.join(["bench", *args, *([] if "--resume" in args else ["--resume"])])
 
 
 def _budget(value: Optional[str]) -> Optional[float]:
@@ -110,17 +137,22 @@ def run(
     from bench.run.config import RunConfig
     from bench.run.runner import Runner
 
+    # SIGTERM ends a run as Ctrl-C does: with the command that resumes it.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        config = RunConfig(
-            method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
-            budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
-            model=model, external=external, teachers=_overrides(teacher), device=_device(device),
-            max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
-            distill_eval_every=distill_eval_every, rollout=rollout,
-        )
-        summary = Runner(config, resume=resume, progress=progress).run()
-    except USER_ERRORS as exc:
-        _fail(str(exc))
+        with _one_line():
+            config = RunConfig(
+                method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
+                budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
+                model=model, external=external, teachers=_overrides(teacher), device=_device(device),
+                max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
+                distill_eval_every=distill_eval_every, rollout=rollout,
+            )
+            summary = Runner(config, resume=resume, progress=progress).run()
+    except KeyboardInterrupt:
+        _fail(f"interrupted; the run keeps its last checkpoint: continue with {_resume_command()}", code=130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     table = Table(title=f"{summary['run_id']}")
     for col in ("base acc", "final acc", "counted FLOPs", "mean length", "wall s"):
         table.add_column(col, justify="right")
@@ -150,7 +182,9 @@ def prepare(
     if write_reference and not rebuild:
         _fail("--write-reference needs --rebuild: the reference is what a build from scratch gives")
     try:
-        prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check)
+        with _one_line():
+            prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check)
+            prepared.verify()  # what it reports as ready loads and hashes as recorded
     except ReferenceError as exc:
         _fail(str(exc))
     teacher = prepared.teacher_info() or {}
@@ -218,10 +252,8 @@ def flops(model: str = typer.Argument(..., help="tiny spec name or local HF mode
     from bench.accounting import audit
     from bench.world.models import load_model
 
-    try:
+    with _one_line():
         loaded, _ = load_model(model)
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     console.print(audit_table(audit.flops_report(loaded)))
 
 
@@ -259,8 +291,8 @@ def _split(value: str) -> list[str]:
 
 
 def _seeds(value: int) -> int:
-    if value < 1:
-        _fail(f"--seeds must be at least 1, got {value}")
+    if not 1 <= value <= 1000:
+        _fail(f"--seeds must be from 1 to 1000, got {value}")
     return value
 
 
@@ -283,14 +315,12 @@ def sweep(
     from bench.run.config import RunConfig
     from bench.run.sweep import plan, run_sweep
 
-    try:
+    with _one_line():
         base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
                          budget_flops=_budget(budget), runs_dir=runs, rollout=rollout)
         configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     _sweep_outcome(result)
 
 
@@ -313,16 +343,15 @@ def reproduce(
     from bench.run.sweep import reproduce_plan, run_sweep
     from reports.site import SiteOverwriteError, build_site
 
-    try:
+    with _one_line():
         configs = [c for name in profile for c in reproduce_plan(
             _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     # copies each record it uses to OUT/records: the site rebuilds from itself
     try:
-        summary = build_site([runs], out, worlds=shipped_worlds(), force=force)
+        with _one_line():
+            summary = build_site([runs], out, worlds=shipped_worlds(), force=force)
     except SiteOverwriteError as exc:
         _sweep_outcome(result, fail=False)
         _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site from them.")
@@ -368,7 +397,8 @@ def report(
     if missing:
         _fail(f"no such runs folder: {', '.join(missing)}")
     try:
-        summary = build_site(runs, out, worlds=shipped_worlds(), force=force)
+        with _one_line():
+            summary = build_site(runs, out, worlds=shipped_worlds(), force=force)
     except SiteOverwriteError as exc:
         _fail(str(exc))
     for path, reason in summary.skipped:
@@ -389,10 +419,8 @@ def check_adapter(
     """Run a method briefly under the instrumented FLOP counter; fail if any compute went unmetered."""
     from bench.run.conformance import check_adapter as check
 
-    try:
+    with _one_line():
         result = check(plugin, suite=suite)
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     verdict = "[green]PASS[/green]" if result.ok else "[red]FAIL[/red]"
     console.print(
         f"{verdict} {result.method}: metered {result.metered_flops:.4e} FLOPs, instrumented "
@@ -414,10 +442,8 @@ def export_lm_eval(
     from bench.registry import get_suite
     from tasks.lm_eval_export import export
 
-    try:
+    with _one_line():
         path = export(get_suite(suite, difficulty, fmt), out)
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     console.print(f"wrote {path}; score a model with: lm_eval --include_path {out} --tasks {path.stem}")
 
 
