@@ -64,8 +64,9 @@ def unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
 def no_space(exc: BaseException) -> bool:
     """Whether an error from writing a file means the disk is full (torch says so only in words)."""
     text = str(exc)
-    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "write failed" in text \
-        or "No space left" in text
+    # torch's zip writer reports a short write as "unexpected pos N vs M" or "file write failed"
+    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+        words in text for words in ("No space left", "write failed", "unexpected pos"))
 
 
 def os_error_message(exc: OSError) -> str:

@@ -77,9 +77,9 @@ def save(run_dir: Path, context: dict[str, Any], *, ledger_rows: int, curve_rows
     except (OSError, RuntimeError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, OSError) or no_space(exc):
-            why = "the disk is full: free disk space" if no_space(exc) else f"{exc}: fix it"
-            raise RunError(f"cannot write a checkpoint in {final.parent} ({why}), then continue with --resume "
-                           f"from the previous checkpoint") from exc
+            why = "no space left on device: free disk space" if no_space(exc) else f"{exc}: fix it"
+            raise RunError(f"cannot write a checkpoint in {final.parent} ({why}), then run the command again; "
+                           f"a run that has a checkpoint continues from it with --resume") from exc
         raise
     if final.exists():
         old = final.with_name("latest.old")

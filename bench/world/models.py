@@ -169,6 +169,8 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(
             folder, local_files_only=True, dtype=dtype or torch.float32, attn_implementation="sdpa"
         ).to(device)
+    except RunError:
+        raise
     except Exception as exc:  # a broken config.json, truncated weights (SafetensorError), ...: the folder's fault
         why = (str(exc).strip().splitlines() or [""])[0][:200]
         raise RunError(f"cannot load the model in {folder} ({type(exc).__name__}: {why}); "
