@@ -44,21 +44,6 @@ def locked(path: Path, *, what: str, wait: bool = False) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def lock_holder(path: Path) -> str | None:
-    """The PID (as text) of the process holding the lock file `path`, or None if nobody holds it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return None
-    except BlockingIOError:
-        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-    finally:
-        os.close(fd)
-
-
 def file_hash(path: Path) -> str:
     """sha256 of a file's bytes."""
     h = hashlib.sha256()

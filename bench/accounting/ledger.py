@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import math
 import os
 import time
 from collections import defaultdict
@@ -132,6 +133,8 @@ class Ledger:
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown ledger kind {kind!r}; allowed: {', '.join(KINDS)}")
+        if not (0 <= flops < math.inf and tokens >= 0):
+            raise ValueError(f"a ledger charge is a finite, non-negative count; got {flops!r} FLOPs, {tokens!r} tokens")
         key = Key(category or current_category(), phase or current_phase(), kind, model)
         for table in (self._totals, self._pending):
             entry = table[key]
