@@ -183,8 +183,11 @@ def prepare(
         _fail("--write-reference needs --rebuild: the reference is what a build from scratch gives")
     try:
         with _one_line():
-            prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check)
-            prepared.verify()  # what it reports as ready loads and hashes as recorded
+            # what it reports as ready loads and hashes as recorded; the base before the teacher is built
+            prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check, teacher=False)
+            prepared.verify()
+            prepared.ensure_teacher(progress=True)
+            prepared.verify()
     except ReferenceError as exc:
         _fail(str(exc))
     teacher = prepared.teacher_info() or {}
