@@ -579,3 +579,64 @@ def test_conformance_catches_uncounted_flops(cheat, code, needle, tmp_path):
     message = (result.stderr or result.output).strip().splitlines()[-1]
     assert result.exit_code == code, result.output
     assert needle in message and "Traceback" not in result.output
+
+
+# -- kill and resume at random points over the phases --------------------------------------------------
+@pytest.fixture(scope="module")
+def whole_opd_multi(tmp_path_factory, fast_profile):
+    from tests.methods.test_resume import BUDGET as OPD_BUDGET, SETTINGS, counting
+    from tests.methods.support import run_config
+
+    steps: list = []
+    config = run_config(fast_profile, tmp_path_factory.mktemp("whole"), "opd-multi", OPD_BUDGET, eval_every=0.1,
+                        **SETTINGS)
+    runner = Runner(config, progress=False)
+    runner.method_cls = counting(steps)
+    return runner.run(), len(steps)
+
+
+def _kill_points(total_steps: int, n: int = 8, seed: int = 17) -> list[int]:
+    import random
+
+    return sorted(random.Random(seed).sample(range(1, total_steps), min(n, total_steps - 1)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", range(8))
+def test_killed_at_a_random_step_resumes_to_the_same_record(point, whole_opd_multi, fast_profile, tmp_path):
+    """opd-multi (experts, then distillation) killed after a random step k, any phase, with or without a
+    checkpoint just written, resumes to the record of the uninterrupted run."""
+    from methods.opd_multi import OPDMulti
+    from tests.methods.test_resume import BUDGET as OPD_BUDGET, SETTINGS, comparable
+    from tests.methods.support import run_config
+
+    whole, total = whole_opd_multi
+    points = _kill_points(total)
+    if point >= len(points):
+        pytest.skip(f"the run has only {total} steps")
+    kill_at = points[point]
+    config = run_config(fast_profile, tmp_path, "opd-multi", OPD_BUDGET, eval_every=0.1, **SETTINGS)
+
+    class DiesAtStep(OPDMulti):
+        def run(self, ctx):
+            done, seen = ctx.step_done, [0]
+
+            def step_done(**stats):
+                done(**stats)
+                seen[0] += 1
+                if seen[0] == kill_at:
+                    raise Killed
+
+            ctx.step_done = step_done
+            super().run(ctx)
+
+    runner = Runner(config, progress=False)
+    runner.method_cls = DiesAtStep
+    with pytest.raises(Killed):
+        runner.run()
+    if not checkpoint.folder(runner.dir).exists():
+        assert not runner.dir.exists()  # killed before the first checkpoint: nothing to resume, start over
+        resumed = Runner(config, progress=False).run()
+    else:
+        resumed = Runner(config, resume=True, progress=False).run()
+    assert comparable(resumed) == comparable(whole)
