@@ -3,8 +3,8 @@
 The method runs through the real runner on the `smoke` profile (the tiny models with a 30-step
 warm-up and a small budget) under `torch.utils.flop_counter.FlopCounterMode` (with the audit's
 causal SDPA formulas). Whatever the counter sees during the run must be on the ledger as counted
-work, apart from the runner's own evaluations (booked `eval` by the runner, which the check measures
-itself). A plugin that builds its own model, reaches a submodule past the meter hooks, or books its
+work, apart from held-out evaluations (the runner's and `ctx.evaluate`, booked `eval` by the engine's
+evaluator, which tallies them apart). A plugin that builds its own model, reaches a submodule past the meter hooks, or books its
 training under another category (`eval`, `shared`) shows up as instrumented FLOPs the counted ledger
 lacks, and the check fails. The counter sees only the thread it runs in, so a method that starts a
 thread is refused outright.
@@ -42,7 +42,7 @@ def smoke_profile() -> Profile:
 @dataclass
 class ConformanceResult:
     method: str
-    metered_flops: float  # counted charges of the run, plus the runner's own evaluations
+    metered_flops: float  # counted charges of the run, plus its held-out evaluations (runner's and ctx.evaluate)
     instrumented_flops: float  # what FlopCounterMode saw during the run
     budget_flops: float
     steps_flops: float  # counted FLOPs (the method's own work)
@@ -77,7 +77,7 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
     flops = summary["flops"]
     return ConformanceResult(
         method=cls.name,
-        metered_flops=flops["counted"] + runner.eval_flops,
+        metered_flops=flops["counted"] + runner.ledger.evaluation_flops,
         instrumented_flops=float(split.total),
         budget_flops=config.budget,
         steps_flops=flops["counted"],

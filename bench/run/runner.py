@@ -53,7 +53,6 @@ class Runner:
         self._milestones = config.milestones
         self._next_milestone = 0  # index into self._milestones
         self._wall_offset = 0.0
-        self.eval_flops = 0.0  # booked `eval` by the runner's evaluations in this process (the conformance check)
         # per-step trace (steps.jsonl): rows written, steps per ledger phase, the largest step's FLOPs
         self._trace = {"rows": 0, "phase_steps": {}, "max_step_flops": 0.0, "last_flops": 0.0}
 
@@ -238,9 +237,7 @@ class Runner:
         store.append_row(self.dir / "steps.jsonl", row)
 
     def _evaluate(self, ctx: RunContext, label: str, **extra: str) -> None:
-        before = self.ledger.total("eval")
         result = self.evaluator.evaluate(ctx.student)
-        self.eval_flops += self.ledger.total("eval") - before  # what the runner's own evaluations cost
         point = {
             "flops": ctx.spent_flops,
             "wall_s": round(self._wall_offset + time.perf_counter() - self._t0, 3),
