@@ -1,4 +1,5 @@
-"""Files a run or a prepared world writes: atomic JSON, append-only JSON lines read back strictly.
+"""Files a run or a prepared world writes: atomic JSON, append-only JSON lines read back strictly,
+the hashes a checkpoint keeps of them, and the lock that allows one writer at a time.
 
 A reader sees a whole file or the previous one, never half of one; a line that is not JSON is a
 `CorruptRunError`, never silently skipped (docs/design.md, Run directory).
