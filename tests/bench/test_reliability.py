@@ -158,6 +158,18 @@ def test_sweep_seed_counts_are_bounded(seeds, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("method", ["grpo-joint", "opd-multi", "self-grpo", "sft", "opd-external"])
+def test_the_smallest_budget_ends_instead_of_spinning(method, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    args = [sys.executable, "-m", "bench.cli", "run", "--method", method, "--profile", PROFILE, "--budget", "1e6",
+            "--no-progress", "--runs", str(tmp_path)]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (summary,) = tmp_path.glob("*/summary.json")
+    record = json.loads(summary.read_text())
+    assert record["flops"]["counted"] <= 1e6 + record["max_step_flops"]  # at most one step past it
+
+
 def test_milestones_of_the_finest_allowed_interval_are_a_short_list():
     config = RunConfig(method="grpo", eval_every=1e-3)
     assert len(config.milestones) <= 1003
