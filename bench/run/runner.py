@@ -12,6 +12,7 @@ record written last (`bench.run.record`). Of the method it reads only what it re
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -83,12 +84,25 @@ class Runner:
 
     def _check_positions(self, model: Any) -> None:
         """Generation past the model's positions would fail late or, with a KV buffer sized to it,
-        exhaust memory: refuse it before any work."""
-        positions = getattr(model.config, "max_position_embeddings", None)
+        exhaust memory: refuse it before any work, and refuse a length whose KV cache for a single
+        sequence would not fit in half the memory available (a batch needs many times that)."""
+        c = model.config
+        positions = getattr(c, "max_position_embeddings", None)
         wanted = self.config.max_new_tokens or max(self.profile.max_new_tokens, self.profile.eval_max_new_tokens)
         if positions and wanted >= positions:
             raise RunError(f"max_new_tokens {wanted} leaves no room for a prompt in the model's "
                            f"{positions} positions; use at most {positions // 2}")
+        try:
+            head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+            kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+            layers = c.num_hidden_layers
+        except AttributeError:  # an architecture that names its sizes otherwise: positions are checked
+            return
+        kv_bytes = 2 * layers * kv_heads * head_dim * wanted * next(model.parameters()).element_size()
+        available = available_bytes(next(model.parameters()).device)
+        if kv_bytes > available / 2:
+            raise RunError(f"max_new_tokens {wanted} needs {kv_bytes / 2**30:.1f} GiB of KV cache per sequence, "
+                           f"more than half the {available / 2**30:.1f} GiB of memory available; use fewer")
 
     def _run(self, prepared: Any, model: Any, tokenizer: Any) -> dict:
         self._open_dir()
@@ -290,6 +304,16 @@ class Runner:
             provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
             wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),
         )
+
+def available_bytes(device: torch.device) -> float:
+    """Free memory on `device`: the GPU's, or the host's available memory."""
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError):
+        return math.inf
+
 
 def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:60]

@@ -144,6 +144,16 @@ def test_nonsense_input_is_refused_before_any_work(args, needle, tmp_path):
     assert not any(tmp_path.iterdir())  # no run directory
 
 
+def test_generation_whose_kv_cache_would_not_fit_in_memory_is_refused(tmp_path, monkeypatch):
+    from bench.run import runner
+
+    monkeypatch.setattr(runner, "available_bytes", lambda device: 64 * 2**10)  # a 64 KiB machine
+    result = cli.invoke(app, ["run", "--method", "grpo-joint", "--profile", PROFILE, "--max-new-tokens", "128",
+                              "--runs", str(tmp_path)])
+    refused(result, "of KV cache per sequence")
+    assert not any(tmp_path.iterdir())
+
+
 def test_nested_float_settings_must_be_finite(tmp_path):
     result = cli.invoke(app, ["run", "--method", "opd-multi", "--profile", PROFILE, "--set", "distill.lr=inf",
                               "--runs", str(tmp_path)])
