@@ -32,6 +32,7 @@ from bench.adapter import check_method_class
 from bench.context import RunContext, Sampler
 from bench.errors import AdapterError
 from bench.losses import (
+    GROUP_STDS,
     LOSS_TYPES,
     distillation_advantages,
     group_advantages,
@@ -57,6 +58,7 @@ class Method(Protocol):
 
 
 __all__ = [
+    "GROUP_STDS",
     "LOSS_TYPES",
     "AdapterError",
     "Bucket",

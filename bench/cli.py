@@ -19,9 +19,13 @@ Bad input gets one line on stderr saying what was wrong and what is allowed, and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import shlex
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -30,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
-from bench.errors import USER_ERRORS, ReferenceError, unknown
+from bench.errors import USER_ERRORS, ReferenceError, os_error_message, unknown
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
 console = Console()
@@ -61,6 +65,29 @@ def _fail(message: str, code: int = 2) -> None:
     # Escaped: a message such as "pip install 'opd-bench[ray]'" is text, not rich markup.
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _one_line() -> Iterator[None]:
+    """Bad input, a bad run directory or a file that cannot be read or written: one line, exit 2."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(os_error_message(exc))
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _resume_command() -> str:
+    """The command that continues an interrupted run: this one with --resume."""
+    args = sys.argv[1:]
+    if args[:1] != ["run"]:
+        return "the same bench run command with --resume"
+    return shlex.join(["bench", *args, *([] if "--resume" in args else ["--resume"])])
 
 
 def _budget(value: Optional[str]) -> Optional[float]:
@@ -134,21 +161,29 @@ def run(
     from bench.run.config import RunConfig
     from bench.run.runner import Runner
 
+    # SIGTERM ends a run as Ctrl-C does: with the command that resumes it.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        config = RunConfig(
-            method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
-            budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
-            model=model, external=external, teachers=_overrides(teacher), device=_device(device),
-            max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
-            distill_eval_every=distill_eval_every, rollout=rollout, report_to=tuple(report_to),
-        )
-        summary = Runner(config, resume=resume, progress=progress and not as_json).run()
-    except USER_ERRORS as exc:
-        _fail(str(exc))
+        with _one_line():
+            config = RunConfig(
+                method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
+                budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
+                model=model, external=external, teachers=_overrides(teacher), device=_device(device),
+                max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
+                distill_eval_every=distill_eval_every, rollout=rollout, report_to=tuple(report_to),
+            )
+            run = Runner(config, resume=resume, progress=progress and not as_json)
+            summary = run.run()
+    except KeyboardInterrupt:
+        _fail(f"interrupted; the run keeps its last checkpoint: continue with {_resume_command()}", code=130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if as_json:
         keys = ("run_id", "method", "suite", "profile", "seed", "budget_flops", "base_accuracy", "final_accuracy",
                 "final_domain_accuracy", "final_mean_length", "flops", "wall_s")
         return _print_json({**{k: summary.get(k) for k in keys}, "run_dir": str(config.runs_dir / summary["run_id"])})
+    if run.already_complete and not as_json:
+        console.print(f"already complete, nothing to do: {config.runs_dir / summary['run_id']} (its record below)")
     table = Table(title=f"{summary['run_id']}")
     for col in ("base acc", "final acc", "counted FLOPs", "mean length", "wall s"):
         table.add_column(col, justify="right")
@@ -178,7 +213,12 @@ def prepare(
     if write_reference and not rebuild:
         _fail("--write-reference needs --rebuild: the reference is what a build from scratch gives")
     try:
-        prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check)
+        with _one_line():
+            # what it reports as ready loads and hashes as recorded; the base before the teacher is built
+            prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check, teacher=False)
+            prepared.verify()
+            prepared.ensure_teacher(progress=True)
+            prepared.verify()
     except ReferenceError as exc:
         _fail(str(exc))
     teacher = prepared.teacher_info() or {}
@@ -298,10 +338,8 @@ def flops(
     from bench.accounting import audit
     from bench.world.models import load_model
 
-    try:
+    with _one_line():
         loaded, _ = load_model(model)
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     report = audit.flops_report(loaded)
     if as_json:
         return _print_json(report)
@@ -342,8 +380,8 @@ def _split(value: str) -> list[str]:
 
 
 def _seeds(value: int) -> int:
-    if value < 1:
-        _fail(f"--seeds must be at least 1, got {value}")
+    if not 1 <= value <= 1000:
+        _fail(f"--seeds must be from 1 to 1000, got {value}")
     return value
 
 
@@ -367,14 +405,12 @@ def sweep(
     from bench.run.config import RunConfig
     from bench.run.sweep import plan, run_sweep
 
-    try:
+    with _one_line():
         base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
                          budget_flops=_budget(budget), runs_dir=runs, rollout=rollout)
         configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     _sweep_outcome(result)
 
 
@@ -397,16 +433,15 @@ def reproduce(
     from bench.run.sweep import reproduce_plan, run_sweep
     from reports.site import SiteOverwriteError, build_site
 
-    try:
+    with _one_line():
         configs = [c for name in profile for c in reproduce_plan(
             _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     # copies each record it uses to OUT/records: the site rebuilds from itself
     try:
-        summary = build_site([runs], out, worlds=shipped_worlds(), force=force)
+        with _one_line():
+            summary = build_site([runs], out, worlds=shipped_worlds(), force=force)
     except SiteOverwriteError as exc:
         _sweep_outcome(result, fail=False)
         _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site from them.")
@@ -466,7 +501,8 @@ def report(
     if missing:
         _fail(f"no such runs folder: {', '.join(missing)}")
     try:
-        summary = build_site(runs, out, worlds=shipped_worlds(), force=force)
+        with _one_line():
+            summary = build_site(runs, out, worlds=shipped_worlds(), force=force)
     except SiteOverwriteError as exc:
         _fail(str(exc))
     for path, reason in summary.skipped:
@@ -487,10 +523,8 @@ def check_adapter(
     """Run a method briefly under the instrumented FLOP counter; fail if any compute went unmetered."""
     from bench.run.conformance import check_adapter as check
 
-    try:
+    with _one_line():
         result = check(plugin, suite=suite)
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     verdict = "[green]PASS[/green]" if result.ok else "[red]FAIL[/red]"
     console.print(
         f"{verdict} {result.method}: metered {result.metered_flops:.4e} FLOPs, instrumented "
@@ -512,11 +546,9 @@ def export_lm_eval(
     from bench.registry import get_suite
     from tasks.lm_eval_export import export, lm_eval_command
 
-    try:
+    with _one_line():
         chosen = get_suite(suite, difficulty, fmt)
         path = export(chosen, out)
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     console.print(f"wrote {path}; score a model folder with:", soft_wrap=True)
     console.print(lm_eval_command(chosen, out.resolve()), highlight=False, soft_wrap=True, markup=False)
 
@@ -536,10 +568,8 @@ def export_hf(
 
     if train_size < 0:
         _fail(f"--train-size must be at least 0, got {train_size}")
-    try:
+    with _one_line():
         card = export(get_suite(suite, difficulty, fmt), out, train_size=train_size, seed=seed)
-    except USER_ERRORS as exc:
-        _fail(str(exc))
     console.print(f"wrote {card.parent}; load it with datasets.load_dataset({str(out)!r}) "
                   f"or tasks.hf_datasets.load({str(out)!r})", highlight=False, soft_wrap=True, markup=False)
 
@@ -596,7 +626,8 @@ def eval_(
     console.print(table)
     console.print(f"suite accuracy ({problems.id}): {100 * results[group]['acc,none']:.2f}%")
     if out is not None:
-        write_json(out, scores_record(target, problems.id, group, problems.domains, limit, output))
+        with _one_line():
+            write_json(out, scores_record(target, problems.id, group, problems.domains, limit, output))
         console.print(f"wrote {out}")
 
 

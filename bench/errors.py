@@ -8,6 +8,7 @@ get the list of known ones and a "did you mean" (`unknown`).
 from __future__ import annotations
 
 import difflib
+import errno
 
 
 class RunError(RuntimeError):
@@ -62,3 +63,19 @@ def unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
     """`unknown <kind> 'name'; known <kind>s: ...` with a did-you-mean, as an error to raise."""
     return UnknownNameError(f"unknown {kind} {name!r}; known {kind}s: {', '.join(sorted(known))}"
                             + did_you_mean(name, known))
+
+
+def no_space(exc: BaseException) -> bool:
+    """Whether an error from writing a file means the disk is full (torch says so only in words)."""
+    text = str(exc)
+    # torch's zip writer reports a short write as "unexpected pos N vs M" or "file write failed"
+    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+        words in text for words in ("No space left", "write failed", "unexpected pos"))
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for a file the command cannot read or write: which file, why, and (disk full) what to do."""
+    where = f" {exc.filename}" if exc.filename else ""
+    if no_space(exc):
+        return f"no space left on device writing{where}: free disk space and run the command again"
+    return f"cannot use{where}: {exc.strerror or exc}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bench.accounting.ledger import ledger_context
+from bench.accounting.ledger import evaluation
 from bench.policy import Policy
 from bench.rollout.base import RolloutBackend
 from bench.rollout.torch_engine import TorchRollout
@@ -39,7 +39,7 @@ class Evaluator:
     def evaluate(self, policy: Policy) -> dict:
         """{accuracy, domain_accuracy, mean_length, domain_mean_length} of greedy completions."""
         domain_acc, domain_len = {}, {}
-        with ledger_context(category="eval", phase="eval"):
+        with evaluation():
             for domain, problems in self.problems.items():
                 scores, lengths = self._domain(policy, problems)
                 domain_acc[domain] = sum(scores) / len(scores)

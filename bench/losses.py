@@ -30,17 +30,25 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1)
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True) -> torch.Tensor:
+GROUP_STDS = ("population", "sample")
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True,
+                     std: str = "population") -> torch.Tensor:
     """GRPO advantages: reward minus its group's mean, divided by the group's std when `scale`.
 
     rewards [G * n] grouped consecutively (n = group_size) -> [G * n]. Dr. GRPO uses scale=False.
+    `std`: "population" divides the squared deviations by n, "sample" by n - 1 as TRL does; at n = 8
+    population-scaled advantages are sqrt(8/7) = 1.069x TRL's.
     """
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    if std not in GROUP_STDS:
+        raise ValueError(f"std must be one of {', '.join(GROUP_STDS)}, got {std!r}")
     grouped = rewards.float().view(-1, group_size)  # [G, n]
     centred = grouped - grouped.mean(dim=1, keepdim=True)
     if scale:
-        centred = centred / (grouped.std(dim=1, keepdim=True, unbiased=False) + 1e-4)
+        centred = centred / (grouped.std(dim=1, keepdim=True, unbiased=std == "sample") + 1e-4)
     return centred.view(-1)
 
 

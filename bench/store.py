@@ -1,4 +1,5 @@
-"""Files a run or a prepared world writes: atomic JSON, append-only JSON lines read back strictly.
+"""Files a run or a prepared world writes: atomic JSON, append-only JSON lines read back strictly,
+the hashes a checkpoint keeps of them, and the lock that allows one writer at a time.
 
 A reader sees a whole file or the previous one, never half of one; a line that is not JSON is a
 `CorruptRunError`, never silently skipped (docs/design.md, Run directory).
@@ -6,12 +7,66 @@ A reader sees a whole file or the previous one, never half of one; a line that i
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.errors import CorruptRunError
+from bench.errors import CorruptRunError, RunError
+
+LOCK = ".lock"  # the lock file inside a run directory
+
+
+@contextlib.contextmanager
+def locked(path: Path, *, what: str, wait: bool = False) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (created with its folders) for the block.
+
+    The holder writes its PID into the file. A second holder waits (`wait`) or gets a RunError that
+    names the holder's PID. The lock dies with its process, so a killed run never leaves it behind.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise RunError(f"{what} is in use by another process (PID {holder}); wait for it to finish "
+                           f"or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def file_hash(path: Path) -> str:
+    """sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def prefix_hash(path: Path, rows: int) -> str | None:
+    """sha256 of the first `rows` lines of a text file, or None if it has fewer."""
+    h = hashlib.sha256()
+    if rows == 0:
+        return h.hexdigest()
+    if not Path(path).exists():
+        return None
+    with open(path, "rb") as fh:
+        for n, line in enumerate(fh, start=1):
+            h.update(line)
+            if n == rows:
+                return h.hexdigest() if line.endswith(b"\n") else None
+    return None
 
 
 def write_json(path: Path, obj: Any) -> None:

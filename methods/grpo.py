@@ -5,14 +5,17 @@ Departures from the paper:
 - no KL penalty to a reference by default (`kl_coef=0`), as in Dr. GRPO and DAPO;
 - one gradient step per batch by default (`epochs=1`), so the clipped ratio is 1 and the loss is
   REINFORCE with group-mean baselines; `epochs>1` turns clipping on;
-- a linear learning-rate warm-up (a fresh AdamW on a converged warm-up model can collapse it).
+- a linear learning-rate warm-up (a fresh AdamW on a converged warm-up model can collapse it);
+- advantages are scaled by the group's population std (`std="population"`, divide by n), where TRL
+  uses the sample std (divide by n - 1): ours are sqrt(n / (n - 1)) larger, 1.069x at 8 samples.
+  `--set std=sample` matches TRL; the default keeps the published records comparable.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.api import LOSS_TYPES, Policy, RunContext, Sampler, group_advantages
+from bench.api import GROUP_STDS, LOSS_TYPES, Policy, RunContext, Sampler, group_advantages
 
 
 @dataclass(frozen=True)
@@ -27,12 +30,15 @@ class GRPOStepConfig:
     clip_eps: float = 0.2
     temperature: float = 1.0
     warmup_updates: int = 5
+    std: str = "population"  # the group std that scales advantages: population (n) or sample (n - 1, TRL)
 
     def __post_init__(self) -> None:
         if self.prompts_per_step < 1 or self.group_size < 2:
             raise ValueError("prompts_per_step must be >= 1 and group_size >= 2")
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}")
+        if self.std not in GROUP_STDS:
+            raise ValueError(f"std must be one of {', '.join(GROUP_STDS)}, got {self.std!r}")
         if not self.lr > 0 or self.epochs < 1 or not self.temperature > 0 or self.warmup_updates < 0:
             raise ValueError("lr and temperature must be > 0, epochs >= 1 and warmup_updates >= 0")
 
@@ -48,7 +54,8 @@ def grpo_step(ctx: RunContext, policy: Policy, sampler: Sampler, config: GRPOSte
     """Sample groups, score them, one policy-gradient update; shared by every GRPO-based method."""
     batch = ctx.rollout(policy, sampler.next(config.prompts_per_step), n=config.group_size,
                         temperature=config.temperature)
-    advantages = group_advantages(batch.rewards, config.group_size, scale=config.loss_type != "dr_grpo")
+    advantages = group_advantages(batch.rewards, config.group_size, scale=config.loss_type != "dr_grpo",
+                                  std=config.std)
     stats = ctx.pg_step(policy, batch, advantages, lr=config.lr, loss_type=config.loss_type,
                         epochs=config.epochs, clip_eps=config.clip_eps, warmup_updates=config.warmup_updates)
     groups = batch.rewards.view(-1, config.group_size)  # [prompts, group]

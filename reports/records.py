@@ -3,13 +3,17 @@
     records, skipped = load_records(Path("runs"))     # runs/*/summary.json, or a folder of *.json
     frames = to_frames(records)                        # pandas: runs, curves, ledger, domains
 
-A record that cannot be parsed, fails reports.schema (which also requires a complete run), or
-repeats a run id already loaded is skipped, and every skip comes back with its path and reason:
+A record that cannot be parsed, fails reports.schema (which also requires a complete run), repeats
+a run id already loaded, repeats a seed already loaded (same method, suite, difficulty, profile,
+suite version, budget and seed: one seed counts once), or belongs to a run directory that a process
+is still writing (its lock is held) is skipped, and every skip comes back with its path and reason:
 nothing is dropped silently.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +30,8 @@ from reports.schema import RecordParseError, parse_record_text, validate_record
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # a result record is kilobytes; anything this big is not one
 SOURCE_KEY = "_source"  # where a loaded record came from; added by load_records, not part of the schema
+RUN_LOCK = ".lock"  # held by the process writing a run directory (bench.store.locked)
+SEED_KEY = ("method", "suite", "difficulty", "profile", "suite_version", "budget_flops", "seed")
 
 
 def record_paths(runs_dir: Path) -> list[Path]:
@@ -64,6 +70,7 @@ def load_many(runs_dirs: Iterable[Path | str]) -> tuple[list[dict[str, Any]], li
     records: list[dict[str, Any]] = []
     skipped: list[tuple[Path, str]] = []
     seen: dict[str, Path] = {}
+    seeds: dict[tuple, Path] = {}
     for runs_dir in runs_dirs:
         runs_dir = Path(runs_dir)
         if not runs_dir.is_dir():
@@ -78,12 +85,33 @@ def load_many(runs_dirs: Iterable[Path | str]) -> tuple[list[dict[str, Any]], li
             reasons = validate_record(record)
             if not reasons and record["run_id"] in seen:
                 reasons = [f"duplicate run_id; already loaded from {seen[record['run_id']]}"]
+            seed = tuple(record.get(k) for k in SEED_KEY) if not reasons else None
+            if seed in seeds:
+                reasons = [f"the same method, suite, profile, budget and seed as {seeds[seed]}; one seed counts once"]
+            holder = _lock_holder(path.parent / RUN_LOCK)
+            if not reasons and holder:
+                reasons = [f"the run is being written (its directory is locked by PID {holder})"]
             if reasons:
                 skipped.append((path, "; ".join(reasons)))
                 continue
-            seen[record["run_id"]] = path
+            seen[record["run_id"]], seeds[seed] = path, path
             records.append({**record, SOURCE_KEY: str(path)})
     return records, skipped
+
+
+def _lock_holder(path: Path) -> str | None:
+    """The PID written in a held lock file, or None when the file is absent or nobody holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)
 
 
 BOARD_COLUMNS = ["profile", "suite", "difficulty", "suite_version", "budget_flops"]

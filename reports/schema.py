@@ -221,7 +221,15 @@ def _consistency(record: dict[str, Any]) -> list[str]:
         reasons.append(
             f"flops.counted ({record['flops']['counted']:.6g}) differs from the ledger's counted rows ({counted:.6g})"
         )
-    return reasons + _budget_and_steps(record)
+    return reasons + _ledger_rows(record["ledger"]) + _budget_and_steps(record)
+
+
+def _ledger_rows(ledger: list[dict[str, Any]]) -> list[str]:
+    """An evaluation never trains (negative charges are already refused by the schema)."""
+    if any(r["category"] == "eval" and r["kind"] == "update" for r in ledger):
+        return ["ledger books training (kind update) as eval; evaluations never train, so this "
+                "compute belongs to counted"]
+    return []
 
 
 def _budget_and_steps(record: dict[str, Any]) -> list[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import math
 import os
 import time
 from collections import defaultdict
@@ -32,6 +33,7 @@ CATEGORIES = ("counted", "shared", "external", "eval")
 _phase: contextvars.ContextVar[str] = contextvars.ContextVar("phase", default="train")
 _category: contextvars.ContextVar[str] = contextvars.ContextVar("category", default="counted")
 _kind: contextvars.ContextVar[str | None] = contextvars.ContextVar("kind", default=None)
+_evaluation: contextvars.ContextVar[bool] = contextvars.ContextVar("evaluation", default=False)
 
 
 @contextlib.contextmanager
@@ -52,6 +54,18 @@ def ledger_context(
     finally:
         for var, token in reversed(tokens):
             var.reset(token)
+
+
+@contextlib.contextmanager
+def evaluation() -> Iterator[None]:
+    """Book the block as a held-out evaluation (`eval`), and tally it in `Ledger.evaluation_flops`:
+    the one kind of uncounted work `bench check-adapter` accepts during a run."""
+    token = _evaluation.set(True)
+    try:
+        with ledger_context(category="eval", phase="eval"):
+            yield
+    finally:
+        _evaluation.reset(token)
 
 
 def current_phase() -> str:
@@ -114,6 +128,7 @@ class Ledger:
         self._totals: dict[Key, Entry] = defaultdict(Entry)
         self._pending: dict[Key, Entry] = defaultdict(Entry)
         self.rows_written = 0
+        self.evaluation_flops = 0.0  # charged inside `evaluation()` by this process (not saved)
         if self.path is not None and self.path.exists():
             if keep_rows is not None:
                 self._cut(keep_rows)
@@ -132,7 +147,11 @@ class Ledger:
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown ledger kind {kind!r}; allowed: {', '.join(KINDS)}")
+        if not (0 <= flops < math.inf and tokens >= 0):
+            raise ValueError(f"a ledger charge is a finite, non-negative count; got {flops!r} FLOPs, {tokens!r} tokens")
         key = Key(category or current_category(), phase or current_phase(), kind, model)
+        if _evaluation.get():
+            self.evaluation_flops += flops
         for table in (self._totals, self._pending):
             entry = table[key]
             entry.flops += flops

@@ -4,6 +4,7 @@ from `--set key=value` overrides (`method_config`), checked against its dataclas
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,12 @@ from bench.run.phases import EXECUTORS
 from bench.run.tracking import TRACKERS
 from bench.world.profiles import PROFILES, Profile
 
+# Inputs are bounded before any work starts. A budget below one training step of the smallest model
+# is nonsense, and evaluations finer than a thousandth of the budget would spend the run evaluating
+# (and an interval of 1e-12 would make the milestone list itself a trillion entries long).
+MIN_BUDGET_FLOPS = 1e6
+MIN_EVAL_EVERY = 1e-3
+MAX_SEED = 2**32  # exclusive: numpy's seeds; torch takes more, but one range for both
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -48,6 +55,9 @@ class RunConfig:
     # Trackers that mirror the run while it trains (bench.run.tracking): () or ("tensorboard",). Not part
     # of the fingerprint: what is watched does not change what is trained.
     report_to: tuple[str, ...] = ()
+    # A checkpoint at each milestone and at least this often (seconds), so that a kill of a run whose
+    # milestones are far apart loses minutes, not the run. Not part of the fingerprint.
+    checkpoint_every_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -58,8 +68,16 @@ class RunConfig:
             raise RunError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
         if self.budget_flops is not None and not (self.budget_flops > 0 and self.budget_flops < float("inf")):
             raise RunError(f"budget must be a positive number of FLOPs, got {self.budget_flops!r}")
-        if not 0 < self.eval_every <= 1:
-            raise RunError(f"eval_every must be in (0, 1], got {self.eval_every!r}")
+        if self.budget_flops is not None and self.budget_flops < MIN_BUDGET_FLOPS:
+            raise RunError(f"budget must be at least {MIN_BUDGET_FLOPS:.0e} FLOPs (less than one training step), "
+                           f"got {self.budget_flops!r}")
+        if not MIN_EVAL_EVERY <= self.eval_every <= 1:
+            raise RunError(f"eval_every must be in [{MIN_EVAL_EVERY}, 1] (at most 1000 evaluations), "
+                           f"got {self.eval_every!r}")
+        if not 0 <= self.seed < MAX_SEED:
+            raise RunError(f"seed must be in [0, 2^32), got {self.seed}")
+        if self.eval_size is not None and self.eval_size < 1:
+            raise RunError(f"eval_size must be at least 1 held-out prompt per domain, got {self.eval_size}")
         if not all(0 < f <= 1 for f in self.eval_early):
             raise RunError(f"eval_early fractions must be in (0, 1], got {self.eval_early!r}")
         if self.distill_eval_every < 0:
@@ -164,7 +182,10 @@ def _coerce(key: str, raw: str, default: Any) -> Any:
         if isinstance(default, int):
             return int(raw)
         if isinstance(default, float):
-            return float(raw)
+            value = float(raw)
+            if not math.isfinite(value):
+                raise RunError(f"{key}={raw!r}: expected a finite number")
+            return value
         if isinstance(default, tuple):
             return tuple(x for x in raw.split(",") if x)
         return raw

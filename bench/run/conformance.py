@@ -2,9 +2,12 @@
 
 The method runs through the real runner on the `smoke` profile (the tiny models with a 30-step
 warm-up and a small budget) under `torch.utils.flop_counter.FlopCounterMode` (with the audit's
-causal SDPA formulas). Whatever the counter sees during the run must be on the ledger: counted work
-plus evaluation. A plugin that builds its own model, or reaches a submodule past the meter hooks,
-shows up as instrumented FLOPs the ledger lacks, and the check fails.
+causal SDPA formulas). Whatever the counter sees during the run must be on the ledger as counted
+work, apart from held-out evaluations (the runner's and `ctx.evaluate`, booked `eval` by the
+engine's evaluator, which tallies them apart). A plugin that builds its own model, reaches a
+submodule past the meter hooks, or books its training under another category (`eval`, `shared`)
+shows up as instrumented FLOPs the counted ledger lacks, and the check fails. The counter sees only the thread it runs in, so a method that starts a
+thread is refused outright.
 
 The ledger charges padding keys as compute while the counter counts only the keys a mask lets
 through, so the two differ slightly on mixed-length batches; agreement within 2% is required.
@@ -12,13 +15,19 @@ through, so the two differ slightly on mixed-length batches; agreement within 2%
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.world import prepare as prep
 from bench.accounting.audit import TOLERANCE
 from bench.accounting.counting import count_flops
+from bench.errors import RunError
 from bench.world.profiles import PROFILES, Profile
 from bench.registry import get_method
 from bench.run.config import RunConfig
@@ -33,7 +42,7 @@ def smoke_profile() -> Profile:
 @dataclass
 class ConformanceResult:
     method: str
-    metered_flops: float  # counted + eval charges of the run
+    metered_flops: float  # counted charges of the run, plus its held-out evaluations (runner's and ctx.evaluate)
     instrumented_flops: float  # what FlopCounterMode saw during the run
     budget_flops: float
     steps_flops: float  # counted FLOPs (the method's own work)
@@ -63,12 +72,35 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
         def run() -> None:
             summary.update(runner.run())
 
-        split = count_flops(run)
+        with _no_threads(cls):
+            split = count_flops(run)
     flops = summary["flops"]
     return ConformanceResult(
         method=cls.name,
-        metered_flops=flops["counted"] + flops["eval"],
+        metered_flops=flops["counted"] + runner.ledger.evaluation_flops,
         instrumented_flops=float(split.total),
         budget_flops=config.budget,
         steps_flops=flops["counted"],
     )
+
+
+@contextlib.contextmanager
+def _no_threads(cls: type) -> Iterator[None]:
+    """Refuse a thread the method's own code starts (directly or through a stdlib pool): the FLOP
+    counter would not see its work. Threads of libraries it calls (a model loader's pool) are theirs."""
+    start, stdlib = threading.Thread.start, os.path.dirname(threading.__file__)
+
+    def checked(thread: threading.Thread) -> None:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(stdlib):
+            frame = frame.f_back
+        if frame is not None and frame.f_globals.get("__name__") == cls.__module__:
+            raise RunError(f"{cls.name} starts a thread ({thread.name}); the conformance check counts FLOPs "
+                           f"in the run's own thread only, so methods must not start threads")
+        start(thread)
+
+    threading.Thread.start = checked
+    try:
+        yield
+    finally:
+        threading.Thread.start = start

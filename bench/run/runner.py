@@ -12,6 +12,8 @@ record written last (`bench.run.record`). Of the method it reads only what it re
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -25,8 +27,8 @@ from bench.errors import RunError
 from bench.evaluation import Evaluator
 from bench.policy import Policy
 from bench.progress import progress
+from bench.registry import builtin_methods, get_method, get_suite
 from bench.run.tracking import make_tracker
-from bench.registry import get_method, get_suite
 from bench.rollout.engines import make_backend
 from bench.run import checkpoint, record
 from bench.run.config import RunConfig, method_config
@@ -66,15 +68,74 @@ class Runner:
 
     # -- entry ----------------------------------------------------------------------------------
     def run(self) -> dict:
+        """Run (or resume) under the run directory's lock; a fresh run that fails before its first
+        checkpoint leaves no directory behind, so the corrected command starts cleanly. A run that is
+        already complete with this configuration is not run again: its record is returned as it is
+        (`self.already_complete`)."""
+        self.already_complete = False
+        if (done := self._complete_record()) is not None:
+            self.already_complete = True
+            return done
         self._check_dir()
         prepared = self._models()
+        model, tokenizer = prepared.load_student()
+        self._check_positions(model)
+        with store.locked(self.dir / store.LOCK, what=f"run directory {self.dir}"):
+            self._check_dir()  # again, under the lock: another writer may have finished meanwhile
+            try:
+                return self._run(prepared, model, tokenizer)
+            except Exception:
+                if not self.resume and not checkpoint.folder(self.dir).exists():
+                    shutil.rmtree(self.dir, ignore_errors=True)
+                raise
+
+    def _complete_record(self) -> dict | None:
+        """The record of this very run when it is already complete (same fingerprint), else None;
+        a complete run of another configuration under the same name is an error."""
+        summary_path, config_path = self.dir / "summary.json", self.dir / "config.json"
+        if not (summary_path.is_file() and config_path.is_file()):
+            return None
+        try:
+            old = store.read_json(config_path).get("fingerprint")
+            summary = store.read_json(summary_path)
+        except (OSError, ValueError, AttributeError) as exc:
+            raise RunError(f"{self.dir} is complete but its config.json or summary.json cannot be read ({exc}); "
+                           "move it away or choose another --out") from exc
+        if old != self._config_record()["fingerprint"]:
+            raise RunError(f"{self.dir} is a complete run of another configuration; choose another --out "
+                           "(or --seed), or move it away")
+        return summary
+
+    def _check_positions(self, model: Any) -> None:
+        """Generation past the model's positions would fail late or, with a KV buffer sized to it,
+        exhaust memory: refuse it before any work, and refuse a length whose KV cache for a single
+        sequence would not fit in half the memory available (a batch needs many times that)."""
+        c = model.config
+        positions = getattr(c, "max_position_embeddings", None)
+        wanted = self.config.max_new_tokens or max(self.profile.max_new_tokens, self.profile.eval_max_new_tokens)
+        if positions and wanted >= positions:
+            raise RunError(f"max_new_tokens {wanted} leaves no room for a prompt in the model's "
+                           f"{positions} positions; use at most {positions // 2}")
+        try:
+            head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+            kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+            layers = c.num_hidden_layers
+        except AttributeError:  # an architecture that names its sizes otherwise: positions are checked
+            return
+        kv_bytes = 2 * layers * kv_heads * head_dim * wanted * next(model.parameters()).element_size()
+        available = available_bytes(next(model.parameters()).device)
+        if kv_bytes > available / 2:
+            raise RunError(f"max_new_tokens {wanted} needs {kv_bytes / 2**30:.1f} GiB of KV cache per sequence, "
+                           f"more than half the {available / 2**30:.1f} GiB of memory available; use fewer")
+
+    def _run(self, prepared: Any, model: Any, tokenizer: Any) -> dict:
         self._open_dir()
         restored = self._load_checkpoint() if self.resume else None
         if restored is None:
             self.ledger = Ledger(self.dir / "ledger.jsonl")
             self._book_preparation(prepared)
         chat = self.profile.task_format == "hf"
-        student = Policy("student", *prepared.load_student(), ledger=self.ledger, chat=chat)
+        student = Policy("student", model, tokenizer, ledger=self.ledger, chat=chat)
         backend = make_backend(self.config.rollout)
         self.evaluator = Evaluator(
             self.suite,
@@ -99,13 +160,13 @@ class Runner:
         )
         self.ctx = ctx
         self.tracker = make_tracker(self.config.report_to, self.dir)
-        self._t0 = time.perf_counter()
+        self._t0 = self._last_checkpoint = time.perf_counter()
         with progress(self.config.budget, enabled=self.show_progress, log=self.dir / "progress.log") as bar:
             self.bar = bar
             if not self.curve:
                 self._evaluate(ctx, "start")
             method = self.method_cls(self.method_config)
-            method.run(ctx)
+            self._run_method(method, ctx)
             ctx._finish()
             if self.curve[-1]["flops"] < ctx.spent_flops:
                 self._evaluate(ctx, "final")
@@ -115,6 +176,19 @@ class Runner:
         store.write_json(self.dir / "summary.json", summary)
         self.tracker.close(summary)
         return summary
+
+    def _run_method(self, method: Any, ctx: RunContext) -> None:
+        """A plugin's exception is the plugin's fault: one line naming it; a built-in's keeps its traceback."""
+        if self.config.method in builtin_methods():
+            method.run(ctx)
+            return
+        try:
+            method.run(ctx)
+        except (RunError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise RunError(f"method {self.method_cls.name} ({self.config.method}) failed: "
+                           f"{type(exc).__name__}: {exc}") from exc
 
     def _save_final(self, student: Policy) -> None:
         """The deliverable as a Hugging Face folder (`final/`): loadable by transformers, lm-eval,
@@ -139,7 +213,7 @@ class Runner:
                 raise RunError(f"nothing to resume: {self.dir} has no config.json")
             if (self.dir / "summary.json").exists():
                 raise RunError(f"nothing to resume: {self.dir} is complete (summary.json is written)")
-        elif self.dir.exists() and any(self.dir.iterdir()):
+        elif self.dir.is_dir() and any(p.name != store.LOCK for p in self.dir.iterdir()):
             raise RunError(f"{self.dir} already exists; pass --resume to continue it or choose --runs elsewhere")
 
     def _open_dir(self) -> None:
@@ -169,15 +243,17 @@ class Runner:
         phase = current_phase()
         self._trace_step(spent, phase, stats)
         self.bar.update(spent, self.curve[-1]["accuracy"] if self.curve else None)
+        due = time.perf_counter() - self._last_checkpoint >= self.config.checkpoint_every_s
         if self._next_milestone < len(self._milestones) and spent >= self._milestone_flops(self._next_milestone):
             self._evaluate(ctx, "milestone")
             while self._next_milestone < len(self._milestones) and spent >= self._milestone_flops(self._next_milestone):
                 self._next_milestone += 1
-            if not ctx.should_stop():
-                self._save_checkpoint(ctx)
+            due = True
         elif phase == "distill" and self.config.distill_eval_every and \
                 self._trace["phase_steps"][phase] % self.config.distill_eval_every == 0:
             self._evaluate(ctx, "distill")
+        if due and not ctx.should_stop():  # at each milestone, and every few minutes whatever the budget
+            self._save_checkpoint(ctx)
 
     def _milestone_flops(self, index: int) -> float:
         return self._milestones[index] * self.config.budget
@@ -219,6 +295,7 @@ class Runner:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def _save_checkpoint(self, ctx: RunContext) -> None:
+        self._last_checkpoint = time.perf_counter()
         rows = self.ledger.flush()
         checkpoint.save(self.dir, ctx._checkpoint(), ledger_rows=rows, curve_rows=len(self.curve),
                         next_milestone=self._next_milestone, trace=self._trace,
@@ -255,6 +332,16 @@ class Runner:
             provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
             wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),
         )
+
+def available_bytes(device: torch.device) -> float:
+    """Free memory on `device`: the GPU's, or the host's available memory."""
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError):
+        return math.inf
+
 
 def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:60]

@@ -33,7 +33,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from bench.errors import UnknownModelError
+from bench.errors import RunError, UnknownModelError
 
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
 # What a hub model id looks like (`org/name` or `name`); anything else is only ever a path.
@@ -187,12 +187,19 @@ def load_model(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """Load a causal LM and its tokenizer from a local folder (or a tiny spec name). No downloads."""
     folder = resolve_model(name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, local_files_only=True, dtype=dtype or torch.float32, attn_implementation="sdpa"
+        ).to(device)
+    except RunError:
+        raise
+    except Exception as exc:  # a broken config.json, truncated weights (SafetensorError), ...: the folder's fault
+        why = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise RunError(f"cannot load the model in {folder} ({type(exc).__name__}: {why}); "
+                       f"repair or replace the folder") from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, local_files_only=True, dtype=dtype or torch.float32, attn_implementation="sdpa"
-    ).to(device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
 

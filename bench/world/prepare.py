@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from bench import store
+from bench.errors import RunError
 from bench.accounting.ledger import Ledger, ledger_context
 from bench.evaluation import Evaluator
 from bench.policy import Policy
@@ -65,9 +66,29 @@ class Prepared:
     # Named teachers from local folders (`bench run --teacher NAME=PATH`, e.g. an expert a calibration
     # run saved): trained elsewhere, so nothing is booked for their training.
     extra_teachers: dict[str, Path] = dataclasses.field(default_factory=dict)
+    verified: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> weights hash, recomputed
 
     def load_student(self) -> tuple[Any, Any]:
-        return load_model(self.folder / "student")
+        """The base student, its weights checked against the hash recorded when it was built."""
+        return self._load_verified("student", "base", self.info["model_hashes"]["base"])
+
+    def _load_verified(self, sub: str, name: str, expected: str) -> tuple[Any, Any]:
+        """Load a cached model and recompute its weights hash: a damaged cache entry is refused, and
+        the hash a record carries is this one, never a copy of what the cache says."""
+        model, tokenizer = load_model(self.folder / sub)
+        digest = state_digest(model)
+        if digest != expected:
+            raise RunError(f"the cached {name} model in {self.folder / sub} is damaged (weights hash {digest}, "
+                           f"recorded {expected}); delete {self.folder} and run `bench prepare` again")
+        self.verified[name] = digest
+        return model, tokenizer
+
+    def verify(self) -> None:
+        """Load and hash every model this world has built (`bench prepare` reports only what passes)."""
+        self.load_student()
+        teacher = self.teacher_info()
+        if teacher is not None:
+            self._load_verified("external", "external", teacher["model_hash"])
 
     def teacher_info(self) -> dict | None:
         path = self.folder / "external.json"
@@ -75,14 +96,14 @@ class Prepared:
 
     def ensure_teacher(self, *, progress: bool = False) -> dict:
         """Install the shipped external teacher, or build it, if it is not cached yet; returns its info."""
-        info = self.teacher_info()
-        if info is None:
+        if self.teacher_info() is None:
             if self.profile is None:
                 raise RuntimeError(f"{self.folder}: the external teacher is not built and no profile was given")
-            if self.rebuilt or not reference.install(self.profile.name, self.info["key"], self.folder, "external"):
-                _build_teacher(self.folder, self.profile, progress=progress)
-            info = self.teacher_info()
-        return info
+            with _building(self.folder):
+                if self.teacher_info() is None and (self.rebuilt or not reference.install(
+                        self.profile.name, self.info["key"], self.folder, "external")):
+                    _build_teacher(self.folder, self.profile, progress=progress)
+        return self.teacher_info()
 
     def load_teacher(self, name: str, ledger: Ledger) -> Policy:
         """The external teacher, built on first use. Its training is booked `external` in `ledger` once
@@ -94,10 +115,10 @@ class Prepared:
             known = ", ".join(["external", *sorted(self.extra_teachers)])
             raise KeyError(f"no prepared teacher {name!r}; teachers: {known} (add one with --teacher NAME=PATH)")
         info = self.ensure_teacher()
+        model, tokenizer = self._load_verified("external", "external", info["model_hash"])
         if not ledger.total("external"):
             for row in info["ledger"]:
                 ledger.charge(**row)
-        model, tokenizer = load_model(self.folder / "external")
         return Policy("external", model, tokenizer, ledger=ledger, trainable=False)
 
     def ledger_rows(self) -> list[dict]:
@@ -105,9 +126,10 @@ class Prepared:
         return self.info["ledger"]
 
     def model_hashes(self) -> dict[str, str]:
-        teacher = self.teacher_info()
+        """Weights hashes of the built models, recomputed from the files (`verify`), never copied."""
+        self.verify()
         extra = {name: folder_digest(path) for name, path in self.extra_teachers.items()}
-        return {**self.info["model_hashes"], **({"external": teacher["model_hash"]} if teacher else {}), **extra}
+        return {**self.verified, **extra}
 
     def calibration(self) -> list[dict]:
         """`calibrate`'s rows, with the teacher's figures where the teacher is built."""
@@ -161,29 +183,43 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
     key = _key(profile, config, suite.content_hash)
     folder = cache_root() / "prepared" / f"{profile.name}-{key}{'-rebuild' if rebuild else ''}"
     info_path = folder / "prepared.json"
-    if not info_path.exists() and (rebuild or not reference.install(profile.name, key, folder, "student")):
-        started = time.perf_counter()
-        ledger = Ledger()
-        with ledger_context(category="shared", phase="warmup"), single_threaded():
-            student = _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
-                             ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
-                             progress=progress)
-        save_model(student._model, student._tokenizer, folder / "student")
-        store.write_json(info_path, {
-            "profile": profile.name,
-            "key": key,
-            "world_version": profile.world_version,
-            "warmup": dataclasses.asdict(config),
-            "suite_hash": suite.content_hash,
-            "ledger": _ledger_rows(ledger),
-            "model_hashes": {"base": state_digest(student._model)},
-            "calibration": calibrate(student, suite, profile),
-            "wall_s": round(time.perf_counter() - started, 1),  # training and calibration, this machine
-        })
+    with _building(folder):
+        if not info_path.exists() and (rebuild or not reference.install(profile.name, key, folder, "student")):
+            _build_student(folder, profile, suite, key, progress=progress)
     prepared = Prepared(folder, store.read_json(info_path), profile, rebuilt=rebuild)
     if teacher:
         prepared.ensure_teacher(progress=progress)
     return prepared
+
+
+@contextlib.contextmanager
+def _building(folder: Path) -> Iterator[None]:
+    """One builder per cache entry at a time; a second waits for the first and then finds it built."""
+    with store.locked(folder.with_name(folder.name + ".lock"), what=f"cache entry {folder}", wait=True):
+        yield
+
+
+def _build_student(folder: Path, profile: Profile, suite: Any, key: str, *, progress: bool) -> None:
+    """Warm the base student up and save it with `prepared.json` (its key, costs, hash, calibration)."""
+    config = profile.warmup
+    started = time.perf_counter()
+    ledger = Ledger()
+    with ledger_context(category="shared", phase="warmup"), single_threaded():
+        student = _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
+                         ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
+                         progress=progress)
+    save_model(student._model, student._tokenizer, folder / "student")
+    store.write_json(folder / "prepared.json", {
+        "profile": profile.name,
+        "key": key,
+        "world_version": profile.world_version,
+        "warmup": dataclasses.asdict(config),
+        "suite_hash": suite.content_hash,
+        "ledger": _ledger_rows(ledger),
+        "model_hashes": {"base": state_digest(student._model)},
+        "calibration": calibrate(student, suite, profile),
+        "wall_s": round(time.perf_counter() - started, 1),  # training and calibration, this machine
+    })
 
 
 def _build_teacher(folder: Path, profile: Profile, *, progress: bool) -> dict:

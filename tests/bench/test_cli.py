@@ -70,14 +70,32 @@ def test_resume_without_a_run_is_an_error(tmp_path):
     assert "nothing to resume" in _err(result)
 
 
-def test_resume_of_a_complete_run_is_refused_and_keeps_it(tmp_path):
+def test_a_complete_run_run_again_is_a_no_op_that_shows_its_record(tmp_path):
+    args = ["run", "--method", "grpo-joint", "--profile", "direct-smoke", "--budget", "2e10", "--out", str(tmp_path),
+            "--set", "prompts_per_step=4", "--set", "group_size=2"]
+    assert runner.invoke(app, args).exit_code == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    for again in (args, args + ["--resume"]):  # a second `make run` succeeds, with or without --resume
+        result = runner.invoke(app, again)
+        assert result.exit_code == 0, result.output
+        assert "already complete, nothing to do" in result.output and "grpo-joint__math_code" in result.output
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    # the same name with another configuration is not this run: refused, and kept
+    result = runner.invoke(app, args[:-4] + ["--set", "prompts_per_step=8", "--set", "group_size=2"])
+    assert result.exit_code == 2 and "complete run of another configuration" in _err(result)
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_complete_run_with_unreadable_files_is_refused_and_kept(tmp_path):
     run_dir = tmp_path / "grpo__math_code-easy__tiny__s0"
     run_dir.mkdir()
     (run_dir / "config.json").write_text("{}")
     (run_dir / "summary.json").write_text('{"final_accuracy": 0.5}')
-    result = runner.invoke(app, ["run", "--method", "grpo", "--runs", str(tmp_path), "--resume"])
-    assert result.exit_code == 2
-    assert "is complete" in _err(result)
+    for extra in ([], ["--resume"]):
+        result = runner.invoke(app, ["run", "--method", "grpo", "--runs", str(tmp_path), *extra])
+        assert result.exit_code == 2
+        assert "complete run of another configuration" in _err(result)
     assert (run_dir / "summary.json").read_text() == '{"final_accuracy": 0.5}'
 
 

@@ -99,3 +99,16 @@ def test_length_buckets_cap_the_logits_of_big_vocabularies():
     assert sorted(torch.cat([rows for rows, _ in big]).tolist()) == list(range(64))  # every row once
     assert all(len(rows) * width * 151936 <= LOGIT_BUDGET for rows, width in big)
     assert all(width == int(mask[rows].sum(1).max()) for rows, width in big)
+
+
+def test_group_std_is_a_choice_population_by_default_sample_as_trl():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    population = group_advantages(rewards, 8)
+    sample = group_advantages(rewards, 8, std="sample")
+    centred = rewards - rewards.mean()
+    assert torch.allclose(sample, centred / (rewards.std(unbiased=True) + 1e-4))  # TRL's scale
+    assert torch.allclose(population, centred / (rewards.std(unbiased=False) + 1e-4))
+    ratio = float(population[0] / sample[0])
+    assert abs(ratio - (8 / 7) ** 0.5) < 1e-3  # 1.069x at 8 samples
+    with pytest.raises(ValueError, match="std must be one of"):
+        group_advantages(rewards, 8, std="biased")

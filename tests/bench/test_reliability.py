@@ -1,0 +1,664 @@
+"""The reliability table (docs/reliability.md): what a careless or hostile user can do, and what happens.
+
+Every case asserts the exit status, the one line on stderr and that nothing already written changed.
+The run-directory cases share one run killed just after its first checkpoint (`killed`), copied
+for each case, on the `direct-smoke` profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bench import store
+from bench.accounting.ledger import Ledger
+from bench.cli import app
+from bench.run import checkpoint
+from bench.run.config import RunConfig
+from bench.run.runner import Runner
+from methods.grpo import GRPOJoint
+
+cli = CliRunner()
+PROFILE = "direct-smoke"
+BUDGET = "8e10"  # about five GRPO steps; eval_every 0.25 puts a checkpoint after each of the first four
+RUN_ARGS = ["run", "--method", "grpo-joint", "--profile", PROFILE, "--budget", BUDGET, "--eval-every", "0.25",
+            "--no-progress"]
+RUN_ID = f"grpo-joint__math_code-easy__{PROFILE}__s0"
+
+
+class Killed(Exception):
+    """Stands in for the process dying."""
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file's bytes, lock files aside (they hold the PID of the last process that took them)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*"))
+            if p.is_file() and not p.name.endswith(store.LOCK)}
+
+
+def refused(result, needle: str, code: int = 2) -> str:
+    """Exit `code`, one line on stderr holding `needle`, no traceback."""
+    message = (result.stderr or result.output).strip()
+    assert result.exit_code == code, result.output
+    assert needle in message, message
+    assert len(message.splitlines()) == 1, message
+    assert "Traceback" not in result.output
+    return message
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory) -> Path:
+    """A grpo-joint run killed right after its first checkpoint (a runs folder holding it)."""
+    runs = tmp_path_factory.mktemp("killed")
+    config = RunConfig(method="grpo-joint", profile=PROFILE, budget_flops=float(BUDGET), eval_every=0.25,
+                       runs_dir=runs)
+    runner = Runner(config, progress=False)
+
+    class DiesAfterCheckpoint(GRPOJoint):
+        def run(self, ctx):
+            done = ctx.step_done
+
+            def step_done(**stats):
+                done(**stats)
+                if checkpoint.folder(runner.dir).exists():
+                    raise Killed
+
+            ctx.step_done = step_done
+            super().run(ctx)
+
+    runner.method_cls = DiesAfterCheckpoint
+    with pytest.raises(Killed):
+        runner.run()
+    return runs
+
+
+@pytest.fixture
+def runs(killed, tmp_path) -> Path:
+    """A private copy of the killed run's runs folder."""
+    return Path(shutil.copytree(killed, tmp_path / "runs"))
+
+
+def resume(runs: Path):
+    return cli.invoke(app, RUN_ARGS + ["--runs", str(runs), "--resume"])
+
+
+def mount_tmpfs(path: Path, options: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def readonly(tmp_path):
+    """A folder nobody can write to: a read-only tmpfs (as root), or a mode-0555 folder (otherwise)."""
+    path = tmp_path / "ro"
+    if mount_tmpfs(path, "ro,size=1m"):
+        yield path
+        subprocess.run(["umount", "-l", str(path)], check=False)
+    elif os.geteuid() != 0:
+        path.chmod(0o555)
+        yield path
+        path.chmod(0o755)
+    else:
+        pytest.skip("root here, and mounting a read-only tmpfs is not allowed")
+
+
+# -- 1, 9: inputs bounded and validated before any work --------------------------------------------------
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--budget", "1"], "budget must be at least"),
+        (["--budget", "1e-300"], "budget must be at least"),
+        (["--budget", "1e40", "--eval-every", "1e-12"], "eval_every must be in"),
+        (["--eval-every", "0"], "eval_every must be in"),
+        (["--eval-early", "0"], "eval_early fractions"),
+        (["--eval-size", "0"], "eval_size must be at least 1"),
+        (["--eval-size", "-1"], "eval_size must be at least 1"),
+        (["--set", "lr=inf"], "expected a finite number"),
+        (["--set", "lr=nan"], "expected a finite number"),
+        (["--set", "lr=-inf"], "expected a finite number"),
+        (["--set", "std=biased"], "std must be one of population, sample"),
+        (["--seed", "-1"], "seed must be in [0, 2^32)"),
+        (["--seed", str(2**32)], "seed must be in [0, 2^32)"),
+        (["--seed", str(2**64)], "seed must be in [0, 2^32)"),
+        (["--max-new-tokens", "0"], "max_new_tokens must be at least 1"),
+        (["--max-new-tokens", "100000"], "positions"),
+        (["--max-new-tokens", "256"], "positions"),
+    ],
+)
+def test_nonsense_input_is_refused_before_any_work(args, needle, tmp_path):
+    result = cli.invoke(app, ["run", "--method", "grpo-joint", "--profile", PROFILE, "--no-progress",
+                              "--runs", str(tmp_path)] + args)
+    refused(result, needle)
+    assert not any(tmp_path.iterdir())  # no run directory
+
+
+def test_generation_whose_kv_cache_would_not_fit_in_memory_is_refused(tmp_path, monkeypatch):
+    from bench.run import runner
+
+    monkeypatch.setattr(runner, "available_bytes", lambda device: 64 * 2**10)  # a 64 KiB machine
+    result = cli.invoke(app, ["run", "--method", "grpo-joint", "--profile", PROFILE, "--max-new-tokens", "128",
+                              "--runs", str(tmp_path)])
+    refused(result, "of KV cache per sequence")
+    assert not any(tmp_path.iterdir())
+
+
+def test_nested_float_settings_must_be_finite(tmp_path):
+    result = cli.invoke(app, ["run", "--method", "opd-multi", "--profile", PROFILE, "--set", "distill.lr=inf",
+                              "--runs", str(tmp_path)])
+    refused(result, "distill.lr='inf': expected a finite number")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("seeds", ["0", "100000"])
+def test_sweep_seed_counts_are_bounded(seeds, tmp_path):
+    result = cli.invoke(app, ["sweep", "--methods", "grpo", "--seeds", seeds, "--runs", str(tmp_path)])
+    refused(result, "--seeds must be from 1 to 1000")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("method", ["grpo-joint", "opd-multi", "self-grpo", "sft", "opd-external"])
+def test_the_smallest_budget_ends_instead_of_spinning(method, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    args = [sys.executable, "-m", "bench.cli", "run", "--method", method, "--profile", PROFILE, "--budget", "1e6",
+            "--no-progress", "--runs", str(tmp_path)]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (summary,) = tmp_path.glob("*/summary.json")
+    record = json.loads(summary.read_text())
+    assert record["flops"]["counted"] <= 1e6 + record["max_step_flops"]  # at most one step past it
+
+
+def test_milestones_of_the_finest_allowed_interval_are_a_short_list():
+    config = RunConfig(method="grpo", eval_every=1e-3)
+    assert len(config.milestones) <= 1003
+
+
+# -- 7: raw tracebacks turned into one line ----------------------------------------------------------------
+def test_runs_folder_that_is_a_file(tmp_path):
+    runs = tmp_path / "runs"
+    runs.write_text("not a folder")
+    result = cli.invoke(app, ["run", "--method", "grpo-joint", "--profile", PROFILE, "--runs", str(runs)])
+    refused(result, "cannot use")
+    assert runs.read_text() == "not a folder"
+
+
+def test_runs_folder_that_is_read_only(readonly):
+    result = cli.invoke(app, ["run", "--method", "grpo-joint", "--profile", PROFILE, "--runs", str(readonly)])
+    refused(result, "cannot use")
+
+
+def test_cache_that_is_a_file(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder")
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(cache))
+    result = cli.invoke(app, ["run", "--method", "grpo-joint", "--profile", PROFILE, "--runs", str(tmp_path / "r")])
+    refused(result, "cannot use")
+    assert cache.read_text() == "not a folder" and not (tmp_path / "r").exists()
+
+
+def test_cache_that_is_read_only(readonly, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(readonly))
+    result = cli.invoke(app, ["prepare", "--profile", PROFILE])
+    refused(result, "cannot use")
+
+
+@pytest.mark.parametrize("command", ["report", "export-lm-eval"])
+def test_unwritable_out(command, tmp_path):
+    from tests.reports.factory import make_record, write_runs
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a folder should go")
+    out = blocker / "site"
+    if command == "report":
+        args = ["report", "--runs", str(write_runs([make_record()], tmp_path / "runs")), "--out", str(out)]
+    else:
+        args = ["export-lm-eval", "math_code", "--out", str(out)]
+    refused(cli.invoke(app, args), "cannot use")
+    assert blocker.read_text() == "a file where a folder should go"
+
+
+def test_flops_on_a_broken_config(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "hidden_size": ')
+    refused(cli.invoke(app, ["flops", str(tmp_path)]), "cannot load the model")
+    assert (tmp_path / "config.json").read_text() == '{"model_type": "llama", "hidden_size": '
+
+
+PLUGIN = '''
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cfg:
+    pass
+
+
+class Boom:
+    name = "boom"
+    Config = Cfg
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        raise ValueError("the plugin's own bug")
+'''
+
+
+def test_a_plugin_that_raises_is_one_line_naming_it(tmp_path):
+    plugin = tmp_path / "boom.py"
+    plugin.write_text(PLUGIN)
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["run", "--method", f"{plugin}:Boom", "--profile", PROFILE, "--no-progress",
+                              "--runs", str(runs)])
+    refused(result, "method boom")
+    assert "ValueError: the plugin's own bug" in result.output
+    assert not any(runs.iterdir())  # a failed start leaves nothing behind
+
+
+# -- 8: a failed start leaves nothing that blocks the corrected command -------------------------------
+def test_a_failed_start_leaves_no_directory(tmp_path):
+    runs = tmp_path / "runs"
+    args = ["run", "--method", "grpo", "--profile", PROFILE, "--budget", "2e10", "--no-progress", "--runs", str(runs)]
+    result = cli.invoke(app, args + ["--set", "domain=physics"])
+    assert result.exit_code != 0 and "physics" in str(result.exception or result.output)
+    assert not any(runs.iterdir())
+    result = cli.invoke(app, args + ["--set", "domain=math"])  # the corrected command starts cleanly
+    assert result.exit_code == 0, result.output
+
+
+# -- 3: one writer per run directory ---------------------------------------------------------------------------
+def test_a_second_writer_is_refused_naming_the_holder(runs):
+    before = snapshot(runs)
+    with store.locked(runs / RUN_ID / store.LOCK, what="test"):
+        refused(resume(runs), f"in use by another process (PID {os.getpid()})")
+        assert snapshot(runs) == before
+
+
+def test_report_skips_a_run_being_written(tmp_path):
+    from tests.reports.factory import make_record, write_runs
+
+    runs = write_runs([make_record(seed=0), make_record(seed=1)], tmp_path / "runs")
+    with store.locked(runs / "run00001" / store.LOCK, what="test"):
+        result = cli.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
+    assert result.exit_code == 0, result.output
+    assert f"being written (its directory is locked by PID {os.getpid()})" in result.output
+    assert "1 records, 1 skipped" in result.output
+
+
+def test_two_writers_at_once_one_wins_and_the_files_agree(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    args = [sys.executable, "-m", "bench.cli", "run", "--method", "grpo-joint", "--profile", PROFILE,
+            "--budget", "3e10", "--no-progress", "--runs", str(tmp_path)]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    outcomes = sorted((p.wait(timeout=300), p.stderr.read()) for p in procs)
+    assert [code for code, _ in outcomes] == [0, 2], outcomes
+    assert "in use by another process" in outcomes[1][1] or "already exists" in outcomes[1][1]
+    summary = json.loads((tmp_path / RUN_ID / "summary.json").read_text())
+    curve = (tmp_path / RUN_ID / "curve.jsonl").read_text().splitlines()
+    assert len(curve) == len(summary["curve"])
+    assert summary["flops"]["counted"] == sum(
+        json.loads(r)["flops"] for r in (tmp_path / RUN_ID / "ledger.jsonl").read_text().splitlines()
+        if json.loads(r)["category"] == "counted")
+
+
+# -- 4, 7: resume verifies its files ------------------------------------------------------------------------
+def _drop_line(path: Path, index: int) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:index] + lines[index + 1:]))
+
+
+def _flip(path: Path, offset: int, size: int) -> None:
+    data = bytearray(path.read_bytes())
+    offset = min(offset, len(data) - size)
+    data[offset:offset + size] = bytes(b ^ 0xFF for b in data[offset:offset + size])
+    path.write_bytes(bytes(data))
+
+
+def _state(run: Path, drop: str) -> None:
+    path = checkpoint.folder(run) / "state.json"
+    meta = json.loads(path.read_text())
+    del meta[drop]
+    path.write_text(json.dumps(meta))
+
+
+DAMAGE = {
+    "ledger line deleted": (lambda run: _drop_line(run / "ledger.jsonl", 0), "ledger.jsonl does not match"),
+    "ledger truncated": (lambda run: (run / "ledger.jsonl").write_text(""), "ledger.jsonl does not match"),
+    "ledger row edited": (lambda run: (run / "ledger.jsonl").write_text(
+        (run / "ledger.jsonl").read_text().replace('"flops": ', '"flops": 1', 1)), "ledger.jsonl does not match"),
+    "curve line deleted": (lambda run: _drop_line(run / "curve.jsonl", 0), "curve.jsonl does not match"),
+    "curve deleted": (lambda run: (run / "curve.jsonl").unlink(), "curve.jsonl does not match"),
+    "steps line deleted": (lambda run: _drop_line(run / "steps.jsonl", 0), "steps.jsonl does not match"),
+    "4 KiB flipped in policies.pt": (lambda run: _flip(checkpoint.folder(run) / "policies.pt", 1 << 16, 4096),
+                                     "policies.pt does not match"),
+    "empty policies.pt": (lambda run: (checkpoint.folder(run) / "policies.pt").write_bytes(b""),
+                          "policies.pt does not match"),
+    "garbage rng.pt": (lambda run: (checkpoint.folder(run) / "rng.pt").write_bytes(os.urandom(512)),
+                       "rng.pt does not match"),
+    "state.json without samplers": (lambda run: _state(run, "samplers"), "missing key 'samplers'"),
+    "state.json without ledger_rows": (lambda run: _state(run, "ledger_rows"), "no row count for ledger.jsonl"),
+    "state.json without hashes": (lambda run: _state(run, "hashes"), "has no file hashes"),
+    "state.json not JSON": (lambda run: (checkpoint.folder(run) / "state.json").write_text("{"),
+                            "cannot be read as JSON"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_resume_refuses_damaged_files(case, runs):
+    damage, needle = DAMAGE[case]
+    damage(runs / RUN_ID)
+    before = snapshot(runs)
+    refused(resume(runs), needle)
+    assert snapshot(runs) == before
+
+
+def test_resume_of_undamaged_files_completes(runs):
+    result = resume(runs)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((runs / RUN_ID / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["flops"]["counted"] >= float(BUDGET)
+
+
+# -- 7: a full disk during a checkpoint ------------------------------------------------------------------------
+def test_disk_full_during_a_checkpoint_says_so_and_keeps_the_last_one(runs, tmp_path):
+    size = sum(p.stat().st_size for p in runs.rglob("*") if p.is_file())
+    small = tmp_path / "small"
+    if not mount_tmpfs(small, f"size={size + (256 << 10)}"):
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        shutil.copytree(runs, small / "runs")
+        kept = snapshot(checkpoint.folder(small / "runs" / RUN_ID))
+        config = (small / "runs" / RUN_ID / "config.json").read_bytes()
+        message = refused(resume(small / "runs"), "no space left on device")
+        assert "--resume" in message
+        assert snapshot(checkpoint.folder(small / "runs" / RUN_ID)) == kept
+        assert (small / "runs" / RUN_ID / "config.json").read_bytes() == config
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_disk_full_as_torch_reports_it(runs, monkeypatch):
+    """torch's zip writer says only "unexpected pos": the message still names disk space."""
+    kept = snapshot(checkpoint.folder(runs / RUN_ID))
+
+    def full(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full)
+    refused(resume(runs), "no space left on device")
+    assert snapshot(checkpoint.folder(runs / RUN_ID)) == kept
+    assert not (checkpoint.folder(runs / RUN_ID).with_name("latest.tmp")).exists()
+
+
+# -- 9: a checkpoint at least every few minutes, and interruptions name the resume command -------------
+def test_a_checkpoint_every_few_minutes_whatever_the_budget(tmp_path):
+    config = RunConfig(method="grpo-joint", profile=PROFILE, budget_flops=1e40, eval_every=1.0,
+                       eval_early=(1.0,), runs_dir=tmp_path, checkpoint_every_s=0.0)
+    runner = Runner(config, progress=False)
+
+    class DiesAtStepTwo(GRPOJoint):
+        def run(self, ctx):
+            done = ctx.step_done
+
+            def step_done(**stats):
+                done(**stats)
+                if ctx.state.setdefault("steps", 0) >= 1:
+                    raise Killed
+                ctx.state["steps"] += 1
+
+            ctx.step_done = step_done
+            super().run(ctx)
+
+    runner.method_cls = DiesAtStepTwo
+    with pytest.raises(Killed):
+        runner.run()
+    meta = json.loads((checkpoint.folder(runner.dir) / "state.json").read_text())
+    assert meta["trace"]["rows"] >= 1  # the budget's first milestone is never reached, yet it checkpointed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_run_prints_its_resume_command(sig, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    args = [sys.executable, "-m", "bench.cli"] + RUN_ARGS[:5] + ["--budget", "4e12", "--no-progress",
+                                                              "--runs", str(tmp_path)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    state = checkpoint.folder(tmp_path / RUN_ID) / "state.json"
+    deadline = time.monotonic() + 240
+    while not state.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    config = (tmp_path / RUN_ID / "config.json").read_bytes()
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "interrupted" in lines[0] and "--resume" in lines[0], stderr
+    assert (tmp_path / RUN_ID / "config.json").read_bytes() == config and state.exists()
+
+
+# -- 5: cached models are verified ---------------------------------------------------------------------------
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """A private copy of the test cache's direct-smoke world."""
+    source = Path(os.environ["OPD_BENCH_CACHE"])
+    target = tmp_path / "cache"
+    for sub in ("prepared", "models", "heldout"):
+        if (source / sub).exists():
+            shutil.copytree(source / sub, target / sub,
+                            ignore=lambda d, names: [n for n in names if n.startswith(("smoke-", "tiny-"))])
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(target))
+    return target
+
+
+def _base_weights(cache: Path) -> Path:
+    (weights,) = (cache / "prepared").glob(f"{PROFILE}-*/student/model.safetensors")
+    return weights
+
+
+@pytest.mark.parametrize("damage", ["flipped", "truncated"])
+@pytest.mark.parametrize("command", ["run", "prepare"])
+def test_a_damaged_cached_model_is_refused(damage, command, cache, tmp_path):
+    if not list((cache / "prepared").glob(f"{PROFILE}-*/prepared.json")):
+        pytest.skip("the test cache has no direct-smoke world yet")
+    weights = _base_weights(cache)
+    if damage == "flipped":
+        _flip(weights, 1 << 16, 64 << 10)
+    else:
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    before = snapshot(cache / "prepared")
+    args = ["prepare", "--profile", PROFILE] if command == "prepare" else \
+        ["run", "--method", "grpo-joint", "--profile", PROFILE, "--runs", str(tmp_path / "r")]
+    refused(cli.invoke(app, args), "is damaged" if damage == "flipped" else "cannot load the model")
+    assert snapshot(cache / "prepared") == before
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_a_records_base_hash_is_recomputed(killed, cache):
+    from bench.world import prepare
+    from bench.world.models import load_model, state_digest
+    from bench.world.profiles import PROFILES
+
+    prepared = prepare.prepare(PROFILES[PROFILE], progress=False, teacher=False)
+    prepared.info["model_hashes"]["base"] = "0" * 16  # what a copied hash would now say
+    with pytest.raises(Exception, match="is damaged"):
+        prepared.model_hashes()
+    prepared = prepare.prepare(PROFILES[PROFILE], progress=False, teacher=False)
+    model, _ = load_model(prepared.folder / "student")
+    assert prepared.model_hashes()["base"] == state_digest(model)
+
+
+# -- 6: the ledger, the report and the conformance check ------------------------------------------------
+@pytest.mark.parametrize("flops, tokens", [(-1.0, 0), (float("nan"), 0), (float("inf"), 0), (1.0, -1)])
+def test_the_ledger_refuses_negative_or_non_finite_charges(flops, tokens):
+    ledger = Ledger()
+    with pytest.raises(ValueError, match="non-negative"):
+        ledger.charge(model="m", flops=flops, tokens=tokens, kind="update")
+    assert ledger.rows() == []
+
+
+def _ledger_case(name: str):
+    from tests.reports.factory import make_record
+
+    record = make_record(seed=1)
+    row = dict(record["ledger"][0])
+    if name == "negative":
+        row.update(category="eval", flops=-1e9)
+        needle = "flops must be bigger than or equal to 0"
+    else:
+        row.update(category="eval", kind="update")
+        needle = "books training (kind update) as eval"
+    record["ledger"].append(row)
+    return record, needle
+
+
+@pytest.mark.parametrize("case", ["negative", "eval update"])
+def test_report_rejects_records_with_impossible_ledger_rows(case, tmp_path):
+    from tests.reports.factory import make_record, write_runs
+
+    bad, needle = _ledger_case(case)
+    runs = write_runs([make_record(seed=0), bad], tmp_path / "runs")
+    before = snapshot(runs)
+    result = cli.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
+    assert result.exit_code == 0, result.output
+    assert needle in result.output and "1 records, 1 skipped" in result.output
+    assert snapshot(runs) == before
+
+
+def test_duplicate_seeds_count_once(tmp_path):
+    from tests.reports.factory import make_record, write_runs
+
+    first, again = make_record(seed=0), make_record(seed=0)
+    again["run_id"] = first["run_id"] + "-again"
+    runs = write_runs([first, again], tmp_path / "runs")
+    result = cli.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
+    assert result.exit_code == 0, result.output
+    assert "one seed counts once" in result.output and "1 records, 1 skipped" in result.output
+
+
+CHEATS = {
+    "books its training as eval": '''
+from bench.accounting.ledger import ledger_context
+from methods.grpo import GRPOConfig, grpo_step
+
+
+class Cheat:
+    name = "cheat"
+    Config = GRPOConfig
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        sampler = ctx.sampler("train")
+        while not ctx.should_stop():
+            with ledger_context(category="eval"):  # half the training, booked as evaluation
+                grpo_step(ctx, ctx.student, sampler, self.config)
+            ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
+''',
+    "trains in a thread": '''
+import threading
+
+from methods.grpo import GRPOConfig, grpo_step
+
+
+class Cheat:
+    name = "cheat"
+    Config = GRPOConfig
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        sampler = ctx.sampler("train")
+        worker = threading.Thread(target=lambda: None)
+        worker.start()
+        while not ctx.should_stop():
+            ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
+''',
+}
+
+
+@pytest.mark.parametrize("cheat, code, needle", [
+    ("books its training as eval", 1, "not conformant"),
+    ("trains in a thread", 2, "starts a thread"),
+])
+def test_conformance_catches_uncounted_flops(cheat, code, needle, tmp_path):
+    plugin = tmp_path / "cheat.py"
+    plugin.write_text(CHEATS[cheat])
+    result = cli.invoke(app, ["check-adapter", f"{plugin}:Cheat"])
+    message = (result.stderr or result.output).strip().splitlines()[-1]
+    assert result.exit_code == code, result.output
+    assert needle in message and "Traceback" not in result.output
+
+
+# -- kill and resume at random points over the phases --------------------------------------------------
+@pytest.fixture(scope="module")
+def whole_opd_multi(tmp_path_factory, fast_profile):
+    from tests.methods.test_resume import BUDGET as OPD_BUDGET, SETTINGS, counting
+    from tests.methods.support import run_config
+
+    steps: list = []
+    config = run_config(fast_profile, tmp_path_factory.mktemp("whole"), "opd-multi", OPD_BUDGET, eval_every=0.1,
+                        **SETTINGS)
+    runner = Runner(config, progress=False)
+    runner.method_cls = counting(steps)
+    return runner.run(), len(steps)
+
+
+def _kill_points(total_steps: int, n: int = 8, seed: int = 17) -> list[int]:
+    import random
+
+    return sorted(random.Random(seed).sample(range(1, total_steps), min(n, total_steps - 1)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", range(8))
+def test_killed_at_a_random_step_resumes_to_the_same_record(point, whole_opd_multi, fast_profile, tmp_path):
+    """opd-multi (experts, then distillation) killed after a random step k, any phase, with or without a
+    checkpoint just written, resumes to the record of the uninterrupted run."""
+    from methods.opd_multi import OPDMulti
+    from tests.methods.test_resume import BUDGET as OPD_BUDGET, SETTINGS, comparable
+    from tests.methods.support import run_config
+
+    whole, total = whole_opd_multi
+    points = _kill_points(total)
+    if point >= len(points):
+        pytest.skip(f"the run has only {total} steps")
+    kill_at = points[point]
+    config = run_config(fast_profile, tmp_path, "opd-multi", OPD_BUDGET, eval_every=0.1, **SETTINGS)
+
+    class DiesAtStep(OPDMulti):
+        def run(self, ctx):
+            done, seen = ctx.step_done, [0]
+
+            def step_done(**stats):
+                done(**stats)
+                seen[0] += 1
+                if seen[0] == kill_at:
+                    raise Killed
+
+            ctx.step_done = step_done
+            super().run(ctx)
+
+    runner = Runner(config, progress=False)
+    runner.method_cls = DiesAtStep
+    with pytest.raises(Killed):
+        runner.run()
+    if not checkpoint.folder(runner.dir).exists():
+        assert not runner.dir.exists()  # killed before the first checkpoint: nothing to resume, start over
+        resumed = Runner(config, progress=False).run()
+    else:
+        resumed = Runner(config, resume=True, progress=False).run()
+    assert comparable(resumed) == comparable(whole)
