@@ -217,10 +217,12 @@ def _method_result(method: str, runs: pd.DataFrame, frames_idx: dict, key: Board
     col = lambda name: runs[name].tolist()  # noqa: E731
     relative = empty_relative()
     if ref is not None:
-        ftt, sav = targets_and_savings(cs, mid, reps, band_grid, ref, same)
         spend, spend_diff = at_spend(runs["counted_flops"].to_numpy(float), runs["accuracy_at_100pct"].to_numpy(float),
                                      idx, ref)
-        relative = Relative(ftt, sav, spend, spend_diff)
+        relative = Relative(relative.flops_to_target, relative.savings, spend, spend_diff)
+        if ref.has_targets:
+            ftt, sav = targets_and_savings(cs, mid, reps, band_grid, ref, same)
+            relative = Relative(ftt, sav, spend, spend_diff)
     lengths = col("final_mean_length")
     domain_accuracy, flops_by_group = _mean_tables(ids, frames_idx["domains"], frames_idx["groups"])
     single = {attr: estimate(col(column), rng) for attr, column in _PER_RUN_ESTIMATES.items()}
@@ -326,11 +328,15 @@ def build_boards(frames: Frames) -> list[Board]:
         ref = _reference(runs, curves, key)
         results = [_method_result(m, g, idx, key, ref) for m, g in runs.groupby("method")]
         results.sort(key=lambda r: (not r.is_reference, -(r.final_accuracy.value or 0.0), r.method))
-        targets = {} if ref is None else dict(zip(TARGET_GAINS, map(float, ref.tau)))
+        targets = {} if ref is None or not ref.has_targets else dict(zip(TARGET_GAINS, map(float, ref.tau)))
         board = Board(key, REFERENCE_METHOD if ref else None, targets, results, frontier(results, key.budget_flops),
                       n_domains=int(runs["n_domains"].max()))
         if ref is None:
             board.warnings.append(f"no {REFERENCE_METHOD} runs on this board: no targets, savings or length ratio")
+        elif not ref.has_targets:
+            board.warnings.append(
+                f"{REFERENCE_METHOD} does not improve on the base on this board (final − base = "
+                f"{100 * ref.gain:+.1f} points): targets, FLOPs to target and savings are undefined")
         seeds = {tuple(sorted(r.seeds)) for r in results}
         if len(seeds) > 1:
             board.warnings.append("methods were run on different seeds; intervals are not paired")

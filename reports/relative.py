@@ -44,6 +44,17 @@ class Reference:
     lengths: np.ndarray
     n_runs: int
 
+    @property
+    def gain(self) -> float:
+        """The reference's final accuracy minus its base, on its aggregate curve (tau_0.5 = base + gain / 2)."""
+        return float((self.tau[0] - self.mid[0]) / TARGET_GAINS[0])
+
+    @property
+    def has_targets(self) -> bool:
+        """Targets mean something only when the reference improves on the base: with no gain every
+        tau_k is at or below the base, and every method "reaches" it at 0 FLOPs."""
+        return self.gain > 0
+
 
 def _ftt(grid: np.ndarray, curves: np.ndarray, tau: np.ndarray) -> np.ndarray:
     """FLOPs to target per row and target: curves [R, G], tau [R, K] (or [K]) -> [R, K], NaN if never."""

@@ -79,8 +79,9 @@ DIRECT = Profile(
     description="direct answers of a few tokens: ~0.4M student, ~1.8M external teacher, shipped in bench/reference/direct",
 )
 
-# The worked-answer world. Its base and teacher recipes were chosen by the regime criteria of
-# docs/world.md on single-method runs (benchmarks/calibrate_world.py) before any comparison ran.
+# The worked-answer world. Its base and teacher recipes are fixed by the regime criteria of
+# docs/world.md on single-method runs (benchmarks/calibrate_world.py) before any comparison runs on
+# it; until they are (docs/world.md, Calibration), it has no shipped reference and no leaderboard.
 WORKED = Profile(
     name="tiny",
     task_format="worked",

@@ -126,6 +126,22 @@ def test_a_board_without_the_reference_warns_and_leaves_relative_metrics_empty()
     assert m.relative.reference_at_spend.value is None and m.auc.value == pytest.approx(0.5)
 
 
+def test_a_reference_that_does_not_gain_gives_no_targets_instead_of_zero_flops():
+    # grpo-joint ends 1 point below its base: every tau_k would be at or below the base, "reached" at 0
+    records = [_run("grpo-joint", s, [0.30, 0.31, 0.30, 0.29]) for s in range(3)]
+    records += [_run("opd-multi", s, [0.30, 0.30, 0.33, 0.35]) for s in range(3)]
+    board = _board(records)
+    assert board.reference == "grpo-joint" and board.targets == {}
+    assert any("does not improve on the base" in w and "-1.0 points" in w for w in board.warnings)
+    for method in ("grpo-joint", "opd-multi"):
+        m = board.method(method)
+        assert all(m.relative.flops_to_target[k].value is None and m.savings[k].value is None for k in (0.5, 0.75, 0.9))
+    # what does not need targets is still there: the reference's accuracy at the method's spend
+    m = board.method("opd-multi")
+    assert m.relative.reference_at_spend.value is not None
+    assert m.relative.minus_reference_at_spend.value == pytest.approx(0.35 - m.relative.reference_at_spend.value)
+
+
 def test_boards_split_by_suite_difficulty_and_budget():
     records = [make_record(suite=s, difficulty=d, seed=0) for s in ("math", "math_code") for d in ("easy", "hard")]
     records.append(make_record(suite="math", difficulty="easy", seed=0, budget_flops=1e15, run_id="other-budget"))
