@@ -36,20 +36,26 @@ class Evaluator:
         self.problems = {d: split_of(d)[:size] for d in (domains or suite.domains)}
         self.backend = backend or TorchRollout()
 
-    def evaluate(self, policy: Policy) -> dict:
-        """{accuracy, domain_accuracy, mean_length, domain_mean_length} of greedy completions."""
-        domain_acc, domain_len = {}, {}
+    def evaluate(self, policy: Policy, samples_per_domain: int = 0) -> dict:
+        """{accuracy, domain_accuracy, mean_length, domain_mean_length} of greedy completions, and with
+        `samples_per_domain` > 0 `samples`: the first held-out problems of each domain with their
+        completion and reward (the same fixed prompts at every evaluation; no extra generation)."""
+        domain_acc, domain_len, samples = {}, {}, []
         with evaluation():
             for domain, problems in self.problems.items():
-                scores, lengths = self._domain(policy, problems)
+                texts, lengths = self.completions(policy, problems)
+                scores = [self.suite.score(p, t) for p, t in zip(problems, texts)]
                 domain_acc[domain] = sum(scores) / len(scores)
                 domain_len[domain] = sum(lengths) / len(lengths)
-        return {
+                samples += [{"domain": domain, "prompt": p.prompt, "completion": t, "reward": float(r)}
+                            for p, t, r in list(zip(problems, texts, scores))[:samples_per_domain]]
+        result = {
             "accuracy": sum(domain_acc.values()) / len(domain_acc),
             "domain_accuracy": domain_acc,
             "mean_length": sum(domain_len.values()) / len(domain_len),
             "domain_mean_length": domain_len,
         }
+        return {**result, "samples": samples} if samples_per_domain > 0 else result
 
     def completions(self, policy: Policy, problems: list) -> tuple[list[str], list[int]]:
         texts, lengths = [], []
@@ -69,7 +75,4 @@ class Evaluator:
             lengths += [int(n) for n in batch.lengths]
         return texts, lengths
 
-    def _domain(self, policy: Policy, problems: list) -> tuple[list[float], list[int]]:
-        texts, lengths = self.completions(policy, problems)
-        return [self.suite.score(p, t) for p, t in zip(problems, texts)], lengths
 

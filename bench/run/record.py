@@ -88,6 +88,8 @@ def summary(
     """`summary.json`: the result record (docs/records.md). `reports` are the method's `ctx.report`s:
     `recovery` fills the recovery block, the rest are `method_metrics`."""
     base, final = curve[0], curve[-1]
+    samples = [{"flops": p["flops"], **s} for p in curve for s in p.get("samples", [])]
+    curve = [{k: v for k, v in p.items() if k != "samples"} for p in curve]
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
@@ -119,4 +121,5 @@ def summary(
         "provenance": {**provenance, "model_hashes": model_hashes,
                        "phase_executor": config.phase_executor, "rollout": config.rollout},
         "wall_s": wall_s,
+        "samples": samples,
     }

@@ -37,6 +37,9 @@ from bench.world import prepare
 from bench.world.hf import local_models
 from bench.world.models import resolve_model, save_model
 
+# Held-out problems per domain whose completions every evaluation keeps (the record's `samples`):
+# the same fixed prompts each time, so a reader can watch one answer change over training.
+SAMPLES_PER_DOMAIN = 3
 
 class Runner:
     """Runs one configuration into `runs_dir/<run_id>/`."""
@@ -278,7 +281,8 @@ class Runner:
         self.tracker.step(row)
 
     def _evaluate(self, ctx: RunContext, label: str, **extra: str) -> None:
-        result = self.evaluator.evaluate(ctx.student)
+        # the point keeps its sample completions in curve.jsonl; the record lists them apart (`samples`)
+        result = self.evaluator.evaluate(ctx.student, samples_per_domain=SAMPLES_PER_DOMAIN)
         point = {
             "flops": ctx.spent_flops,
             "wall_s": round(self._wall_offset + time.perf_counter() - self._t0, 3),

@@ -38,6 +38,18 @@ def test_steps_are_traced_with_their_flops(fast_profile, tmp_path):
     # overshoot is at most one step
     assert summary["flops"]["counted"] <= summary["budget_flops"] + summary["max_step_flops"]
     check_curve(summary)
+    # each evaluation keeps the same first held-out prompts of each domain with their completions
+    from bench.run.runner import SAMPLES_PER_DOMAIN
+    from tasks import get_suite
+
+    samples, curve = summary["samples"], summary["curve"]
+    assert len(samples) == len(curve) * SAMPLES_PER_DOMAIN * len(summary["domains"])
+    assert [s["flops"] for s in samples[::SAMPLES_PER_DOMAIN * len(summary["domains"])]] == [p["flops"] for p in curve]
+    heldout = get_suite(summary["suite"], summary["difficulty"], fast_profile.task_format).heldout("math")
+    assert [s["prompt"] for s in samples if s["domain"] == "math"][:SAMPLES_PER_DOMAIN] == \
+        [p.prompt for p in heldout[:SAMPLES_PER_DOMAIN]]
+    assert all(s["reward"] in (0.0, 1.0) and isinstance(s["completion"], str) for s in samples)
+    assert not any("samples" in p for p in curve)  # listed once, in the record's own field
 
 
 def test_milestones_are_log_spaced_early(fast_profile, tmp_path):
