@@ -39,6 +39,7 @@ from bench.errors import USER_ERRORS, ReferenceError, os_error_message, unknown
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
 console = Console()
 err = Console(stderr=True)
+PROFILE_ORDER = ("tiny", "direct")  # the worlds `bench reproduce` runs by default, when shipped
 ROLLOUT_HELP = "rollout engine of methods and evaluations: torch, or vllm (the `vllm` extra)"
 
 
@@ -416,7 +417,8 @@ def sweep(
 
 @app.command()
 def reproduce(
-    profile: list[str] = typer.Option(["tiny", "direct"], help="worlds to run, each on both suites (repeatable)"),
+    profile: list[str] = typer.Option([], help="worlds to run, each on both suites (repeatable; default: every "
+                                      "world whose base and teacher are shipped in bench/reference)"),
     seeds: int = typer.Option(1, help="seeds 0..N-1 per method and suite"),
     runs: Path = typer.Option(Path("runs"), help="folder that holds run directories"),
     out: Path = typer.Option(Path("leaderboard"), help="site folder; records are copied to OUT/records"),
@@ -433,6 +435,9 @@ def reproduce(
     from bench.run.sweep import reproduce_plan, run_sweep
     from reports.site import SiteOverwriteError, build_site
 
+    profile = profile or shipped_profiles()
+    if not profile:
+        _fail("no world has shipped reference models (bench/reference/<profile>/); name one with --profile")
     with _one_line():
         configs = [c for name in profile for c in reproduce_plan(
             _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
@@ -447,6 +452,13 @@ def reproduce(
         _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site from them.")
     console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; findings: {out / 'findings.html'}")
     _sweep_outcome(result)
+
+
+def shipped_profiles() -> list[str]:
+    """The worlds `bench reproduce` runs by default: those whose base and teacher are shipped."""
+    from bench.world import reference
+
+    return [name for name in PROFILE_ORDER if reference.manifest(name) is not None]
 
 
 def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_run: float):

@@ -204,3 +204,13 @@ def test_a_mistyped_name_is_answered_before_torch_loads(args):
             f"r = CliRunner().invoke(app, {args!r}); print(r.exit_code, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["2", "False"]
+
+
+def test_reproduce_runs_the_shipped_worlds_by_default():
+    from bench.cli import shipped_profiles
+    from bench.world import reference
+
+    shipped = shipped_profiles()
+    assert "direct" in shipped  # its base and teacher are in the repository
+    assert all((reference.ROOT / name / "manifest.json").is_file() for name in shipped)
+    assert set(shipped) == {p.parent.name for p in reference.ROOT.glob("*/manifest.json")} & {"tiny", "direct"}
