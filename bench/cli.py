@@ -37,8 +37,8 @@ import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 from bench.errors import USER_ERRORS, ReferenceError, os_error_message, unknown
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
-console = Console()
-err = Console(stderr=True)
+console = Console(soft_wrap=True)  # a long line stays one line in a log, a pipe or a terminal
+err = Console(stderr=True, soft_wrap=True)
 # The command line's world until the worked world (`tiny`) has a calibrated recipe and shipped models:
 # the direct world's base and teacher are shipped, so a first `bench run` takes minutes, not the
 # worked world's hour of warm-up.
@@ -535,12 +535,20 @@ def report(
 def check_adapter(
     plugin: str = typer.Argument(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
     suite: str = typer.Option("math_code"),
+    as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress)"),
 ) -> None:
     """Run a method briefly under the instrumented FLOP counter; fail if any compute went unmetered."""
     from bench.run.conformance import check_adapter as check
 
+    if not as_json:
+        console.print(f"checking {plugin}: a short run on the smoke world under torch's FLOP counter", highlight=False)
     with _one_line():
-        result = check(plugin, suite=suite)
+        result = check(plugin, suite=suite, progress=not as_json)
+    if as_json:
+        _print_json({**dataclasses.asdict(result), "rel_diff": result.rel_diff, "ok": result.ok})
+        if not result.ok:
+            raise typer.Exit(1)
+        return
     verdict = "[green]PASS[/green]" if result.ok else "[red]FAIL[/red]"
     console.print(
         f"{verdict} {result.method}: metered {result.metered_flops:.4e} FLOPs, instrumented "

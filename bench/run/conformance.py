@@ -56,17 +56,19 @@ class ConformanceResult:
         return self.steps_flops > 0 and abs(self.rel_diff) <= TOLERANCE
 
 
-def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | None = None) -> ConformanceResult:
-    """Run `plugin` briefly under the instrumented counter and compare with its ledger."""
+def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | None = None,
+                  progress: bool = False) -> ConformanceResult:
+    """Run `plugin` briefly under the instrumented counter and compare with its ledger; `progress`:
+    the run's bar (or, without a terminal, a line per evaluation)."""
     cls = get_method(plugin)
     profile = smoke_profile()
-    prep.prepare(profile, progress=False)  # outside the counter: its cost is booked shared/external
+    prep.prepare(profile, progress=progress)  # outside the counter: its cost is booked shared/external
     with tempfile.TemporaryDirectory(prefix="opd-check-") as tmp:
         config = RunConfig(
             method=plugin, suite=suite, profile=profile.name, budget_flops=budget_flops or profile.budget_flops,
             runs_dir=Path(tmp), eval_every=0.5,
         )
-        runner = Runner(config, progress=False)
+        runner = Runner(config, progress=progress)
         summary: dict = {}
 
         def run() -> None:

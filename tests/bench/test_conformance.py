@@ -1,5 +1,7 @@
 """`bench check-adapter`: every built-in method is fully metered; hidden compute is caught."""
 
+import json
+
 import pytest
 import torch
 
@@ -65,3 +67,9 @@ def test_cli_reports_failure(tmp_path):
     out = CliRunner().invoke(app, ["check-adapter", f"{path}:Sneaky"])
     assert out.exit_code == 1
     assert "FAIL" in out.output and "outside the ledger" in (out.stderr or out.output)
+    # long work says what it is doing: a first line, then a line per evaluation (stdout is no terminal)
+    assert out.output.startswith(f"checking {path}:Sneaky") and "FLOPs (" in out.output and "left ~" in out.output
+    as_json = CliRunner().invoke(app, ["check-adapter", f"{path}:Sneaky", "--json"])
+    assert as_json.exit_code == 1
+    outcome = json.loads(as_json.stdout)
+    assert outcome["ok"] is False and outcome["instrumented_flops"] > outcome["metered_flops"] * 1.02
