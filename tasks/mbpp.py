@@ -6,8 +6,8 @@ knows the function's name) and asks for one Python code block; the reference ans
 solution are the dataset's code.
 
 Checking (`score_code`, also HumanEval's): the completion's code is the first fenced code block in
-its first `MAX_CODE_CHARS` characters (```` ```python ````, ```` ```py ```` or bare ```` ``` ````),
-else the whole of that text. The program run is `meta["prefix"]` (HumanEval's prompt; empty here),
+its first `MAX_CODE_CHARS` characters (```` ```python ````, ```` ```py ```` or bare ```` ``` ````;
+a block the token limit cut off counts up to the end), else the whole of that text. The program run is `meta["prefix"]` (HumanEval's prompt; empty here),
 then the code, then `meta["tests"]` (the asserts, after `test_setup_code`), in `tasks.sandbox`: a
 subprocess with time, memory and file-size limits and no network. It scores 1.0 when the program runs
 to its end and exits 0. Model code is never run in the evaluator's own process.
@@ -24,7 +24,8 @@ from tasks.standard import Benchmark, StandardDomain
 
 MAX_CODE_CHARS = 8000
 CODE_INSTRUCTION = "Write the Python code in a single ```python code block."
-_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+# A block cut off by the token limit (no closing fence) still counts.
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
 
 def extract_code(completion: str) -> str:

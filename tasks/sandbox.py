@@ -8,7 +8,7 @@ models' code in a container or VM as well):
 
 - a fresh `python -I` (isolated: no environment variables, no user site, no script folder on the path)
   started with an empty environment in a new temporary working directory that is deleted afterwards;
-- `resource.setrlimit` before it starts: address space (`memory_mb`), CPU seconds, the size of any
+- `resource.setrlimit` before its first line runs: address space (`memory_mb`), CPU seconds, the size of any
   file it writes (which also bounds its output, written to a file), no core dumps;
 - a wall-clock limit (`timeout_s`) after which its whole process group is killed;
 - no network: on Linux inside `unshare -rn` (a new, empty network namespace) when the kernel allows
@@ -42,15 +42,22 @@ MAX_OUTPUT_BYTES = 1 << 20
 # How much of that output a result keeps, for a message.
 OUTPUT_TAIL_CHARS = 1000
 
+# Runs first in the child, before the program: limits it cannot raise again (soft = hard), and the
+# audit hook. Setting the limits here rather than in a `preexec_fn` keeps `Popen` safe in a threaded
+# evaluator.
 _GUARD = """\
-import sys as _sys
+import resource as _resource, sys as _sys
+for _limit, _value in {limits!r}:
+    _hard = _resource.getrlimit(_limit)[1]
+    _value = _value if _hard == _resource.RLIM_INFINITY else min(_value, _hard)
+    _resource.setrlimit(_limit, (_value, _value))
 def _opd_bench_guard(event, args, _blocked=("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn",
                                              "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
                                              "ctypes.", "pty.")):
     if event.startswith(_blocked):
         raise PermissionError("not allowed in the OPD-Bench sandbox: " + event)
 _sys.addaudithook(_opd_bench_guard)
-del _sys, _opd_bench_guard
+del _resource, _sys, _limit, _value, _hard, _opd_bench_guard
 """
 
 
@@ -86,13 +93,12 @@ def has_unshare_net() -> bool:
         return False
 
 
-def _limits(memory_mb: int, cpu_s: int) -> None:
-    """Runs in the child between fork and exec."""
+def _guard(memory_mb: int, cpu_s: int) -> str:
+    """The preamble that limits the program: address space, CPU seconds, file size, no core dumps."""
     memory = memory_mb * (1 << 20)
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    limits = [(resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu_s),
+              (resource.RLIMIT_FSIZE, MAX_OUTPUT_BYTES), (resource.RLIMIT_CORE, 0)]
+    return _GUARD.format(limits=[(int(k), int(v)) for k, v in limits])
 
 
 def run_python(program: str, *, timeout_s: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> SandboxResult:
@@ -104,7 +110,7 @@ def run_python(program: str, *, timeout_s: float = TIMEOUT_S, memory_mb: int = M
         out_path = Path(tmp) / "output.txt"
         token = secrets.token_hex(16)
         try:
-            script.write_text(f"{_GUARD}{program}\n\nprint({token!r}, flush=True)\n", encoding="utf-8", errors="surrogatepass")
+            script.write_text(f"{_guard(memory_mb, int(timeout_s) + 1)}{program}\n\nprint({token!r}, flush=True)\n", encoding="utf-8", errors="surrogatepass")
         except (OSError, UnicodeError) as exc:
             return SandboxResult(False, "error", None, f"{type(exc).__name__}: {exc}", 0.0)
         command = [sys.executable, "-I", str(script)]
@@ -116,7 +122,7 @@ def run_python(program: str, *, timeout_s: float = TIMEOUT_S, memory_mb: int = M
             with open(out_path, "wb") as out:
                 proc = subprocess.Popen(
                     command, cwd=tmp, env={}, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True, preexec_fn=lambda: _limits(memory_mb, int(timeout_s) + 1),
+                    start_new_session=True,
                 )
                 try:
                     code = proc.wait(timeout=timeout_s)

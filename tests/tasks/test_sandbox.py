@@ -77,3 +77,8 @@ def test_inside_a_network_namespace_only_loopback_exists():
                "assert names == ['lo'], names\n")
     result = run_python(program)
     assert result.passed, result.output
+
+
+def test_the_program_cannot_raise_its_limits():
+    result = run_python("import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))\n")
+    assert not result.passed and "ValueError" in result.output

@@ -185,6 +185,7 @@ def test_code_extraction_takes_the_first_fenced_block():
         "def f():\n    return 1\n")
     assert extract_code("```\nx = 1\n```") == "x = 1\n"
     assert extract_code("def f(): return 1") == "def f(): return 1"
+    assert extract_code("```python\ndef f():\n    return 1") == "def f():\n    return 1"  # cut off by the token limit
 
 
 def test_mbpp_right_wrong_and_hostile():
