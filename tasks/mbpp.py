@@ -1,7 +1,7 @@
 """MBPP (Mostly Basic Python Problems) from local files: `text`, `code`, `test_list` rows.
 
 The `full` configuration of `google-research-datasets/mbpp` (train 374, validation 90, test 500,
-prompt 10): the prompt is the task with its test asserts (as in the original paper, so the model
+prompt 10; the `sanitized` one is read too when it is the only one there): the prompt is the task with its test asserts (as in the original paper, so the model
 knows the function's name) and asks for one Python code block; the reference answer and the worked
 solution are the dataset's code.
 
@@ -58,8 +58,10 @@ def score_code(completion: str, problem: Problem) -> float:
 
 def to_problem(row: dict[str, Any]) -> Problem:
     tests = list(row["test_list"])
-    setup = str(row.get("test_setup_code") or "").strip()
-    prompt = (f"You are an expert Python programmer, and here is your task: {str(row['text']).strip()}\n"
+    # The `sanitized` configuration names the task `prompt` and lists its imports in `test_imports`.
+    setup = "\n".join([*(row.get("test_imports") or []), str(row.get("test_setup_code") or "")]).strip()
+    task = str(row.get("text") or row.get("prompt") or "").strip()
+    prompt = (f"You are an expert Python programmer, and here is your task: {task}\n"
               f"Your code should pass these tests:\n\n" + "\n".join(tests) + f"\n\n{CODE_INSTRUCTION}")
     code = str(row["code"]).replace("\r\n", "\n").strip()
     meta = {"generator": "mbpp", "fmt": "hf", "task_id": str(row.get("task_id", "")),

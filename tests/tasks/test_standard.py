@@ -206,3 +206,15 @@ def test_humaneval_takes_a_whole_function_or_the_body():
     assert score_code("```python\ndef add(x, y):\n    return y + x\n```", problem) == 1.0
     assert score_code("```python\ndef add(x, y):\n    return x - y\n```", problem) == 0.0
     assert all(score_code(h, problem) == 0.0 for h in HOSTILE)
+
+
+def test_mbpp_sanitized_rows_read_too(tmp_path, monkeypatch):
+    row = {"source_file": "x", "task_id": 2, "prompt": "Write a function to add one to the square root.",
+           "code": "def f(x):\n    return math.sqrt(x) + 1", "test_imports": ["import math"],
+           "test_list": ["assert f(4) == 3"]}
+    (tmp_path / "mbpp" / "sanitized").mkdir(parents=True)
+    (tmp_path / "mbpp" / "sanitized" / "test.jsonl").write_text(json.dumps(row) + "\n")
+    monkeypatch.setenv(DATA_ENV, str(tmp_path))
+    [problem] = problems(MBPP)
+    assert "square root" in problem.prompt
+    assert score_code(f"```python\nimport math\n{row['code']}\n```", problem) == 1.0
