@@ -31,7 +31,7 @@ def to_problem(row: dict[str, Any]) -> Problem:
 
 
 HUMANEVAL = Benchmark("humaneval", "openai/openai_humaneval", to_problem, score_code, config_dir="openai_humaneval",
-                      train_from=MBPP)
+                      train_from=MBPP, parallel_score=True)
 
 
 def HumanEvalDomain() -> StandardDomain:  # noqa: N802 - the registry calls it like a class

@@ -69,7 +69,8 @@ def to_problem(row: dict[str, Any]) -> Problem:
     return Problem("mbpp", prompt, code, f"```python\n{code}\n```", meta)
 
 
-MBPP = Benchmark("mbpp", "google-research-datasets/mbpp", to_problem, score_code, config_dir="full")
+MBPP = Benchmark("mbpp", "google-research-datasets/mbpp", to_problem, score_code, config_dir="full",
+                 parallel_score=True)
 
 
 def MBPPDomain() -> StandardDomain:  # noqa: N802 - the registry calls it like a class

@@ -59,6 +59,7 @@ class Benchmark:
         score: (completion, problem) -> 0.0 or 1.0, never raising.
         config_dir: the preferred sub-folder (a Hub configuration), used when present.
         train_from: the benchmark whose train and validation splits this one trains on (None: its own).
+        parallel_score: its verifier waits on a subprocess, so `Suite.score_many` may run several at once.
     """
 
     name: str
@@ -67,6 +68,7 @@ class Benchmark:
     score: Callable[[str, Problem], float]
     config_dir: str | None = None
     train_from: Benchmark | None = None
+    parallel_score: bool = False
 
 
 def data_root() -> Path:
@@ -152,6 +154,7 @@ class StandardDomain:
         self.name = bench.name
         self._train_bench = bench.train_from or bench
         self._train_problems: list[Problem] | None = None
+        self.parallel_score = bench.parallel_score
 
     def config(self, difficulty: str, fmt: str) -> dict[str, Any]:
         hf_only(self.name, fmt)

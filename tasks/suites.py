@@ -63,6 +63,8 @@ STANDARD_SUITES: dict[str, tuple[str, ...]] = {
 _HELDOUT_CACHE: dict[tuple[str, str, str, int], list[Problem]] = {}
 _VALIDATION_CACHE: dict[tuple[str, str, str], list[Problem]] = {}
 VALIDATION_PER_DOMAIN = 500
+# Most verifiers run at once by `Suite.score_many` for domains that score in a subprocess.
+SCORE_THREADS = 8
 
 
 # Third-party tasks arrive through entry points, like methods: `opd_bench.domains` names a Domain
@@ -300,6 +302,20 @@ class Suite:
         A problem from a domain outside the suite is a caller's bug and raises `UnknownSuiteError`.
         """
         return self.domain(problem.domain).score(completion, problem)
+
+    def score_many(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[float]:
+        """`score` of each (problem, completion) pair, in order.
+
+        Domains whose verifier waits on a subprocess (`parallel_score = True`: the code benchmarks run
+        each completion in a sandbox) are scored on a few threads at once; the rest in this thread.
+        """
+        pairs = list(zip(problems, completions, strict=True))
+        if not any(getattr(self.domain(p.domain), "parallel_score", False) for p, _ in pairs):
+            return [self.score(p, c) for p, c in pairs]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(SCORE_THREADS, os.cpu_count() or 1)) as pool:
+            return list(pool.map(lambda pair: self.score(*pair), pairs))
 
     @cached_property
     def content_hash(self) -> str:

@@ -218,3 +218,18 @@ def test_mbpp_sanitized_rows_read_too(tmp_path, monkeypatch):
     [problem] = problems(MBPP)
     assert "square root" in problem.prompt
     assert score_code(f"```python\nimport math\n{row['code']}\n```", problem) == 1.0
+
+
+def test_score_many_scores_code_on_threads_in_order():
+    import time
+
+    suite = get_suite("std_math_code", "easy", "hf")
+    heldout = suite.heldout()
+    completions = [p.solution if i % 2 else "wrong" for i, p in enumerate(heldout)]
+    scores = suite.score_many(heldout, completions)
+    assert scores == [suite.score(p, c) for p, c in zip(heldout, completions)]
+    assert scores == [float(i % 2) for i in range(len(heldout))]
+    slow = "```python\nimport time\ntime.sleep(1)\n```"
+    start = time.monotonic()
+    assert suite.score_many(heldout[-4:], [slow] * 4) == [0.0] * 4
+    assert time.monotonic() - start < 3.5  # four one-second programs at once, not one after another
