@@ -103,7 +103,7 @@ def _extract(completion: str) -> str | None:
     if boxed is not None:
         return boxed
     cut = text.rfind("####")
-    return text[cut + 4 :].strip() or None if cut >= 0 else None
+    return (text[cut + 4 :].strip() or None) if cut >= 0 else None
 
 
 def score(completion: str, problem: Problem) -> float:

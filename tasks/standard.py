@@ -15,7 +15,8 @@ its name starts with (`train-00000-of-00001.parquet`, `test.jsonl`, `validation.
 which no file names a split (`HumanEval.jsonl`) is all `test`. Files are read with `datasets`.
 
 Splits: a benchmark's `test` split is the held-out split (the same for every method, as with the
-generated suites), its `train` split is what training draws from, its `validation` split (or, where
+generated suites; in a fixed shuffled order, so that a profile's first `eval_size` problems are a
+uniform sample), its `train` split is what training draws from, its `validation` split (or, where
 it has none, a fixed sample of its train split) is what a method may stop on. The hash-bucket rule of
 the generated domains is not used: the benchmark's own split is the one results are compared on.
 A benchmark without a train split (HumanEval) trains on another's (`Benchmark.train_from`, MBPP).
@@ -178,8 +179,12 @@ class StandardDomain:
         return rng.choice(self._train())
 
     def heldout_split(self, fmt: str) -> list[Problem]:
+        """The test split in a fixed shuffled order, so that the first N (a profile's `eval_size`) are a
+        uniform sample rather than, for MATH read subject by subject, the first subjects only."""
         hf_only(self.name, fmt)
-        return load_split(self.bench, "test")
+        problems = load_split(self.bench, "test")
+        random.Random(f"opd-bench/heldout/{self.name}").shuffle(problems)
+        return problems
 
     def validation_split(self, fmt: str) -> list[Problem]:
         """The validation split of the training benchmark, else a fixed sample of its train split."""

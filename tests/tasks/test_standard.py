@@ -233,3 +233,11 @@ def test_score_many_scores_code_on_threads_in_order():
     start = time.monotonic()
     assert suite.score_many(heldout[-4:], [slow] * 4) == [0.0] * 4
     assert time.monotonic() - start < 3.5  # four one-second programs at once, not one after another
+
+
+def test_heldout_is_the_test_split_in_a_fixed_shuffled_order():
+    suite = get_suite("hendrycks_math", "easy", "hf")
+    heldout, rows = suite.heldout(), problems(MATH)
+    assert sorted(p.prompt for p in heldout) == sorted(p.prompt for p in rows)
+    assert [p.prompt for p in heldout] != [p.prompt for p in rows]
+    assert [p.prompt for p in get_suite("hendrycks_math", "hard", "hf").heldout()] == [p.prompt for p in heldout]
