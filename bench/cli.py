@@ -330,6 +330,10 @@ def list_(
         for row in rows:
             table.add_row(*(str(v) for v in row.values()))
         console.print(table)
+        from tasks.standard import data_root
+
+        console.print(f"standard benchmarks (--profile hf, files under {data_root()}, docs/ecosystem.md): "
+                      f"{', '.join(tasks.STANDARD_SUITES)}", soft_wrap=True, highlight=False)
     else:
         _fail(str(unknown("listing", what, ["methods", "suites", "profiles"])))
 

@@ -198,7 +198,7 @@ class RunContext:
         input_ids, attention_mask, completion_mask = to_padded(batch, policy.pad_id)
         completions = [policy.decode(ids) for ids in batch.completion_ids]
         rows = [p for p in problems for _ in range(n)]
-        rewards = torch.tensor([self._suite.score(p, c) for p, c in zip(rows, completions)], dtype=torch.float32)
+        rewards = torch.tensor(self._suite.score_many(rows, completions), dtype=torch.float32)
         return Rollouts(
             problems=list(problems),
             n=n,

@@ -44,7 +44,7 @@ class Evaluator:
         with evaluation():
             for domain, problems in self.problems.items():
                 texts, lengths = self.completions(policy, problems)
-                scores = [self.suite.score(p, t) for p, t in zip(problems, texts)]
+                scores = self.suite.score_many(problems, texts)
                 domain_acc[domain] = sum(scores) / len(scores)
                 domain_len[domain] = sum(lengths) / len(lengths)
                 samples += [{"domain": domain, "prompt": p.prompt, "completion": t, "reward": float(r)}

@@ -15,7 +15,7 @@ from typing import Any
 from tasks.base import (
     DIFFICULTIES, FORMATS, Domain, Problem, UnknownSuiteError, as_messages, check_choice, final_form, safe_score,
 )
-from tasks.suites import HELDOUT_PER_DOMAIN, SUITES, Suite, get_domain, get_suite, list_suites
+from tasks.suites import HELDOUT_PER_DOMAIN, STANDARD_SUITES, SUITES, Suite, get_domain, get_suite, list_suites
 
 DOMAINS: dict[str, str] = {
     "math": "tasks.math:MathDomain",
@@ -23,10 +23,15 @@ DOMAINS: dict[str, str] = {
     "logic": "tasks.logic:LogicDomain",
     "strings": "tasks.strings:StringsDomain",
     "graphs": "tasks.graphs:GraphsDomain",
+    # Standard benchmarks from local files (tasks/standard.py), hf format only.
+    "gsm8k": "tasks.gsm8k:GSM8KDomain",
+    "hendrycks_math": "tasks.hendrycks_math:MathDomain",
+    "mbpp": "tasks.mbpp:MBPPDomain",
+    "humaneval": "tasks.humaneval:HumanEvalDomain",
 }
 
 __all__ = [
-    "DIFFICULTIES", "DOMAINS", "FORMATS", "HELDOUT_PER_DOMAIN", "SUITES", "Domain", "Problem", "Suite",
+    "DIFFICULTIES", "DOMAINS", "FORMATS", "HELDOUT_PER_DOMAIN", "STANDARD_SUITES", "SUITES", "Domain", "Problem", "Suite",
     "UnknownSuiteError", "as_messages", "check_choice", "describe_suites", "final_form", "get_domain", "get_suite", "list_suites",
     "safe_score",
 ]
@@ -35,11 +40,12 @@ __all__ = [
 def describe_suites(fmt: str = "tiny", difficulties: tuple[str, ...] = DIFFICULTIES) -> list[dict[str, Any]]:
     """One row per (suite, difficulty): domains, split sizes, version, content hash and an example.
 
-    Generates every held-out split involved (seconds in the tiny format; cached per process).
+    Generates every held-out split involved (seconds in the tiny format; cached per process). The standard
+    benchmarks' suites (`STANDARD_SUITES`) are left out: they read local files that may not be there.
     """
     check_choice("format", fmt, FORMATS)
     rows = []
-    for name in list_suites():
+    for name in (s for s in list_suites() if s not in STANDARD_SUITES):
         for difficulty in difficulties:
             suite = get_suite(name, check_choice("difficulty", difficulty, DIFFICULTIES), fmt)
             heldout = suite.heldout()

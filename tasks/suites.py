@@ -50,9 +50,21 @@ SUITES: dict[str, tuple[str, ...]] = {
     "four_domain": ("math", "code", "graphs", "strings"),
 }
 
+# Standard benchmarks read from local files (`tasks.standard`; hf format only): each holds out its own test
+# split. `humaneval` trains on MBPP (HumanEval has no train split); `std_math_code` is GSM8K and MBPP.
+STANDARD_SUITES: dict[str, tuple[str, ...]] = {
+    "gsm8k": ("gsm8k",),
+    "hendrycks_math": ("hendrycks_math",),
+    "mbpp": ("mbpp",),
+    "humaneval": ("humaneval",),
+    "std_math_code": ("gsm8k", "mbpp"),
+}
+
 _HELDOUT_CACHE: dict[tuple[str, str, str, int], list[Problem]] = {}
 _VALIDATION_CACHE: dict[tuple[str, str, str], list[Problem]] = {}
 VALIDATION_PER_DOMAIN = 500
+# Most verifiers run at once by `Suite.score_many` for domains that score in a subprocess.
+SCORE_THREADS = 8
 
 
 # Third-party tasks arrive through entry points, like methods: `opd_bench.domains` names a Domain
@@ -68,8 +80,8 @@ def plugin_domains() -> dict[str, str]:
 
 
 def all_suites() -> dict[str, tuple[str, ...]]:
-    """The built-in suites, then one per plugin domain, then the plugins' own suites."""
-    suites = dict(SUITES)
+    """The built-in suites (generated, then standard), then one per plugin domain, then the plugins' own."""
+    suites = {**SUITES, **STANDARD_SUITES}
     for name in plugin_domains():
         suites.setdefault(name, (name,))
     for ep in importlib.metadata.entry_points(group=SUITE_ENTRY_POINTS):
@@ -110,6 +122,11 @@ def get_suite(name: str, difficulty: str = "easy", fmt: str = "tiny") -> Suite:
     suite = Suite(name, difficulty, fmt, suites[name])
     suite.config()  # a domain without this format says so here, in one line
     return suite
+
+
+def has_own_splits(domain: Domain) -> bool:
+    """Whether a domain brings its own held-out and validation splits (a standard benchmark's files)."""
+    return callable(getattr(domain, "heldout_split", None)) and callable(getattr(domain, "validation_split", None))
 
 
 def cache_dir() -> Path:
@@ -236,7 +253,7 @@ class Suite:
         while True:
             d = rng.choices(domains, weights=w, k=1)[0]
             problem = self._domains[d].sample(rng, self.difficulty, self.fmt)
-            if not in_heldout_bucket(problem.prompt):
+            if has_own_splits(self._domains[d]) or not in_heldout_bucket(problem.prompt):
                 yield problem
 
     def heldout(self, domain: str | None = None) -> list[Problem]:
@@ -244,6 +261,9 @@ class Suite:
         names = self.domains if domain is None else (self.domain(domain).name,)
         out: list[Problem] = []
         for d in names:
+            if has_own_splits(self._domains[d]):
+                out.extend(self._domains[d].heldout_split(self.fmt))
+                continue
             key = (d, self.difficulty, self.fmt, HELDOUT_PER_DOMAIN)
             if key not in _HELDOUT_CACHE:
                 _HELDOUT_CACHE[key] = load_heldout(self._domains[d], self.difficulty, self.fmt)
@@ -259,6 +279,8 @@ class Suite:
         run's training stream.
         """
         name = self.domain(domain).name
+        if has_own_splits(self._domains[name]):
+            return self._domains[name].validation_split(self.fmt)
         key = (name, self.difficulty, self.fmt)
         if key not in _VALIDATION_CACHE:
             rng = random.Random(f"opd-bench/validation/{name}/{self.difficulty}/{self.fmt}")
@@ -280,6 +302,20 @@ class Suite:
         A problem from a domain outside the suite is a caller's bug and raises `UnknownSuiteError`.
         """
         return self.domain(problem.domain).score(completion, problem)
+
+    def score_many(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[float]:
+        """`score` of each (problem, completion) pair, in order.
+
+        Domains whose verifier waits on a subprocess (`parallel_score = True`: the code benchmarks run
+        each completion in a sandbox) are scored on a few threads at once; the rest in this thread.
+        """
+        pairs = list(zip(problems, completions, strict=True))
+        if not any(getattr(self.domain(p.domain), "parallel_score", False) for p, _ in pairs):
+            return [self.score(p, c) for p, c in pairs]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(SCORE_THREADS, os.cpu_count() or 1)) as pool:
+            return list(pool.map(lambda pair: self.score(*pair), pairs))
 
     @cached_property
     def content_hash(self) -> str:

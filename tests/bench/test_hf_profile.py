@@ -64,3 +64,25 @@ def test_hf_profile_needs_a_model(tmp_path):
     out = CliRunner().invoke(app, ["run", "--profile", "hf", "--method", "grpo-joint", "--runs", str(tmp_path)])
     assert out.exit_code == 2
     assert "--model PATH" in (out.stderr or out.output)
+
+
+def test_hf_profile_trains_and_evaluates_on_standard_benchmarks_from_local_files(folders, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setenv("OPD_BENCH_DATA", str(Path(__file__).resolve().parents[1] / "fixtures" / "standard"))
+    out = CliRunner().invoke(app, [
+        "run", "--profile", "hf", "--model", str(folders[0]), "--method", "grpo-joint", "--suite", "std_math_code",
+        "--budget", "2e9", "--eval-size", "4", "--max-new-tokens", "12", "--runs", str(tmp_path), "--no-progress",
+    ])
+    assert out.exit_code == 0, out.output
+    record = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert record["suite"] == "std_math_code" and record["domains"] == ["gsm8k", "mbpp"]
+
+
+def test_hf_profile_names_the_missing_data_folder_in_one_line(folders, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPD_BENCH_DATA", str(tmp_path / "data"))
+    out = CliRunner().invoke(app, ["run", "--profile", "hf", "--model", str(folders[0]), "--method", "grpo-joint",
+                                   "--suite", "gsm8k", "--runs", str(tmp_path)])
+    assert out.exit_code == 2
+    message = (out.stderr or out.output).strip()
+    assert str(tmp_path / "data" / "gsm8k") in message and "hf download openai/gsm8k" in message

@@ -1,0 +1,147 @@
+"""Run untrusted Python (a model's code with a benchmark's tests) in a limited subprocess.
+
+    result = run_python(program, timeout_s=10)
+    result.passed          # True only if the program exited 0 within its limits
+
+What limits the program, all at once (defence in depth, not a security boundary: run untrusted
+models' code in a container or VM as well):
+
+- a fresh `python -I` (isolated: no environment variables, no user site, no script folder on the path)
+  started with an empty environment in a new temporary working directory that is deleted afterwards;
+- `resource.setrlimit` before its first line runs: address space (`memory_mb`), CPU seconds, the size of any
+  file it writes (which also bounds its output, written to a file), no core dumps;
+- a wall-clock limit (`timeout_s`) after which its whole process group is killed;
+- no network: on Linux inside `unshare -rn` (a new, empty network namespace) when the kernel allows
+  it; in every case an audit hook, installed before the program runs, refuses sockets, new processes
+  (`subprocess`, `os.system`, `os.fork`, `exec*`, `spawn*`) and `ctypes`.
+
+A program passes when it exits with status 0 after printing a random token appended to its end, so
+that model code which exits early (`sys.exit(0)`, `os._exit(0)`) before the tests run does not pass.
+Whatever the program does (crash, loop, allocate, flood its output, raise), `run_python` returns a
+result and never raises on its account.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+TIMEOUT_S = 10.0
+MEMORY_MB = 1024
+# The program's stdout and stderr together go to one file no larger than this (RLIMIT_FSIZE).
+MAX_OUTPUT_BYTES = 1 << 20
+# How much of that output a result keeps, for a message.
+OUTPUT_TAIL_CHARS = 1000
+
+# Runs first in the child, before the program: limits it cannot raise again (soft = hard), and the
+# audit hook. Setting the limits here rather than in a `preexec_fn` keeps `Popen` safe in a threaded
+# evaluator.
+_GUARD = """\
+import resource as _resource, sys as _sys
+for _limit, _value in {limits!r}:
+    _hard = _resource.getrlimit(_limit)[1]
+    _value = _value if _hard == _resource.RLIM_INFINITY else min(_value, _hard)
+    _resource.setrlimit(_limit, (_value, _value))
+def _opd_bench_guard(event, args, _blocked=("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn",
+                                             "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
+                                             "ctypes.", "pty.")):
+    if event.startswith(_blocked):
+        raise PermissionError("not allowed in the OPD-Bench sandbox: " + event)
+_sys.addaudithook(_opd_bench_guard)
+del _resource, _sys, _limit, _value, _hard, _opd_bench_guard
+"""
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What became of one program.
+
+    Attributes:
+        passed: it ran to its end and exited with status 0 within its limits.
+        status: `ok`, `failed` (non-zero exit), `killed` (by a signal: memory, CPU or file size),
+            `timeout` (wall clock) or `error` (it could not be started).
+        returncode: the exit status (negative: the signal), None on timeout or error.
+        output: the last `OUTPUT_TAIL_CHARS` characters of its stdout and stderr.
+        wall_s: seconds it ran.
+    """
+
+    passed: bool
+    status: str
+    returncode: int | None
+    output: str
+    wall_s: float
+
+
+@functools.cache
+def has_unshare_net() -> bool:
+    """Whether `unshare -rn` works here (Linux, user namespaces allowed)."""
+    path = shutil.which("unshare")
+    if not sys.platform.startswith("linux") or path is None:
+        return False
+    try:
+        return subprocess.run([path, "-rn", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _guard(memory_mb: int, cpu_s: int) -> str:
+    """The preamble that limits the program: address space, CPU seconds, file size, no core dumps."""
+    memory = memory_mb * (1 << 20)
+    limits = [(resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu_s),
+              (resource.RLIMIT_FSIZE, MAX_OUTPUT_BYTES), (resource.RLIMIT_CORE, 0)]
+    return _GUARD.format(limits=[(int(k), int(v)) for k, v in limits])
+
+
+def run_python(program: str, *, timeout_s: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> SandboxResult:
+    """Run `program` (Python source) under the limits above; never raises because of the program."""
+    import time
+
+    with tempfile.TemporaryDirectory(prefix="opd-sandbox-") as tmp:
+        script = Path(tmp) / "program.py"
+        out_path = Path(tmp) / "output.txt"
+        token = secrets.token_hex(16)
+        try:
+            script.write_text(f"{_guard(memory_mb, int(timeout_s) + 1)}{program}\n\nprint({token!r}, flush=True)\n", encoding="utf-8", errors="surrogatepass")
+        except (OSError, UnicodeError) as exc:
+            return SandboxResult(False, "error", None, f"{type(exc).__name__}: {exc}", 0.0)
+        command = [sys.executable, "-I", str(script)]
+        if has_unshare_net():
+            command = [shutil.which("unshare") or "unshare", "-rn", *command]
+        start = time.monotonic()
+        status, code = "ok", None
+        try:
+            with open(out_path, "wb") as out:
+                proc = subprocess.Popen(
+                    command, cwd=tmp, env={}, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                try:
+                    code = proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    status = "timeout"
+                finally:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)  # the program and anything it left behind
+                    except ProcessLookupError:
+                        pass
+                    proc.wait()
+        except (OSError, subprocess.SubprocessError) as exc:
+            return SandboxResult(False, "error", None, f"{type(exc).__name__}: {exc}", time.monotonic() - start)
+        wall_s = time.monotonic() - start
+        with open(out_path, "rb") as out:
+            out.seek(max(0, out_path.stat().st_size - 4 * OUTPUT_TAIL_CHARS))
+            output = out.read().decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
+        if status == "ok" and code != 0:
+            status = "killed" if code is not None and code < 0 else "failed"
+        elif status == "ok" and not output.rstrip().endswith(token):
+            status = "failed"  # exited 0 before its end
+        return SandboxResult(status == "ok", status, code, output, wall_s)

@@ -1,0 +1,84 @@
+"""The code sandbox: a right program passes; loops, memory bombs, sockets, new processes, early exits
+and output floods fail, within their limits, and never raise."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.sandbox import MAX_OUTPUT_BYTES, OUTPUT_TAIL_CHARS, has_unshare_net, run_python
+
+
+def test_a_right_program_passes():
+    result = run_python("def f(x):\n    return x + 1\n\nassert f(1) == 2\n")
+    assert result.passed and result.status == "ok"
+
+
+def test_a_failing_assert_fails():
+    result = run_python("assert 1 == 2\n")
+    assert not result.passed and result.status == "failed" and "AssertionError" in result.output
+
+
+def test_an_infinite_loop_times_out():
+    result = run_python("while True:\n    pass\n", timeout_s=1)
+    assert not result.passed and result.status == "timeout" and result.wall_s < 5
+
+
+@pytest.mark.parametrize("bomb", ["x = bytearray(8 << 30)", "x = []\nwhile True:\n    x.append(bytearray(10 << 20))"])
+def test_a_memory_bomb_is_stopped(bomb):
+    result = run_python(bomb, memory_mb=512, timeout_s=10)
+    assert not result.passed and result.status in ("failed", "killed") and result.wall_s < 10
+
+
+@pytest.mark.parametrize("attempt", [
+    "import socket\nsocket.create_connection(('127.0.0.1', 80), timeout=1)",
+    "import socket\ns = socket.socket()\n",
+    "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=1)",
+])
+def test_network_is_refused(attempt):
+    result = run_python(attempt, timeout_s=5)
+    assert not result.passed and result.status == "failed"
+
+
+@pytest.mark.parametrize("attempt", ["import os\nos.system('true')", "import subprocess\nsubprocess.run(['true'])",
+                                     "import os\nos.fork()", "import ctypes\nctypes.CDLL(None)"])
+def test_new_processes_and_ctypes_are_refused(attempt):
+    result = run_python(attempt, timeout_s=5)
+    assert not result.passed and "not allowed in the OPD-Bench sandbox" in result.output
+
+
+@pytest.mark.parametrize("exit_early", ["import sys\nsys.exit(0)", "import os\nos._exit(0)", "raise SystemExit"])
+def test_exiting_before_the_tests_does_not_pass(exit_early):
+    result = run_python(exit_early + "\nassert False\n")
+    assert not result.passed
+
+
+def test_output_flooding_is_bounded(tmp_path):
+    result = run_python("import sys\nwhile True:\n    print('x' * 10000)\n    sys.stderr.write('y' * 10000)\n",
+                        timeout_s=5)
+    assert not result.passed and result.status in ("killed", "failed", "timeout")
+    assert len(result.output) <= OUTPUT_TAIL_CHARS and MAX_OUTPUT_BYTES <= 1 << 20
+
+
+def test_the_environment_is_empty_and_the_folder_temporary():
+    result = run_python("import os, sys\nassert not os.environ.get('HOME')\nassert os.getcwd().rsplit('/', 1)[-1]"
+                        ".startswith('opd-sandbox-')\nopen('scratch.txt', 'w').write('ok')\n")
+    assert result.passed, result.output
+
+
+def test_hostile_source_text_never_raises():
+    for program in ["\udcff", "\x00", "def (", "'" * 100000]:
+        assert not run_python(program, timeout_s=5).passed
+
+
+@pytest.mark.skipif(not has_unshare_net(), reason="unshare -rn is not allowed here")
+def test_inside_a_network_namespace_only_loopback_exists():
+    program = ("lines = open('/proc/self/net/dev').read().splitlines()[2:]\n"
+               "names = [line.split(':')[0].strip() for line in lines]\n"
+               "assert names == ['lo'], names\n")
+    result = run_python(program)
+    assert result.passed, result.output
+
+
+def test_the_program_cannot_raise_its_limits():
+    result = run_python("import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))\n")
+    assert not result.passed and "ValueError" in result.output
