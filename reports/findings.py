@@ -120,7 +120,7 @@ def claim_savings(boards: list[Board]) -> Claim:
                   "grpo-joint's, with its 95% bootstrap interval over seeds (docs/metrics.md, "
                   "\"FLOPs to target and savings\")")
     for b, m, ref in _pairs(boards, "opd-multi", ("math_code",)):
-        if ref is None:
+        if ref is None or not b.targets:  # no reference, or one with no gain: no targets to reach
             continue
         for gain in TARGET_GAINS:
             est, decides = m.savings[gain], gain == k

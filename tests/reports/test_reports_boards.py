@@ -140,6 +140,8 @@ def test_a_reference_that_does_not_gain_gives_no_targets_instead_of_zero_flops()
     m = board.method("opd-multi")
     assert m.relative.reference_at_spend.value is not None
     assert m.relative.minus_reference_at_spend.value == pytest.approx(0.35 - m.relative.reference_at_spend.value)
+    claim = findings([board])[0]
+    assert claim.rows == [] and claim.verdict == NOT_MEASURED  # no target, so nothing to reach or save
 
 
 def test_boards_split_by_suite_difficulty_and_budget():
