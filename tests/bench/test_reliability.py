@@ -434,15 +434,18 @@ def test_an_interrupted_run_prints_its_resume_command(sig, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     args = [sys.executable, "-m", "bench.cli"] + RUN_ARGS[:5] + ["--budget", "4e12", "--no-progress",
                                                               "--runs", str(tmp_path)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # Ctrl-C's default: a test run started in the background (nohup, `&` in a script) inherits an
+    # ignored SIGINT, which Python keeps; a terminal's Ctrl-C reaches a run that has the default.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     state = checkpoint.folder(tmp_path / RUN_ID) / "state.json"
     deadline = time.monotonic() + 240
     while not state.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     config = (tmp_path / RUN_ID / "config.json").read_bytes()
     proc.send_signal(sig)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (stderr, stdout[-2000:])
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and "interrupted" in lines[0] and "--resume" in lines[0], stderr
     assert (tmp_path / RUN_ID / "config.json").read_bytes() == config and state.exists()
