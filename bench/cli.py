@@ -267,19 +267,6 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=1, default=str))
 
 
-def _config_fields(config: Any, prefix: str = "") -> list[dict[str, Any]]:
-    """Every settable field of a method config, nested ones dotted: name, type and default."""
-    fields = []
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if dataclasses.is_dataclass(value):
-            fields += _config_fields(value, f"{prefix}{f.name}.")
-        else:
-            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-            fields.append({"name": f"{prefix}{f.name}", "type": kind, "default": value})
-    return fields
-
-
 @app.command("list")
 def list_(
     what: str = typer.Argument(..., help="methods, suites or profiles"),
@@ -289,14 +276,15 @@ def list_(
     """List methods (with --verbose, their --set keys), suites or profiles."""
     if what == "methods":
         from bench.registry import get_method, method_names
+        from bench.run.config import config_fields
 
         rows = []
         for name in method_names():
             row: dict[str, Any] = {"name": name}
             if verbose or as_json:
                 cls = get_method(name)
-                row["summary"] = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-                row["config"] = _config_fields(cls.Config())
+                row["summary"] = (cls.__doc__ or "").strip().partition("\n")[0]
+                row["config"] = config_fields(cls.Config())
             rows.append(row)
         if as_json:
             return _print_json(rows)

@@ -127,16 +127,23 @@ def method_config(cls: type, overrides: tuple[tuple[str, str], ...]) -> Any:
         raise RunError(f"invalid {cls.name} config: {exc}") from exc
 
 
-def config_keys(config: Any, prefix: str = "") -> list[str]:
-    """Every settable key of a config, nested ones dotted (`expert_fraction`, `distill.lr`, ...)."""
-    keys = []
+def config_fields(config: Any, prefix: str = "") -> list[dict[str, Any]]:
+    """Every settable field of a config, nested ones dotted (`expert_fraction`, `distill.lr`, ...):
+    name, type and default."""
+    fields = []
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if dataclasses.is_dataclass(value):
-            keys += config_keys(value, f"{prefix}{f.name}.")
+            fields += config_fields(value, f"{prefix}{f.name}.")
         else:
-            keys.append(prefix + f.name)
-    return keys
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            fields.append({"name": prefix + f.name, "type": kind, "default": value})
+    return fields
+
+
+def config_keys(config: Any) -> list[str]:
+    """Every settable key of a config, nested ones dotted."""
+    return [field["name"] for field in config_fields(config)]
 
 
 def _set(changes: dict[str, Any], default: Any, key: str, raw: str, method: str) -> None:

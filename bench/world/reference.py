@@ -20,23 +20,15 @@ compares weights hashes; `bench prepare --rebuild --write-reference` replaces th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
 from bench.errors import ReferenceError
+from bench.store import file_hash
 
 ROOT = Path(__file__).resolve().parents[1] / "reference"  # bench/reference/: data, not code
 PARTS = {"student": ("student", "prepared.json"), "external": ("external", "external.json")}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def manifest(profile_name: str) -> dict | None:
@@ -57,7 +49,7 @@ def install(profile_name: str, key: str, folder: Path, part: str) -> bool:
     files = {rel: digest for rel, digest in meta["files"].items()
              if rel == PARTS[part][1] or rel.startswith(PARTS[part][0] + "/")}
     for rel, digest in files.items():
-        if not (source / rel).exists() or _sha256(source / rel) != digest:
+        if not (source / rel).exists() or file_hash(source / rel) != digest:
             raise ReferenceError(f"shipped reference file {source / rel} does not match its sha256 in "
                                  f"{source / 'manifest.json'}; restore it (git checkout) or run bench prepare --rebuild")
     folder.mkdir(parents=True, exist_ok=True)
@@ -78,23 +70,27 @@ def write(profile_name: str, key: str, world_version: str, folder: Path) -> Path
     for directory, info in PARTS.values():
         shutil.copytree(folder / directory, target / directory)
         shutil.copyfile(folder / info, target / info)
-    files = {str(p.relative_to(target)): _sha256(p) for p in sorted(target.rglob("*")) if p.is_file()}
+    files = {str(p.relative_to(target)): file_hash(p) for p in sorted(target.rglob("*")) if p.is_file()}
     meta = {"key": key, "world_version": world_version, "files": files}
     (target / "manifest.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     return target
+
+
+def cpu_model() -> str | None:
+    """The processor's model name from /proc/cpuinfo (Linux), None where there is none."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def cpu_signature() -> str:
     """The processor, torch's vectorised-kernel level and torch's version: what a base's bytes depend on."""
     import torch
 
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model() or "unknown"
     return f"{model} / {torch.backends.cpu.get_cpu_capability()} / torch {torch.__version__}"
 

@@ -12,7 +12,7 @@ import pytest
 from reports.colours import FIXED
 from reports.site import build_site
 from tests.reports.factory import make_record, make_sweep, write_runs
-from tests.reports.test_reports_browser import ARGS, CHROMIUM
+from tests.reports.test_reports_browser import CHROMIUM, browser  # noqa: F401  (browser: the fixture)
 
 pytestmark = [
     pytest.mark.browser,
@@ -34,15 +34,6 @@ def site(tmp_path_factory):
                "rows": [{"criterion": "completion length", "needs": ">= 30", "measured": "math 37.0", "met": True}]}]
     build_site([write_runs(records, root / "runs")], root / "out", worlds=worlds)
     return root / "out"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
