@@ -48,7 +48,7 @@ class Evaluator:
                 domain_acc[domain] = sum(scores) / len(scores)
                 domain_len[domain] = sum(lengths) / len(lengths)
                 samples += [{"domain": domain, "prompt": p.prompt, "completion": t, "reward": float(r)}
-                            for p, t, r in list(zip(problems, texts, scores))[:samples_per_domain]]
+                            for p, t, r in zip(problems[:samples_per_domain], texts, scores)]
         result = {
             "accuracy": sum(domain_acc.values()) / len(domain_acc),
             "domain_accuracy": domain_acc,
