@@ -158,7 +158,8 @@ def run(
     eval_early: str = typer.Option("0.01,0.02,0.05", help="also evaluate at these budget fractions (comma-separated)"),
     distill_eval_every: int = typer.Option(5, help="inside distillation, also evaluate every N steps (0: off)"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
-    report_to: list[str] = typer.Option([], help="mirror the run live to a tracker: tensorboard (repeatable)"),
+    report_to: list[str] = typer.Option([], help="mirror the run live to a tracker: tensorboard or wandb (offline unless WANDB_MODE is set; repeatable)"),
+    save_milestones: bool = typer.Option(False, help="also save the student at every evaluation as a HF folder (milestones/)"),
     as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress bar)"),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
@@ -176,6 +177,7 @@ def run(
                 model=model, external=external, teachers=_overrides(teacher), device=_device(device),
                 max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
                 distill_eval_every=distill_eval_every, rollout=rollout, report_to=tuple(report_to),
+                save_milestones=save_milestones,
             )
             run = Runner(config, resume=resume, progress=progress and not as_json)
             summary = run.run()
@@ -310,20 +312,23 @@ def list_(
         if _plain():
             print("\t".join(rows[0]))
             for row in rows:
-                print("\t".join(str(v).replace("\n", "\\n") for v in row.values()))
+                print("\t".join(_cell(v).replace("\n", "\\n") for v in row.values()))
             return
         table = Table()
         for col in rows[0]:
             table.add_column(col)
         for row in rows:
-            table.add_row(*(str(v) for v in row.values()))
+            table.add_row(*(_cell(v) for v in row.values()))
         console.print(table)
-        from tasks.standard import data_root
-
-        console.print(f"standard benchmarks (--profile hf, files under {data_root()}, docs/ecosystem.md): "
-                      f"{', '.join(tasks.STANDARD_SUITES)}", soft_wrap=True, highlight=False)
+        console.print("standard benchmarks (gsm8k, ...: --profile hf) read local files: docs/ecosystem.md",
+                      soft_wrap=True, highlight=False)
     else:
         _fail(str(unknown("listing", what, ["methods", "suites", "profiles"])))
+
+
+def _cell(value: Any) -> str:
+    """A listing's cell: empty for a value that does not apply (None)."""
+    return "" if value is None else str(value)
 
 
 @app.command()

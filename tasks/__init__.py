@@ -38,29 +38,54 @@ __all__ = [
 
 
 def describe_suites(fmt: str = "tiny", difficulties: tuple[str, ...] = DIFFICULTIES) -> list[dict[str, Any]]:
-    """One row per (suite, difficulty): domains, split sizes, version, content hash and an example.
+    """One row per (suite, difficulty), then one per standard benchmark suite: domains, split sizes,
+    version, content hash, an example, and where the problems come from (`data`).
 
-    Generates every held-out split involved (seconds in the tiny format; cached per process). The standard
-    benchmarks' suites (`STANDARD_SUITES`) are left out: they read local files that may not be there.
+    Generates every held-out split involved (seconds in the tiny format; cached per process). A standard
+    benchmark's suite (`STANDARD_SUITES`, hf format, no difficulty) reads its local files when they are
+    there; when they are not, its row says where they belong and leaves the sizes empty.
     """
     check_choice("format", fmt, FORMATS)
     rows = []
     for name in (s for s in list_suites() if s not in STANDARD_SUITES):
         for difficulty in difficulties:
             suite = get_suite(name, check_choice("difficulty", difficulty, DIFFICULTIES), fmt)
-            heldout = suite.heldout()
-            example = heldout[0]
-            rows.append({
-                "suite": name,
-                "difficulty": difficulty,
-                "format": fmt,
-                "domains": list(suite.domains),
-                "version": suite.version,
-                "heldout_size": len(heldout),
-                "heldout_per_domain": len(heldout) // len(suite.domains),
-                "train_size": None,  # endless sampler
-                "content_hash": suite.content_hash,
-                "example_prompt": example.prompt,
-                "example_answer": example.answer,
-            })
+            rows.append(_suite_row(suite, name, difficulty, fmt, "generated"))
+    for name in STANDARD_SUITES:
+        rows.append(_standard_row(name))
     return rows
+
+
+def _suite_row(suite: Suite, name: str, difficulty: str | None, fmt: str, data: str) -> dict[str, Any]:
+    heldout = suite.heldout()
+    example = heldout[0]
+    return {
+        "suite": name,
+        "difficulty": difficulty,
+        "format": fmt,
+        "domains": list(suite.domains),
+        "version": suite.version,
+        "heldout_size": len(heldout),
+        "heldout_per_domain": len(heldout) // len(suite.domains),
+        "train_size": None,  # endless sampler
+        "content_hash": suite.content_hash,
+        "example_prompt": example.prompt,
+        "example_answer": example.answer,
+        "data": data,
+    }
+
+
+def _standard_row(name: str) -> dict[str, Any]:
+    """A standard benchmark suite's row, from its local files or, without them, where they belong."""
+    from tasks.standard import MissingDataError, data_root
+
+    folders = ", ".join(str(data_root() / d) for d in STANDARD_SUITES[name])
+    try:
+        row = _suite_row(get_suite(name, "easy", "hf"), name, None, "hf", folders)
+        row["heldout_per_domain"] = None  # each benchmark's own test split, sizes differ
+        return row
+    except MissingDataError:
+        return {"suite": name, "difficulty": None, "format": "hf", "domains": list(STANDARD_SUITES[name]),
+                "version": None, "heldout_size": None, "heldout_per_domain": None, "train_size": None,
+                "content_hash": None, "example_prompt": None, "example_answer": None,
+                "data": f"missing: {folders}"}

@@ -58,6 +58,9 @@ class RunConfig:
     # A checkpoint at each milestone and at least this often (seconds), so that a kill of a run whose
     # milestones are far apart loses minutes, not the run. Not part of the fingerprint.
     checkpoint_every_s: float = 600.0
+    # Also save the student at every evaluation as a Hugging Face folder, `milestones/<index>_<flops>/`
+    # (`bench eval` scores any of them). Not part of the fingerprint: it keeps copies, trains nothing.
+    save_milestones: bool = False
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:

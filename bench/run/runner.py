@@ -162,7 +162,7 @@ class Runner:
             **(restored or {}),
         )
         self.ctx = ctx
-        self.tracker = make_tracker(self.config.report_to, self.dir)
+        self.tracker = make_tracker(self.config.report_to, self.dir, name=self.run_id, config=self._config_record())
         self._t0 = self._last_checkpoint = time.perf_counter()
         with progress(self.config.budget, enabled=self.show_progress, log=self.dir / "progress.log") as bar:
             self.bar = bar
@@ -292,6 +292,10 @@ class Runner:
             "phase_flops": self.ledger.by_phase("counted"),
             **result,
         }
+        if self.config.save_milestones:
+            folder = f"milestones/{len(self.curve):03d}_{ctx.spent_flops:.3e}"
+            save_model(ctx.student._model, ctx.student._tokenizer, self.dir / folder)
+            point["model_dir"] = folder
         self.curve.append(point)
         store.append_jsonl(self.dir / "curve.jsonl", point)
         self.tracker.evaluation(point)

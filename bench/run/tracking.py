@@ -1,26 +1,30 @@
-"""Mirroring a run to an experiment tracker while it trains (`bench run --report-to tensorboard`).
+"""Mirroring a run to an experiment tracker while it trains (`bench run --report-to tensorboard|wandb`).
 
 The run directory stays the record of truth (ledger, curve, step trace, summary); a tracker gets a
 copy of each row as it is written, for watching a run live in a familiar tool. The x axis of every
 scalar is the counted FLOPs at that point, the benchmark's own axis, not the step number.
 
-    tracker = make_tracker(("tensorboard",), run_dir)
+    tracker = make_tracker(("tensorboard", "wandb"), run_dir, name=run_id, config=fingerprint)
     tracker.step(row)          # a steps.jsonl row: train/<stat>
     tracker.evaluation(point)  # a curve point: heldout/accuracy, heldout/<domain>, length/...
     tracker.close(summary)     # the ledger by category and phase, then flush
 
 A resumed run opens a new event file beside the first; steps between its last checkpoint and the
 kill appear twice in TensorBoard (the run directory's trace keeps them once).
+
+Weights & Biases runs offline unless `WANDB_MODE` says otherwise: its files go under
+`<run_dir>/wandb/` and `wandb sync <run_dir>/wandb/offline-run-*` uploads them later.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from bench.errors import RunError, unknown
 
-TRACKERS = ("tensorboard",)
+TRACKERS = ("tensorboard", "wandb")
 
 
 class Tracker:
@@ -72,9 +76,69 @@ class TensorBoardTracker(Tracker):
         self.writer.close()
 
 
-def make_tracker(names: tuple[str, ...], run_dir: Path) -> Tracker:
-    """The tracker for `--report-to` (an empty tuple: none)."""
-    for name in names:
-        if name not in TRACKERS:
-            raise unknown("tracker", name, list(TRACKERS))
-    return TensorBoardTracker(run_dir / "tensorboard") if "tensorboard" in names else Tracker()
+class WandbTracker(Tracker):
+    """A Weights & Biases run (offline by default) with counted FLOPs as every metric's x axis."""
+
+    X = "counted_flops"
+
+    def __init__(self, run_dir: Path, name: str, config: dict[str, Any]) -> None:
+        try:
+            import wandb
+        except ImportError as exc:
+            raise RunError("--report-to wandb needs the wandb package: pip install 'opd-bench[tracking]'") from exc
+        self.wandb = wandb
+        self.run = wandb.init(project="opd-bench", name=name, dir=str(run_dir), config=config,
+                              mode=os.environ.get("WANDB_MODE", "offline"), reinit="create_new",
+                              settings=wandb.Settings(quiet=True))
+        self.run.define_metric(self.X)
+        self.run.define_metric("*", step_metric=self.X)
+
+    def step(self, row: dict[str, Any]) -> None:
+        self.run.log({self.X: int(row["flops"]), **{f"train/{k}": v for k, v in row.items()
+                      if k not in ("step", "flops", "phase") and isinstance(v, (int, float))}})
+
+    def evaluation(self, point: dict[str, Any]) -> None:
+        values = {self.X: int(point["flops"]), "heldout/accuracy": point["accuracy"], "length/mean": point["mean_length"]}
+        values |= {f"heldout/{d}": a for d, a in point.get("domain_accuracy", {}).items()}
+        values |= {f"length/{d}": n for d, n in point.get("domain_mean_length", {}).items()}
+        self.run.log(values)
+
+    def close(self, summary: dict[str, Any] | None = None) -> None:
+        if summary is not None:
+            columns = ["category", "phase", "kind", "model", "flops"]
+            self.run.log({"ledger": self.wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in summary["ledger"]])})
+            for category, flops in summary["flops"].items():
+                self.run.summary[f"flops/{category}"] = flops
+        self.run.finish()
+
+
+class Trackers(Tracker):
+    """Several trackers at once (`--report-to tensorboard --report-to wandb`)."""
+
+    def __init__(self, trackers: list[Tracker]) -> None:
+        self.trackers = trackers
+
+    def step(self, row: dict[str, Any]) -> None:
+        for tracker in self.trackers:
+            tracker.step(row)
+
+    def evaluation(self, point: dict[str, Any]) -> None:
+        for tracker in self.trackers:
+            tracker.evaluation(point)
+
+    def close(self, summary: dict[str, Any] | None = None) -> None:
+        for tracker in self.trackers:
+            tracker.close(summary)
+
+
+def make_tracker(names: tuple[str, ...], run_dir: Path, *, name: str = "", config: dict[str, Any] | None = None) -> Tracker:
+    """The trackers for `--report-to` (an empty tuple: none); `name` and `config` label a wandb run."""
+    for tracker in names:
+        if tracker not in TRACKERS:
+            raise unknown("tracker", tracker, list(TRACKERS))
+    trackers: list[Tracker] = []
+    if "tensorboard" in names:
+        trackers.append(TensorBoardTracker(run_dir / "tensorboard"))
+    if "wandb" in names:
+        trackers.append(WandbTracker(run_dir, name or run_dir.name, config or {}))
+    return trackers[0] if len(trackers) == 1 else Trackers(trackers)

@@ -151,3 +151,35 @@ def test_eval_refuses_an_unfinished_run(tmp_path):
     (unfinished / "ledger.jsonl").write_text("")
     result = CliRunner().invoke(app, ["eval", str(unfinished)])
     assert result.exit_code == 2 and "final/" in (result.stderr or result.output)
+
+
+def test_save_milestones_keeps_the_student_behind_every_curve_point(fast_profile, tmp_path):
+    """`--save-milestones`: one HF folder per evaluation, holding the very model that point scored."""
+    import dataclasses
+
+    from bench.run.runner import Runner
+    from bench.world.models import state_digest
+    from tests.methods.support import run_config
+
+    config = dataclasses.replace(run_config(fast_profile, tmp_path, "sft", 4e10, keep="all", prompts_per_step=8),
+                                 save_milestones=True)
+    summary = Runner(config, progress=False).run()
+    run_dir = tmp_path / summary["run_id"]
+    curve = summary["curve"]
+    folders = [p["model_dir"] for p in curve]
+    assert len(curve) >= 3 and sorted(p.name for p in (run_dir / "milestones").iterdir()) == \
+        sorted(f.split("/")[1] for f in folders)
+    suite = get_suite("math_code", "easy", fast_profile.task_format)
+    digests = []
+    for point, folder in zip(curve, folders):
+        scored = bench_accuracy(run_dir / folder, suite, fast_profile.eval_max_new_tokens)
+        assert scored["domain_accuracy"] == pytest.approx(point["domain_accuracy"], abs=1e-12)
+        assert scored["domain_mean_length"] == pytest.approx(point["domain_mean_length"], abs=1e-12)
+        digests.append(state_digest(load_model(run_dir / folder)[0]))
+    assert len(set(digests)) == len(digests)  # training moved the student between evaluations
+    assert digests[-1] == state_digest(load_model(run_dir / "final")[0])
+    assert digests[0] != digests[-1]
+
+
+def test_milestones_are_off_by_default(run_dir):
+    assert (run_dir / "final").is_dir() and not (run_dir / "milestones").exists()

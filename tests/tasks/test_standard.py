@@ -93,6 +93,31 @@ def test_suites_are_registered():
     assert STANDARD_SUITES["std_math_code"] == ("gsm8k", "mbpp")
 
 
+def test_listed_with_their_sizes_or_where_their_files_belong(monkeypatch, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    def listed():
+        result = CliRunner().invoke(app, ["list", "suites", "--json"])
+        assert result.exit_code == 0, result.output
+        return {row["suite"]: row for row in json.loads(result.output) if row["format"] == "hf"}
+
+    rows = listed()  # from the fixtures
+    assert set(rows) == set(STANDARD_SUITES)
+    for name, row in rows.items():
+        suite = get_suite(name, "easy", "hf")
+        assert row["heldout_size"] == len(suite.heldout()) > 0 and row["content_hash"] == suite.content_hash
+        assert row["domains"] == list(STANDARD_SUITES[name]) and str(FIXTURES) in row["data"]
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "nothing-here"))
+    rows = listed()
+    assert set(rows) == set(STANDARD_SUITES)
+    for row in rows.values():
+        assert row["heldout_size"] is None and row["data"].startswith(f"missing: {tmp_path / 'nothing-here'}")
+
+
 # Suites built from the fixtures.
 
 
