@@ -306,7 +306,11 @@ def list_(
     elif what == "suites":
         import tasks
 
-        rows = tasks.describe_suites()
+        if as_json or _plain():
+            rows = tasks.describe_suites()
+        else:  # a cold cache generates every held-out split first: seconds
+            with console.status("generating the held-out splits (cached after the first listing)"):
+                rows = tasks.describe_suites()
         if as_json:
             return _print_json(rows)
         if _plain():
@@ -314,11 +318,12 @@ def list_(
             for row in rows:
                 print("\t".join(_cell(v).replace("\n", "\\n") for v in row.values()))
             return
-        table = Table()
-        for col in rows[0]:
-            table.add_column(col)
+        table = Table()  # a terminal's width: the main columns (every column: --json, or piped)
+        for col in ("suite", "difficulty", "domains", "held out", "version", "hash", "data"):
+            table.add_column(col, overflow="fold")
         for row in rows:
-            table.add_row(*(_cell(v) for v in row.values()))
+            table.add_row(row["suite"], _cell(row["difficulty"]), ",".join(row["domains"]), _cell(row["heldout_size"]),
+                          _cell(row["version"]), (row["content_hash"] or "")[:12], row["data"])
         console.print(table)
         console.print("standard benchmarks (gsm8k, ...: --profile hf) read local files: docs/ecosystem.md",
                       soft_wrap=True, highlight=False)
