@@ -69,20 +69,20 @@ def _lr(method: str, mult: float) -> dict:
     return {"distill.lr": str(DistillStepConfig().lr * mult)}
 
 
-def plan(args: argparse.Namespace, domains: tuple[str, ...]) -> tuple[list[dict], list[dict], dict]:
+def plan(args: argparse.Namespace, domains: tuple[str, ...]) -> tuple[list[dict], list[dict], dict | None]:
     common = {"profile": args.profile, "runs": str(args.runs), "eval_size": args.eval_size}
     experts = [{**common, "name": f"grpo-{d}-x{m:g}", "method": "grpo", "suite": SUITE if m == 1 else d,
                 "budget": args.expert_budget, "domain": d, "mult": m,
                 "overrides": {"domain": d, **_lr("grpo", m)}}
-               for d in domains for m in LR_MULTS]
+               for d in domains for m in args.mults]
     # The rule never fires: OPD runs its whole budget, so the curve shows where it plateaus.
     opd = [{**common, "name": f"opd-{d}-x{m:g}", "method": "opd-external", "suite": d, "budget": args.opd_budget,
             "domain": d, "mult": m, "teachers": {f"expert-{d}": str(args.runs / f"grpo-{d}-x1" / "final")},
             "overrides": {"teacher": f"expert-{d}", "distill.kl_threshold": "0", "distill.use_reward_rule": "false",
                           **_lr("opd", m)}}
-           for d in domains for m in LR_MULTS]
-    joint = {**common, "name": "grpo-joint", "method": "grpo-joint", "suite": SUITE,
-             "budget": args.expert_budget * len(domains), "overrides": {}}
+           for d in domains for m in args.mults]
+    joint = None if args.skip_joint else {**common, "name": "grpo-joint", "method": "grpo-joint", "suite": SUITE,
+                                          "budget": args.expert_budget * len(domains), "overrides": {}}
     return experts, opd, joint
 
 
@@ -102,8 +102,9 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def criteria(experts: list[dict], opd: list[dict], joint: dict, records: dict, prepared_info: dict) -> dict:
-    """Every criterion of docs/world.md from the calibration's records."""
+def criteria(experts: list[dict], opd: list[dict], joint: dict | None, records: dict, prepared_info: dict) -> dict:
+    """Every criterion of docs/world.md from the calibration's records (a partial calibration, run at
+    fewer learning rates or without the joint run, leaves out what it did not measure)."""
     domains = sorted({e["domain"] for e in experts})
     rec = lambda spec: records[spec["name"]]  # noqa: E731
     x1 = {e["domain"]: rec(e) for e in experts if e["mult"] == 1}
@@ -124,9 +125,11 @@ def criteria(experts: list[dict], opd: list[dict], joint: dict, records: dict, p
     out["transfer"] = {a: {b: x1[a]["final_domain_accuracy"][b] - x1[a]["base_domain_accuracy"][b] for b in domains}
                        for a in domains}
     out["expert_accuracy"] = {d: x1[d]["final_domain_accuracy"][d] for d in domains}
-    out["joint_accuracy"] = dict(joint["final_domain_accuracy"])
-    out["joint_vs_expert"] = {d: joint["final_domain_accuracy"][d] - x1[d]["final_domain_accuracy"][d]
-                              for d in domains}
+    if joint is not None:
+        joint = rec(joint)
+        out["joint_accuracy"] = dict(joint["final_domain_accuracy"])
+        out["joint_vs_expert"] = {d: joint["final_domain_accuracy"][d] - x1[d]["final_domain_accuracy"][d]
+                                  for d in domains}
     rollout = sum(r["flops"] for e in experts for r in rec(e)["ledger"]
                   if r["category"] == "counted" and r["kind"] == "rollout")
     counted = sum(rec(e)["flops"]["counted"] for e in experts)
@@ -145,7 +148,12 @@ def main() -> None:
     parser.add_argument("--opd-budget", type=float, default=5e12)
     parser.add_argument("--eval-size", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--mults", type=lambda v: tuple(float(x) for x in v.split(",")), default=LR_MULTS,
+                        help="learning-rate multipliers, comma-separated (1 is always needed: the transfer matrix)")
+    parser.add_argument("--skip-joint", action="store_true", help="leave out the grpo-joint run (a partial calibration)")
     args = parser.parse_args()
+    if 1.0 not in args.mults:
+        parser.error("--mults must include 1")
 
     from bench.world.prepare import prepare
     from bench.world.profiles import PROFILES
@@ -155,14 +163,15 @@ def main() -> None:
 
     profile = PROFILES[args.profile]
     args.out = args.out or calibration_path(args.profile)
-    prepared = prepare(profile)
+    prepared = prepare(profile, teacher=False)  # single-method runs from the base; no external teacher
     domains = get_suite(SUITE, "easy", profile.task_format).domains
     experts, opd, joint = plan(args, domains)
     records: dict[str, dict] = {}
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         # experts first (OPD needs their final weights), the joint run beside them
-        for spec, record in zip([*experts, joint], pool.map(_run, [*experts, joint])):
+        first = [*experts, *([joint] if joint else [])]
+        for spec, record in zip(first, pool.map(_run, first)):
             records[spec["name"]] = record
         for spec, record in zip(opd, pool.map(_run, opd)):
             records[spec["name"]] = record
@@ -170,6 +179,7 @@ def main() -> None:
         "profile": args.profile, "world_version": profile.world_version,
         "model_hashes": prepared.model_hashes(), "expert_budget": args.expert_budget,
         "opd_budget": args.opd_budget, "eval_size": args.eval_size,
+        "lr_mults": list(args.mults), "joint_run": joint is not None,
         "wall_s": round(time.perf_counter() - started),
         "criteria": criteria(experts, opd, joint, records, prepared.info),
     }

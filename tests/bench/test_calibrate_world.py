@@ -1,0 +1,58 @@
+"""benchmarks/calibrate_world.py end to end on the smoke world: every single-method run it plans
+finishes, and each criterion it writes is what the runs' own records say."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.world.regime import _calibration_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    out = tmp_path_factory.mktemp("calibration")
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "calibrate_world.py"), "--profile", "smoke",
+                    "--expert-budget", "4e10", "--opd-budget", "2e10", "--eval-size", "16", "--jobs", "1",
+                    "--mults", "1", "--runs", str(out / "runs"), "--out", str(out / "cal.json")],
+                   check=True, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return json.loads((out / "cal.json").read_text()), out / "runs"
+
+
+def record(runs: Path, name: str) -> dict:
+    return json.loads((runs / name / "summary.json").read_text())
+
+
+def test_every_criterion_is_measured_from_the_runs(calibration):
+    result, runs = calibration
+    c = result["criteria"]
+    domains = c["domains"]
+    assert domains == ["code", "graphs", "math", "strings"] and result["lr_mults"] == [1.0] and result["joint_run"]
+    for a in domains:
+        expert = record(runs, f"grpo-{a}-x1")
+        assert expert["method"] == "grpo" and expert["suite"] == "four_domain"
+        for b in domains:  # the transfer matrix: the expert on every domain
+            assert c["transfer"][a][b] == pytest.approx(
+                expert["final_domain_accuracy"][b] - expert["base_domain_accuracy"][b])
+        shares = [s["zero_adv_share"] for s in expert["steps"]]
+        assert c["zero_adv_share"][a] == pytest.approx(sum(shares) / len(shares))
+        opd = record(runs, f"opd-{a}-x1")  # distilled from that expert's final folder
+        assert opd["method"] == "opd-external" and c["informative_tokens"][a] == opd["steps"][0]["informative_tokens"]
+        assert set(c["plateau"][a]) == {"grpox1", "opdx1"}
+    joint = record(runs, "grpo-joint")
+    assert c["joint_vs_expert"] == pytest.approx(
+        {d: joint["final_domain_accuracy"][d] - c["expert_accuracy"][d] for d in domains})
+    assert 0 < c["rollout_share"] < 1 and 0 < c["completion_share"] <= 1
+
+
+def test_the_regime_table_reads_it(calibration):
+    rows = _calibration_rows(calibration[0]["criteria"])
+    names = {r["criterion"] for r in rows}
+    assert {"completion share of update tokens", "GRPO groups with zero advantage (expert training)"} <= names
+    assert all(r["met"] in (True, False, None) for r in rows)
