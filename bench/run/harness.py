@@ -35,8 +35,9 @@ class EvalTarget:
 
 
 def resolve_target(path: str, *, suite: str | None, difficulty: str | None, profile: str | None) -> EvalTarget:
-    """A run directory (scores its `final/`; suite, difficulty and profile default to the run's) or a
-    model folder / tiny spec name (defaults: math_code, easy, hf). Raises `RunError` for a run that
+    """A run directory (scores its `final/`; suite, difficulty and profile default to the run's), one of
+    a run's model folders (`final/`, `milestones/...`: the run's defaults too) or any other model
+    folder / tiny spec name (defaults: math_code, easy, hf). Raises `RunError` for a run that
     has not finished and `UnknownModelError` for a path that holds no model."""
     folder = Path(path)
     if (folder / "ledger.jsonl").exists() or (folder / "final").is_dir():
@@ -45,6 +46,12 @@ def resolve_target(path: str, *, suite: str | None, difficulty: str | None, prof
                            "(finish it with `bench run ... --resume`)")
         run = store.read_json(folder / "config.json")
         return EvalTarget(folder / "final", suite or run["suite"], difficulty or run["difficulty"],
+                          profile or run["profile"], run_id=run.get("run_id"))
+    # a run's own model folder (`final/`, `milestones/<index>_<flops>/`): the run's defaults too
+    owner = folder.parent.parent if folder.parent.name == "milestones" else folder.parent
+    if (owner / "config.json").exists() and (owner / "ledger.jsonl").exists():
+        run = store.read_json(owner / "config.json")
+        return EvalTarget(resolve_model(path), suite or run["suite"], difficulty or run["difficulty"],
                           profile or run["profile"], run_id=run.get("run_id"))
     return EvalTarget(resolve_model(path), suite or "math_code", difficulty or "easy", profile or "hf")
 

@@ -179,6 +179,13 @@ def test_save_milestones_keeps_the_student_behind_every_curve_point(fast_profile
     assert len(set(digests)) == len(digests)  # training moved the student between evaluations
     assert digests[-1] == state_digest(load_model(run_dir / "final")[0])
     assert digests[0] != digests[-1]
+    # bench eval on a milestone folder: the run's suite and profile by default, that point's accuracy
+    out = tmp_path / "scores.json"
+    result = CliRunner().invoke(app, ["eval", str(run_dir / folders[1]), "--limit", "16", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    scores = json.loads(out.read_text())
+    assert scores["suite"] == "math_code-easy-tiny"
+    assert scores["domain_accuracy"] == pytest.approx(curve[1]["domain_accuracy"], abs=1e-12)
 
 
 def test_milestones_are_off_by_default(run_dir):
