@@ -208,6 +208,7 @@ def prepare(
     check: bool = typer.Option(False, help="rebuild from scratch and compare weights hashes with the shipped models"),
     rebuild: bool = typer.Option(False, help="train from scratch, whatever is shipped or cached"),
     write_reference: bool = typer.Option(False, help="with --rebuild: replace the shipped reference models"),
+    teacher: bool = typer.Option(True, help="also the external teacher (--no-teacher: the base student only)"),
 ) -> None:
     """Install (or build) the profile's shared base student and external teacher; print its regime table."""
     from bench.world import prepare as prep
@@ -224,8 +225,9 @@ def prepare(
             # what it reports as ready loads and hashes as recorded; the base before the teacher is built
             prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check, teacher=False)
             prepared.verify()
-            prepared.ensure_teacher(progress=True)
-            prepared.verify()
+            if teacher:
+                prepared.ensure_teacher(progress=True)
+                prepared.verify()
     except ReferenceError as exc:
         _fail(str(exc))
     teacher = prepared.teacher_info() or {}
@@ -241,11 +243,12 @@ def prepare(
         if shipped is None:
             _fail(f"no shipped reference for profile {profile} to check against", code=1)
         ours, theirs = prepared.model_hashes(), _shipped_hashes(profile)
-        for name in ("base", "external"):
+        names = [n for n in ("base", "external") if n in ours and n in theirs]  # built here and shipped
+        for name in names:
             same = ours.get(name) == theirs.get(name)
             console.print(f"{name}: rebuilt {ours.get(name)}, shipped {theirs.get(name)}: "
                           f"{'identical' if same else 'DIFFERENT'}")
-        if any(ours.get(n) != theirs.get(n) for n in ("base", "external")):
+        if any(ours.get(n) != theirs.get(n) for n in names):
             _fail("the rebuilt models differ from the shipped ones (see docs/world.md, Reproducibility)", code=1)
 
 
@@ -255,9 +258,10 @@ def _shipped_hashes(profile: str) -> dict:
     from bench.world import reference
 
     root = reference.ROOT / profile
-    base = json.loads((root / "prepared.json").read_text())["model_hashes"]["base"]
-    external = json.loads((root / "external.json").read_text())["model_hash"]
-    return {"base": base, "external": external}
+    hashes = {"base": json.loads((root / "prepared.json").read_text())["model_hashes"]["base"]}
+    if (root / "external.json").exists():  # a world may ship its base before its teacher
+        hashes["external"] = json.loads((root / "external.json").read_text())["model_hash"]
+    return hashes
 
 
 def _plain() -> bool:
@@ -464,7 +468,11 @@ def shipped_profiles() -> list[str]:
     """The worlds `bench reproduce` runs by default: those whose base and teacher are shipped."""
     from bench.world import reference
 
-    return [name for name in PROFILE_ORDER if reference.manifest(name) is not None]
+    def complete(name: str) -> bool:  # a world may ship its base before its teacher
+        meta = reference.manifest(name)
+        return meta is not None and all(info in meta["files"] for _, info in reference.PARTS.values())
+
+    return [name for name in PROFILE_ORDER if complete(name)]
 
 
 def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_run: float):

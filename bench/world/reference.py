@@ -10,7 +10,8 @@ for the reference results, with the sha256 of every file:
     bench/reference/tiny/manifest.json          {"key": ..., "world_version": ..., "files": {path: sha256}}
     bench/reference/tiny/prepared.json          the base's record (warm-up FLOPs, calibration, hash)
     bench/reference/tiny/student/...            the base, a Hugging Face folder
-    bench/reference/tiny/external.json, external/...   the external teacher, likewise
+    bench/reference/tiny/external.json, external/...   the external teacher, likewise (a world may
+                                                       ship its base alone; the teacher is then built)
 
 `bench prepare` installs them into the cache when their recipe key matches the profile's (a changed
 recipe, task or model spec gives another key, and the models are built instead); a file whose hash
@@ -67,7 +68,9 @@ def write(profile_name: str, key: str, world_version: str, folder: Path) -> Path
     target = ROOT / profile_name
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    for directory, info in PARTS.values():
+    for part, (directory, info) in PARTS.items():
+        if part == "external" and not (folder / info).exists():
+            continue  # the base alone (`bench prepare --no-teacher`): the teacher is built on first use
         shutil.copytree(folder / directory, target / directory)
         shutil.copyfile(folder / info, target / info)
     files = {str(p.relative_to(target)): file_hash(p) for p in sorted(target.rglob("*")) if p.is_file()}

@@ -48,3 +48,34 @@ def test_the_smoke_base_is_identical_across_processes_and_thread_counts(tmp_path
     if recorded["cpu"] != cpu_signature():
         pytest.skip(f"the recorded digest is for {recorded['cpu']}; this is {cpu_signature()}")
     assert one == recorded["base"], "the smoke base's bytes changed: bump the world version and record the digest"
+
+
+def test_a_base_shipped_without_its_teacher_installs_and_the_teacher_builds_on_first_use(tmp_path, monkeypatch):
+    """`bench prepare --rebuild --no-teacher --write-reference` ships the base alone; a fresh cache then
+    installs that base (same files, no training) and builds the teacher only when a method asks."""
+    from typer.testing import CliRunner
+
+    from bench.accounting.ledger import Ledger
+    from bench.cli import app
+    from bench.world import prepare as prep
+    from bench.world import reference
+
+    monkeypatch.setattr(reference, "ROOT", tmp_path / "reference")
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / "cache-1"))
+    result = CliRunner().invoke(app, ["prepare", "--profile", "smoke", "--rebuild", "--no-teacher", "--write-reference"])
+    assert result.exit_code == 0, result.output
+    shipped = reference.manifest("smoke")
+    assert "prepared.json" in shipped["files"] and not any(f.startswith("external") for f in shipped["files"])
+    base = json.loads((tmp_path / "reference" / "smoke" / "prepared.json").read_text())["model_hashes"]["base"]
+
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / "cache-2"))
+    with monkeypatch.context() as patch:
+        patch.setattr(prep, "_build_student", lambda *a, **k: pytest.fail("the shipped base was rebuilt"))
+        prepared = prep.prepare(PROFILES["smoke"], progress=False, teacher=False)
+    assert prepared.model_hashes()["base"] == base and prepared.teacher_info() is None
+    teacher = prepared.load_teacher("external", Ledger())  # built here: nothing shipped
+    assert teacher.name == "external" and prepared.teacher_info()["model_hash"]
+
+    result = CliRunner().invoke(app, ["prepare", "--profile", "smoke", "--check", "--no-teacher"])
+    assert result.exit_code == 0, result.output
+    assert f"base: rebuilt {base}, shipped {base}: identical" in result.output
