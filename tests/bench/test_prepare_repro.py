@@ -79,3 +79,18 @@ def test_a_base_shipped_without_its_teacher_installs_and_the_teacher_builds_on_f
     result = CliRunner().invoke(app, ["prepare", "--profile", "smoke", "--check", "--no-teacher"])
     assert result.exit_code == 0, result.output
     assert f"base: rebuilt {base}, shipped {base}: identical" in result.output
+
+
+def test_a_warmup_curve_checkpoint_is_the_base_of_that_many_steps(tmp_path):
+    """benchmarks/warmup_curve.py: with the constant schedule, checkpoint N (saved, evaluated and
+    calibrated along the way) has the bytes `bench prepare` gives a recipe of N steps, so a base
+    chosen from the curve is rebuilt exactly."""
+    env = {**os.environ, "OPD_BENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    root = Path(__file__).resolve().parents[2]
+    steps = PROFILES["smoke"].warmup.student_steps
+    subprocess.run([sys.executable, str(root / "benchmarks" / "warmup_curve.py"), str(tmp_path / "curve"),
+                    "--profile", "smoke", "--steps", str(steps), "--every", str(steps // 2),
+                    "--calibrate-from", "1"], env=env, cwd=root, check=True, capture_output=True, timeout=900)
+    rows = [json.loads(line) for line in (tmp_path / "curve" / "curve.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [steps // 2, steps] and all("calibration" in r for r in rows)
+    assert rows[-1]["hash"] == _build(tmp_path / "cache", 1)

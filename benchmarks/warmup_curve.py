@@ -1,0 +1,101 @@
+"""A world's warm-up along one constant-learning-rate run, checkpointed: how its base checkpoint is chosen.
+
+    python benchmarks/warmup_curve.py OUT_DIR [--profile tiny] [--steps 1500] [--every 125]
+        [--weights graphs=1.5,code=0.75] [--calibrate-from 750] [--teacher]
+
+Trains the profile's base student (or, with --teacher, its external teacher) exactly as
+`bench prepare` does (`bench.world.prepare._train`, one thread, the profile's recipe with the given
+domain weights and `--steps` steps), and every `--every` steps saves the model as a Hugging Face
+folder (`OUT_DIR/step<N>/`, with its warm-up ledger rows) and prints one JSON line: step, loss, weights
+hash and greedy held-out accuracy and length per domain (200 prompts each). From step
+`--calibrate-from` on, a checkpoint also gets `bench prepare`'s calibration (greedy pass@1 on 500,
+pass@8 and the mean sample accuracy at temperature 1 on 200). The lines go to stdout and to
+`OUT_DIR/curve.jsonl`.
+
+With the `constant` schedule the learning rate does not depend on the run's length, so checkpoint N
+is the same bytes as a warm-up of N steps: a recipe chosen from the curve is rebuilt exactly by
+`bench prepare` (docs/world.md, Calibration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bench  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch loads)
+
+
+def _weights(text: str) -> tuple[tuple[str, float], ...]:
+    pairs = [part.split("=") for part in text.split(",") if part]
+    return tuple((name, float(value)) for name, value in pairs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--every", type=int, default=125)
+    parser.add_argument("--weights", type=_weights, default=None, help="domain=weight,... (default: the profile's)")
+    parser.add_argument("--calibrate-from", type=int, default=None, help="full calibration from this step on")
+    parser.add_argument("--teacher", action="store_true", help="the external teacher's warm-up instead")
+    args = parser.parse_args()
+
+    from bench.accounting.ledger import Ledger, ledger_context
+    from bench.evaluation import Evaluator
+    from bench.policy import Policy
+    from bench.registry import get_suite
+    from bench.world.models import save_model, state_digest
+    from bench.world.prepare import WARMUP_SUITE, _ledger_rows, _train, calibrate, single_threaded
+    from bench.world.profiles import PROFILES
+
+    profile = PROFILES[args.profile]
+    config = profile.warmup if args.weights is None else dataclasses.replace(profile.warmup, domain_weights=args.weights)
+    profile = dataclasses.replace(profile, warmup=config)
+    suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
+    evaluator = Evaluator(suite, 200, profile.eval_max_new_tokens)
+    args.out.mkdir(parents=True, exist_ok=True)
+    ledger, started = Ledger(), time.perf_counter()
+    # as bench.world.prepare._build_student / _build_teacher train them
+    category, phase = ("external", "external") if args.teacher else ("shared", "warmup")
+
+    def on_step(step: int, policy: Policy, loss: float) -> None:
+        if step % args.every:
+            return
+        policy._model.eval()
+        result = evaluator.evaluate(policy)
+        row = {"step": step, "loss": round(loss, 4), "wall_s": round(time.perf_counter() - started),
+               "hash": state_digest(policy._model),
+               "greedy": {d: round(a, 3) for d, a in result["domain_accuracy"].items()},
+               "length": {d: round(n, 1) for d, n in result["domain_mean_length"].items()}}
+        if not args.teacher and args.calibrate_from is not None and step >= args.calibrate_from:
+            row["calibration"] = {r["domain"]: {k: round(v, 3) for k, v in r.items() if k != "domain"}
+                                  for r in calibrate(policy, suite, profile)}
+        policy._model.train()
+        folder = args.out / f"step{step}"
+        save_model(policy._model, policy._tokenizer, folder)
+        rows = [r for r in _ledger_rows(ledger) if r["category"] == category]  # the warm-up's, not the evaluations'
+        (folder / "ledger_rows.json").write_text(json.dumps(rows))
+        with (args.out / "curve.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+
+    with ledger_context(category=category, phase=phase), single_threaded():
+        if args.teacher:
+            _train(profile.teacher, "external", suite, args.steps, config.teacher_lr, config, ledger,
+                   random.Random(config.seed + 1), verbose=True, noise=0.0, progress=False, on_step=on_step)
+        else:
+            _train(profile.student, "base", suite, args.steps, config.student_lr, config, ledger,
+                   random.Random(config.seed), verbose=False, noise=config.label_noise, progress=False,
+                   on_step=on_step)
+
+
+if __name__ == "__main__":
+    main()
