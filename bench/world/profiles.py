@@ -93,9 +93,11 @@ WORKED = Profile(
     eval_size=500,
     world_version="worked-1",
     description="worked answers of 30-60 tokens: ~1.3M student, ~6M external teacher (CPU, minutes after prepare)",
+    # The base: step 1,500 of a constant-rate warm-up drawing graphs 1.5x and strings 0.5x as often, the
+    # first checkpoint that met the rule of docs/world.md (Calibration), chosen before any method ran.
     warmup=WarmupConfig(student_steps=1500, teacher_steps=3000, batch_size=64, student_lr=3e-3, teacher_lr=1.5e-3,
                         student_target="solution", teacher_target="alt_solution", mistake_rate=0.0,
-                        schedule="constant"),
+                        schedule="constant", domain_weights=(("graphs", 1.5), ("strings", 0.5))),
 )
 
 PROFILES: dict[str, Profile] = {"tiny": WORKED, "direct": DIRECT}
@@ -114,7 +116,8 @@ PROFILES["smoke"] = replace(
     budget_flops=4e11,
     eval_size=32,
     description="checks and CI: the tiny world's tasks, a 0.4M student after a 30-step warm-up, short caps, 4e11 FLOPs",
-    warmup=replace(WORKED.warmup, student_steps=30, teacher_steps=30, batch_size=32),
+    # uniform domains: the smoke base's bytes stay put while the tiny world's data mix is calibrated
+    warmup=replace(WORKED.warmup, student_steps=30, teacher_steps=30, batch_size=32, domain_weights=()),
 )
 
 # `direct-smoke`: `direct` shrunk for the test suite (`tests/conftest.py: fast_profile`): the direct
