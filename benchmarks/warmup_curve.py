@@ -4,7 +4,7 @@
         [--weights graphs=1.5,code=0.75] [--calibrate-from 750] [--teacher]
 
 Trains the profile's base student (or, with --teacher, its external teacher) exactly as
-`bench prepare` does (`bench.world.prepare._train`, one thread, the profile's recipe with the given
+`bench prepare` does (`bench.world.prepare.warm_up`, one thread, the profile's recipe with the given
 domain weights and `--steps` steps), and every `--every` steps saves the model as a Hugging Face
 folder (`OUT_DIR/step<N>/`, with its warm-up ledger rows) and prints one JSON line: step, loss, weights
 hash and greedy held-out accuracy and length per domain (200 prompts each). From step
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -48,23 +47,25 @@ def main() -> None:
     parser.add_argument("--teacher", action="store_true", help="the external teacher's warm-up instead")
     args = parser.parse_args()
 
-    from bench.accounting.ledger import Ledger, ledger_context
+    from bench.accounting.ledger import Ledger
     from bench.evaluation import Evaluator
     from bench.policy import Policy
     from bench.registry import get_suite
     from bench.world.models import save_model, state_digest
-    from bench.world.prepare import WARMUP_SUITE, _ledger_rows, _train, calibrate, single_threaded
+    from bench.world.prepare import WARMUP_LEDGER, WARMUP_SUITE, _ledger_rows, calibrate, warm_up
     from bench.world.profiles import PROFILES
 
     profile = PROFILES[args.profile]
-    config = profile.warmup if args.weights is None else dataclasses.replace(profile.warmup, domain_weights=args.weights)
+    config = dataclasses.replace(profile.warmup, student_steps=args.steps, teacher_steps=args.steps)
+    if args.weights is not None:
+        config = dataclasses.replace(config, domain_weights=args.weights)
     profile = dataclasses.replace(profile, warmup=config)
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     evaluator = Evaluator(suite, 200, profile.eval_max_new_tokens)
     args.out.mkdir(parents=True, exist_ok=True)
     ledger, started = Ledger(), time.perf_counter()
-    # as bench.world.prepare._build_student / _build_teacher train them
-    category, phase = ("external", "external") if args.teacher else ("shared", "warmup")
+    part = "external" if args.teacher else "base"
+    category = WARMUP_LEDGER[part][0]
 
     def on_step(step: int, policy: Policy, loss: float) -> None:
         if step % args.every:
@@ -87,14 +88,7 @@ def main() -> None:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
 
-    with ledger_context(category=category, phase=phase), single_threaded():
-        if args.teacher:
-            _train(profile.teacher, "external", suite, args.steps, config.teacher_lr, config, ledger,
-                   random.Random(config.seed + 1), verbose=True, noise=0.0, progress=False, on_step=on_step)
-        else:
-            _train(profile.student, "base", suite, args.steps, config.student_lr, config, ledger,
-                   random.Random(config.seed), verbose=False, noise=config.label_noise, progress=False,
-                   on_step=on_step)
+    warm_up(profile, part, ledger, progress=False, on_step=on_step)  # as `bench prepare` trains it
 
 
 if __name__ == "__main__":

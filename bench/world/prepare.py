@@ -204,10 +204,7 @@ def _build_student(folder: Path, profile: Profile, suite: Any, key: str, *, prog
     config = profile.warmup
     started = time.perf_counter()
     ledger = Ledger()
-    with ledger_context(category="shared", phase="warmup"), single_threaded():
-        student = _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
-                         ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
-                         progress=progress)
+    student = warm_up(profile, "base", ledger, progress=progress)
     save_model(student._model, student._tokenizer, folder / "student")
     store.write_json(folder / "prepared.json", {
         "profile": profile.name,
@@ -228,9 +225,7 @@ def _build_teacher(folder: Path, profile: Profile, *, progress: bool) -> dict:
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     started = time.perf_counter()
     ledger = Ledger()
-    with ledger_context(category="external", phase="external"), single_threaded():
-        teacher = _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr, config,
-                         ledger, random.Random(config.seed + 1), verbose=True, noise=0.0, progress=progress)
+    teacher = warm_up(profile, "external", ledger, progress=progress)
     tmp = folder / f"external.tmp{os.getpid()}"
     save_model(teacher._model, teacher._tokenizer, tmp)
     shutil.rmtree(folder / "external", ignore_errors=True)  # a concurrent build of the same teacher
@@ -243,6 +238,26 @@ def _build_teacher(folder: Path, profile: Profile, *, progress: bool) -> dict:
     }
     store.write_json(folder / "external.json", info)
     return info
+
+
+WARMUP_LEDGER = {"base": ("shared", "warmup"), "external": ("external", "external")}  # category, phase
+
+
+def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_step: Any = None) -> Policy:
+    """Train the profile's base student (`part` "base") or external teacher ("external") by its recipe,
+    on one thread, charging `ledger` under the part's category and phase (`WARMUP_LEDGER`).
+    `on_step(step, policy, loss)` after every step (benchmarks/warmup_curve.py's checkpoints)."""
+    config = profile.warmup
+    suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
+    category, phase = WARMUP_LEDGER[part]
+    with ledger_context(category=category, phase=phase), single_threaded():
+        if part == "base":
+            return _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
+                          ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
+                          progress=progress, on_step=on_step)
+        return _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr, config,
+                      ledger, random.Random(config.seed + 1), verbose=True, noise=0.0, progress=progress,
+                      on_step=on_step)
 
 
 def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config: WarmupConfig,
