@@ -5,8 +5,8 @@ copy of each row as it is written, for watching a run live in a familiar tool. T
 scalar is the counted FLOPs at that point, the benchmark's own axis, not the step number.
 
     tracker = make_tracker(("tensorboard", "wandb"), run_dir, name=run_id, config=fingerprint)
-    tracker.step(row)          # a steps.jsonl row: train/<stat>
-    tracker.evaluation(point)  # a curve point: heldout/accuracy, heldout/<domain>, length/...
+    tracker.step(row)          # a steps.jsonl row: train/<stat>           (train_scalars)
+    tracker.evaluation(point)  # a curve point: heldout/accuracy, ...      (heldout_scalars)
     tracker.close(summary)     # the ledger by category and phase, then flush
 
 A resumed run opens a new event file beside the first; steps between its last checkpoint and the
@@ -27,14 +27,31 @@ from bench.errors import RunError, unknown
 TRACKERS = ("tensorboard", "wandb")
 
 
+def train_scalars(row: dict[str, Any]) -> dict[str, float]:
+    """A steps.jsonl row's numbers as `train/<stat>`."""
+    return {f"train/{key}": value for key, value in row.items()
+            if key not in ("step", "flops", "phase") and isinstance(value, (int, float))}
+
+
+def heldout_scalars(point: dict[str, Any]) -> dict[str, float]:
+    """A curve point as `heldout/accuracy`, `heldout/<domain>`, `length/mean`, `length/<domain>`."""
+    values = {"heldout/accuracy": point["accuracy"], "length/mean": point["mean_length"]}
+    values |= {f"heldout/{d}": a for d, a in point.get("domain_accuracy", {}).items()}
+    values |= {f"length/{d}": n for d, n in point.get("domain_mean_length", {}).items()}
+    return values
+
+
 class Tracker:
-    """No tracker: every call does nothing."""
+    """No tracker: every call does nothing. A tracker implements `log` (and `close`)."""
+
+    def log(self, values: dict[str, float], flops: int) -> None:
+        """Scalars at `flops` counted FLOPs."""
 
     def step(self, row: dict[str, Any]) -> None:
-        pass
+        self.log(train_scalars(row), int(row["flops"]))
 
     def evaluation(self, point: dict[str, Any]) -> None:
-        pass
+        self.log(heldout_scalars(point), int(point["flops"]))
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         pass
@@ -50,20 +67,9 @@ class TensorBoardTracker(Tracker):
             raise RunError("--report-to tensorboard needs the tensorboard package: pip install 'opd-bench[tracking]'") from exc
         self.writer = SummaryWriter(str(log_dir))
 
-    def step(self, row: dict[str, Any]) -> None:
-        x = int(row["flops"])
-        for key, value in row.items():
-            if key not in ("step", "flops", "phase") and isinstance(value, (int, float)):
-                self.writer.add_scalar(f"train/{key}", value, x)
-
-    def evaluation(self, point: dict[str, Any]) -> None:
-        x = int(point["flops"])
-        self.writer.add_scalar("heldout/accuracy", point["accuracy"], x)
-        for domain, accuracy in point.get("domain_accuracy", {}).items():
-            self.writer.add_scalar(f"heldout/{domain}", accuracy, x)
-        self.writer.add_scalar("length/mean", point["mean_length"], x)
-        for domain, length in point.get("domain_mean_length", {}).items():
-            self.writer.add_scalar(f"length/{domain}", length, x)
+    def log(self, values: dict[str, float], flops: int) -> None:
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, flops)
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         if summary is not None:
@@ -93,15 +99,8 @@ class WandbTracker(Tracker):
         self.run.define_metric(self.X)
         self.run.define_metric("*", step_metric=self.X)
 
-    def step(self, row: dict[str, Any]) -> None:
-        self.run.log({self.X: int(row["flops"]), **{f"train/{k}": v for k, v in row.items()
-                      if k not in ("step", "flops", "phase") and isinstance(v, (int, float))}})
-
-    def evaluation(self, point: dict[str, Any]) -> None:
-        values = {self.X: int(point["flops"]), "heldout/accuracy": point["accuracy"], "length/mean": point["mean_length"]}
-        values |= {f"heldout/{d}": a for d, a in point.get("domain_accuracy", {}).items()}
-        values |= {f"length/{d}": n for d, n in point.get("domain_mean_length", {}).items()}
-        self.run.log(values)
+    def log(self, values: dict[str, float], flops: int) -> None:
+        self.run.log({self.X: flops, **values})
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         if summary is not None:
@@ -118,13 +117,9 @@ class Trackers(Tracker):
     def __init__(self, trackers: list[Tracker]) -> None:
         self.trackers = trackers
 
-    def step(self, row: dict[str, Any]) -> None:
+    def log(self, values: dict[str, float], flops: int) -> None:
         for tracker in self.trackers:
-            tracker.step(row)
-
-    def evaluation(self, point: dict[str, Any]) -> None:
-        for tracker in self.trackers:
-            tracker.evaluation(point)
+            tracker.log(values, flops)
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         for tracker in self.trackers:
@@ -141,4 +136,4 @@ def make_tracker(names: tuple[str, ...], run_dir: Path, *, name: str = "", confi
         trackers.append(TensorBoardTracker(run_dir / "tensorboard"))
     if "wandb" in names:
         trackers.append(WandbTracker(run_dir, name or run_dir.name, config or {}))
-    return trackers[0] if len(trackers) == 1 else Trackers(trackers)
+    return Trackers(trackers)
