@@ -44,16 +44,15 @@ def resolve_target(path: str, *, suite: str | None, difficulty: str | None, prof
         if not (folder / "final" / "config.json").exists():
             raise RunError(f"{folder} is a run directory without a final/ model: the run has not finished "
                            "(finish it with `bench run ... --resume`)")
-        run = store.read_json(folder / "config.json")
-        return EvalTarget(folder / "final", suite or run["suite"], difficulty or run["difficulty"],
-                          profile or run["profile"], run_id=run.get("run_id"))
-    # a run's own model folder (`final/`, `milestones/<index>_<flops>/`): the run's defaults too
-    owner = folder.parent.parent if folder.parent.name == "milestones" else folder.parent
+        model, owner = folder / "final", folder
+    else:  # perhaps a run's own model folder (`final/`, `milestones/<index>_<flops>/`)
+        model = resolve_model(path)
+        owner = folder.parent.parent if folder.parent.name == "milestones" else folder.parent
     if (owner / "config.json").exists() and (owner / "ledger.jsonl").exists():
         run = store.read_json(owner / "config.json")
-        return EvalTarget(resolve_model(path), suite or run["suite"], difficulty or run["difficulty"],
-                          profile or run["profile"], run_id=run.get("run_id"))
-    return EvalTarget(resolve_model(path), suite or "math_code", difficulty or "easy", profile or "hf")
+        return EvalTarget(model, suite or run["suite"], difficulty or run["difficulty"], profile or run["profile"],
+                          run_id=run.get("run_id"))
+    return EvalTarget(model, suite or "math_code", difficulty or "easy", profile or "hf")
 
 
 def uses_chat_template(model: Path, task_format: str) -> bool:
