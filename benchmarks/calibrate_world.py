@@ -86,15 +86,16 @@ def plan(args: argparse.Namespace, domains: tuple[str, ...]) -> tuple[list[dict]
     return experts, opd, joint
 
 
-def plateau_step(record: dict) -> dict:
-    """The first evaluation within one binomial standard error of the run's best, as steps and FLOPs."""
+def plateau_step(record: dict, domain: str) -> dict:
+    """The first evaluation within one binomial standard error of the run's best on `domain` (an
+    expert trained on one domain is judged there, whichever suite evaluated it), as steps and FLOPs."""
     curve = record["curve"]
-    n = record["eval_size"] * len(record["domains"])
-    best = max(p["accuracy"] for p in curve)
-    se = math.sqrt(best * (1 - best) / n)
-    point = next(p for p in curve if p["accuracy"] >= best - se)
-    steps = sum(1 for s in record["steps"] if s["flops"] <= point["flops"])
-    return {"steps": steps, "flops": point["flops"], "accuracy": point["accuracy"], "best": best}
+    acc = [p["domain_accuracy"][domain] for p in curve]
+    best = max(acc)
+    se = math.sqrt(best * (1 - best) / record["eval_size"])
+    i = next(i for i, a in enumerate(acc) if a >= best - se)
+    steps = sum(1 for s in record["steps"] if s["flops"] <= curve[i]["flops"])
+    return {"steps": steps, "flops": curve[i]["flops"], "accuracy": acc[i], "best": best}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -118,7 +119,7 @@ def criteria(experts: list[dict], opd: list[dict], joint: dict | None, records: 
     out["max_position_share"] = {d: first[d].get("max_position_share") for d in domains}
     out["zero_adv_share"] = {d: _mean([s.get("zero_adv_share") for s in x1[d]["steps"]]) for d in domains}
     out["plateau"] = {
-        d: {f"{how}x{m:g}": plateau_step(rec(spec)) for how, group in (("grpo", experts), ("opd", opd))
+        d: {f"{how}x{m:g}": plateau_step(rec(spec), d) for how, group in (("grpo", experts), ("opd", opd))
             for spec in group if spec["domain"] == d for m in [spec["mult"]]}
         for d in domains
     }

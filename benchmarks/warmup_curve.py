@@ -1,7 +1,7 @@
 """A world's warm-up along one constant-learning-rate run, checkpointed: how its base checkpoint is chosen.
 
     python benchmarks/warmup_curve.py OUT_DIR [--profile tiny] [--steps 1500] [--every 125]
-        [--weights graphs=1.5,code=0.75] [--calibrate-from 750] [--teacher]
+        [--weights graphs=1.5,code=0.75] [--calibrate-from 750] [--teacher] [--resume OUT_DIR/step<N>]
 
 Trains the profile's base student (or, with --teacher, its external teacher) exactly as
 `bench prepare` does (`bench.world.prepare.warm_up`, one thread, the profile's recipe with the given
@@ -14,7 +14,10 @@ pass@8 and the mean sample accuracy at temperature 1 on 200). The lines go to st
 
 With the `constant` schedule the learning rate does not depend on the run's length, so checkpoint N
 is the same bytes as a warm-up of N steps: a recipe chosen from the curve is rebuilt exactly by
-`bench prepare` (docs/world.md, Calibration).
+`bench prepare` (docs/world.md, Calibration). The latest checkpoint also keeps the optimiser's state
+(`train_state.pt`), so `--resume OUT_DIR/step<N>` continues an interrupted run to `--steps` with the
+bytes of an uninterrupted one: a warm-up longer than one sitting (the external teacher's) is built in
+several.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def main() -> None:
     parser.add_argument("--weights", type=_weights, default=None, help="domain=weight,... (default: the profile's)")
     parser.add_argument("--calibrate-from", type=int, default=None, help="full calibration from this step on")
     parser.add_argument("--teacher", action="store_true", help="the external teacher's warm-up instead")
+    parser.add_argument("--resume", type=Path, default=None, help="a checkpoint of this run to continue from")
     args = parser.parse_args()
 
     from bench.accounting.ledger import Ledger
@@ -52,13 +56,16 @@ def main() -> None:
     from bench.policy import Policy
     from bench.registry import get_suite
     from bench.world.models import save_model, state_digest
-    from bench.world.prepare import WARMUP_LEDGER, WARMUP_SUITE, _ledger_rows, calibrate, warm_up
+    import torch
+
+    from bench.world.prepare import WARMUP_LEDGER, WARMUP_SUITE, _ledger_rows, calibrate, train_state, warm_up
     from bench.world.profiles import PROFILES
 
     profile = PROFILES[args.profile]
     config = dataclasses.replace(profile.warmup, student_steps=args.steps, teacher_steps=args.steps)
     if args.weights is not None:
-        config = dataclasses.replace(config, domain_weights=args.weights)
+        mix = "teacher_domain_weights" if args.teacher else "domain_weights"
+        config = dataclasses.replace(config, **{mix: args.weights})
     profile = dataclasses.replace(profile, warmup=config)
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     evaluator = Evaluator(suite, 200, profile.eval_max_new_tokens)
@@ -66,6 +73,11 @@ def main() -> None:
     ledger, started = Ledger(), time.perf_counter()
     part = "external" if args.teacher else "base"
     category = WARMUP_LEDGER[part][0]
+    resume, earlier_rows = None, []
+    if args.resume is not None:
+        resume = torch.load(args.resume / "train_state.pt", weights_only=False)
+        earlier_rows = json.loads((args.resume / "ledger_rows.json").read_text())
+    kept = [args.resume] if args.resume else []  # the checkpoint that holds train_state.pt
 
     def on_step(step: int, policy: Policy, loss: float) -> None:
         if step % args.every:
@@ -83,12 +95,16 @@ def main() -> None:
         folder = args.out / f"step{step}"
         save_model(policy._model, policy._tokenizer, folder)
         rows = [r for r in _ledger_rows(ledger) if r["category"] == category]  # the warm-up's, not the evaluations'
-        (folder / "ledger_rows.json").write_text(json.dumps(rows))
+        (folder / "ledger_rows.json").write_text(json.dumps(earlier_rows + rows))
+        torch.save(train_state(policy, step), folder / "train_state.pt")
+        for old in kept:  # optimiser state is twice the weights: keep the latest only
+            (old / "train_state.pt").unlink(missing_ok=True)
+        kept[:] = [folder]
         with (args.out / "curve.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
 
-    warm_up(profile, part, ledger, progress=False, on_step=on_step)  # as `bench prepare` trains it
+    warm_up(profile, part, ledger, progress=False, on_step=on_step, resume=resume)  # as `bench prepare` trains it
 
 
 if __name__ == "__main__":

@@ -137,13 +137,22 @@ class Prepared:
         return [{**r, **teacher.get(r["domain"], {})} for r in self.info["calibration"]]
 
 
+def _recipe(config: WarmupConfig) -> dict:
+    """The warm-up recipe as the cache key sees it: a teacher mix left uniform is left out, so the
+    keys of worlds built before the teacher had a mix of its own stay as they were."""
+    recipe = dataclasses.asdict(config)
+    if not recipe["teacher_domain_weights"]:
+        del recipe["teacher_domain_weights"]
+    return recipe
+
+
 def _key(profile: Profile, config: WarmupConfig, suite_hash: str) -> str:
     payload = {
         "profile": profile.name,
         "world_version": profile.world_version,
         "student": dataclasses.asdict(TINY_SPECS[profile.student]),
         "teacher": dataclasses.asdict(TINY_SPECS[profile.teacher]),
-        "warmup": dataclasses.asdict(config),
+        "warmup": _recipe(config),
         "suite": suite_hash,
         "version": 5,
     }
@@ -243,10 +252,13 @@ def _build_teacher(folder: Path, profile: Profile, *, progress: bool) -> dict:
 WARMUP_LEDGER = {"base": ("shared", "warmup"), "external": ("external", "external")}  # category, phase
 
 
-def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_step: Any = None) -> Policy:
+def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_step: Any = None,
+            resume: dict | None = None) -> Policy:
     """Train the profile's base student (`part` "base") or external teacher ("external") by its recipe,
     on one thread, charging `ledger` under the part's category and phase (`WARMUP_LEDGER`).
-    `on_step(step, policy, loss)` after every step (benchmarks/warmup_curve.py's checkpoints)."""
+    `on_step(step, policy, loss)` after every step (benchmarks/warmup_curve.py's checkpoints).
+    `resume` (`train_state`'s dict of a checkpoint along the same recipe) continues from its step with
+    the bytes an uninterrupted run would have (with the constant schedule)."""
     config = profile.warmup
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     category, phase = WARMUP_LEDGER[part]
@@ -254,25 +266,38 @@ def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_s
         if part == "base":
             return _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
                           ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
-                          progress=progress, on_step=on_step)
+                          progress=progress, on_step=on_step, resume=resume)
         return _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr, config,
                       ledger, random.Random(config.seed + 1), verbose=True, noise=0.0, progress=progress,
-                      on_step=on_step)
+                      on_step=on_step, resume=resume)
+
+
+def train_state(policy: Policy, step: int) -> dict:
+    """What a warm-up needs to continue from `step`: weights, optimiser state and torch's RNG."""
+    return {"step": step, "policy": policy._state(), "torch_rng": torch.get_rng_state()}
 
 
 def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config: WarmupConfig,
            ledger: Ledger, rng: random.Random, *, verbose: bool, noise: float, progress: bool,
-           on_step: Any = None) -> Policy:
+           on_step: Any = None, resume: dict | None = None) -> Policy:
     """`on_step(step, policy)` after every step: a calibration's checkpoints along one run."""
     model, tokenizer = build_tiny(TINY_SPECS[spec_name])
     policy = Policy(name, model, tokenizer, ledger=ledger)
-    weights = {d: w for d, w in config.domain_weights if d in suite.domains} or None
+    mix = config.teacher_domain_weights if verbose else config.domain_weights
+    weights = {d: w for d, w in mix if d in suite.domains} or None
     sampler = suite.train_sampler(config.seed + (1 if verbose else 0), weights=weights)
+    target = config.teacher_target if verbose else config.student_target
     torch.manual_seed(config.seed)
+    start = 0
+    if resume is not None:
+        start = resume["step"]
+        for _ in range(start * config.batch_size):  # the data streams where the checkpoint left them
+            _target(next(sampler), target, config, noise, rng)
+        policy._load_state(resume["policy"])
+        torch.set_rng_state(resume["torch_rng"])
     with progress_bar(steps, enabled=progress, label=f"prepare {name}") as bar:
-        for step in range(steps):
+        for step in range(start, steps):
             problems = [next(sampler) for _ in range(config.batch_size)]
-            target = config.teacher_target if verbose else config.student_target
             targets = [_target(p, target, config, noise, rng) for p in problems]
             loss = sft_step(policy, [p.prompt for p in problems], targets, lr=lr * _schedule(config, step, steps))
             bar.show(step + 1, f"step {step + 1}", f"loss {loss:.3f}")

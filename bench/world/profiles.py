@@ -41,8 +41,10 @@ class WarmupConfig:
     # Share with the systematic mistake (last character shifted, bench.world.prepare): greedy decoding then
     # often picks the mistake while sampling finds the answer (pass@8 >> pass@1), once the rule is learnt.
     mistake_rate: float = 0.5
-    # Relative frequency of each domain in the warm-up, e.g. (("math", 3.0), ("code", 3.0)); () = uniform.
+    # Relative frequency of each domain in the student's warm-up, e.g. (("math", 3.0), ("code", 3.0));
+    # () = uniform. The teacher's mix is its own (`teacher_domain_weights`).
     domain_weights: tuple[tuple[str, float], ...] = ()
+    teacher_domain_weights: tuple[tuple[str, float], ...] = ()
     difficulty: str = "easy"
     seed: int = 0
 
@@ -97,7 +99,10 @@ WORKED = Profile(
     # first checkpoint that met the rule of docs/world.md (Calibration), chosen before any method ran.
     warmup=WarmupConfig(student_steps=1500, teacher_steps=3000, batch_size=64, student_lr=3e-3, teacher_lr=1.5e-3,
                         student_target="solution", teacher_target="alt_solution", mistake_rate=0.0,
-                        schedule="constant", domain_weights=(("graphs", 1.5), ("strings", 0.5))),
+                        schedule="constant", domain_weights=(("graphs", 1.5), ("strings", 0.5)),
+                        # graphs were the student's last domain learnt in uniform warm-ups; the teacher
+                        # should master every domain, so it draws graphs 1.5x and the rest uniformly
+                        teacher_domain_weights=(("graphs", 1.5),)),
 )
 
 PROFILES: dict[str, Profile] = {"tiny": WORKED, "direct": DIRECT}
@@ -117,7 +122,8 @@ PROFILES["smoke"] = replace(
     eval_size=32,
     description="checks and CI: the tiny world's tasks, a 0.4M student after a 30-step warm-up, short caps, 4e11 FLOPs",
     # uniform domains: the smoke base's bytes stay put while the tiny world's data mix is calibrated
-    warmup=replace(WORKED.warmup, student_steps=30, teacher_steps=30, batch_size=32, domain_weights=()),
+    warmup=replace(WORKED.warmup, student_steps=30, teacher_steps=30, batch_size=32, domain_weights=(),
+                   teacher_domain_weights=()),
 )
 
 # `direct-smoke`: `direct` shrunk for the test suite (`tests/conftest.py: fast_profile`): the direct

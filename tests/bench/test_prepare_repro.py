@@ -81,16 +81,26 @@ def test_a_base_shipped_without_its_teacher_installs_and_the_teacher_builds_on_f
     assert f"base: rebuilt {base}, shipped {base}: identical" in result.output
 
 
-def test_a_warmup_curve_checkpoint_is_the_base_of_that_many_steps(tmp_path):
+def test_a_warmup_curve_checkpoint_is_the_base_of_that_many_steps_even_when_resumed(tmp_path):
     """benchmarks/warmup_curve.py: with the constant schedule, checkpoint N (saved, evaluated and
     calibrated along the way) has the bytes `bench prepare` gives a recipe of N steps, so a base
-    chosen from the curve is rebuilt exactly."""
+    chosen from the curve is rebuilt exactly; and a run stopped at a checkpoint and resumed from it
+    (`--resume`) reaches the same bytes, with the warm-up's FLOPs of both legs in its ledger rows."""
     env = {**os.environ, "OPD_BENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     root = Path(__file__).resolve().parents[2]
-    steps = PROFILES["smoke"].warmup.student_steps
-    subprocess.run([sys.executable, str(root / "benchmarks" / "warmup_curve.py"), str(tmp_path / "curve"),
-                    "--profile", "smoke", "--steps", str(steps), "--every", str(steps // 2),
-                    "--calibrate-from", "1"], env=env, cwd=root, check=True, capture_output=True, timeout=900)
-    rows = [json.loads(line) for line in (tmp_path / "curve" / "curve.jsonl").read_text().splitlines()]
+    steps, out = PROFILES["smoke"].warmup.student_steps, tmp_path / "curve"
+    script = [sys.executable, str(root / "benchmarks" / "warmup_curve.py"), str(out), "--profile", "smoke",
+              "--every", str(steps // 2), "--calibrate-from", "1"]
+    subprocess.run([*script, "--steps", str(steps // 2)], env=env, cwd=root, check=True, capture_output=True,
+                   timeout=900)
+    subprocess.run([*script, "--steps", str(steps), "--resume", str(out / f"step{steps // 2}")], env=env, cwd=root,
+                   check=True, capture_output=True, timeout=900)
+    rows = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [steps // 2, steps] and all("calibration" in r for r in rows)
     assert rows[-1]["hash"] == _build(tmp_path / "cache", 1)
+    assert not (out / f"step{steps // 2}" / "train_state.pt").exists()  # only the latest keeps its optimiser
+    assert (out / f"step{steps}" / "train_state.pt").exists()
+
+    built = json.loads(next((tmp_path / "cache").rglob("prepared.json")).read_text())["ledger"]
+    legs = json.loads((out / f"step{steps}" / "ledger_rows.json").read_text())
+    assert sum(r["flops"] for r in legs) == sum(r["flops"] for r in built if r["category"] == "shared")
