@@ -126,6 +126,9 @@ def criteria(experts: list[dict], opd: list[dict], joint: dict | None, records: 
     out["transfer"] = {a: {b: x1[a]["final_domain_accuracy"][b] - x1[a]["base_domain_accuracy"][b] for b in domains}
                        for a in domains}
     out["expert_accuracy"] = {d: x1[d]["final_domain_accuracy"][d] for d in domains}
+    # the student's GRPO ceiling: the best held-out accuracy any expert of the domain reached, at any rate
+    out["expert_ceiling"] = {d: max(p["best"] for k, p in out["plateau"][d].items() if k.startswith("grpo"))
+                             for d in domains}
     if joint is not None:
         joint = rec(joint)
         out["joint_accuracy"] = dict(joint["final_domain_accuracy"])

@@ -20,6 +20,7 @@ metrics, never on a gain divided by what a method chose to spend.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from reports.boards import Board
 from reports.columns import tau_label
@@ -47,6 +48,11 @@ class Row:
     note: str = ""
     decides: bool = True  # False: shown for context, not part of the claim's verdict
 
+    @property
+    def world(self) -> str:
+        """The profile (world) of the row's board."""
+        return str(self.board_slug_key[0])
+
 
 @dataclass
 class Claim:
@@ -59,10 +65,22 @@ class Claim:
 
     @property
     def verdict(self) -> str:
-        verdicts = {r.verdict for r in self.rows if r.decides}
-        if not verdicts:
-            return NOT_MEASURED
-        return verdicts.pop() if len(verdicts) == 1 else UNSURE
+        return _combine(r.verdict for r in self.rows if r.decides)
+
+    @property
+    def world_verdicts(self) -> dict[str, str]:
+        """The verdict on each world (profile) separately, in the order the rows name them: a claim
+        can hold in one world and not in another, and that difference is a finding, not noise."""
+        worlds = list(dict.fromkeys(r.world for r in self.rows))
+        return {w: _combine(r.verdict for r in self.rows if r.decides and r.world == w) for w in worlds}
+
+
+def _combine(verdicts: Any) -> str:
+    """One verdict from its deciding rows': theirs when they agree, inconclusive when they do not."""
+    found = set(verdicts)
+    if not found:
+        return NOT_MEASURED
+    return found.pop() if len(found) == 1 else UNSURE
 
 
 def direction(est: Estimate, line: float, want_above: bool) -> str:

@@ -60,6 +60,9 @@ def flops_label(value: float) -> str:
     return power if abs(mant - 1) < 1e-6 else f"{mant:.2g}×{power}"
 
 
+SCALE_LIMIT = 1e300
+
+
 @dataclass
 class LinearScale:
     lo: float
@@ -68,6 +71,9 @@ class LinearScale:
     n_ticks: int = 5  # about this many ticks (fewer for a small panel)
 
     def __post_init__(self) -> None:
+        # A span near the float limit (a diverged loss of 1e308) would overflow to inf: such values
+        # are drawn at the edge of a scale kept within +-1e300.
+        self.lo, self.hi = (min(max(float(v), -SCALE_LIMIT), SCALE_LIMIT) for v in (self.lo, self.hi))
         if not self.hi > self.lo:
             pad = abs(self.lo) * 0.1 or 1.0
             self.lo, self.hi = self.lo - pad, self.hi + pad

@@ -222,5 +222,6 @@ def claims_view(claims: list[Claim], board_slugs: dict[tuple, str]) -> list[dict
                  "paper": r.paper, "verdict": r.verdict, "decides": r.decides, "note": r.note,
                  **fmt_estimate(r.estimate, r.unit)} for r in c.rows]
         out.append({"number": c.number, "title": c.title, "paper": c.paper, "rule": c.rule, "basis": c.basis,
-                    "verdict": c.verdict, "rows": rows})
+                    "verdict": c.verdict, "rows": rows,
+                    "worlds": [{"profile": w, "verdict": v} for w, v in c.world_verdicts.items()]})
     return out

@@ -45,6 +45,9 @@ def test_every_criterion_is_measured_from_the_runs(calibration):
         opd = record(runs, f"opd-{a}-x1")  # distilled from that expert's final folder
         assert opd["method"] == "opd-external" and c["informative_tokens"][a] == opd["steps"][0]["informative_tokens"]
         assert set(c["plateau"][a]) == {"grpox1", "opdx1"}
+        # the GRPO ceiling and the plateau read the expert's own domain, not the four-domain mean
+        assert c["expert_ceiling"][a] == max(p["domain_accuracy"][a] for p in expert["curve"])
+        assert c["plateau"][a]["grpox1"]["best"] == c["expert_ceiling"][a]
     joint = record(runs, "grpo-joint")
     assert c["joint_vs_expert"] == pytest.approx(
         {d: joint["final_domain_accuracy"][d] - c["expert_accuracy"][d] for d in domains})

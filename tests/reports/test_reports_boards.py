@@ -180,6 +180,22 @@ def test_findings_on_a_sweep_shaped_like_the_paper_hold():
     assert {r.board for r in claims[1].rows} == {"math_code · easy · tiny", "four_domain · easy · tiny"}
 
 
+def test_each_world_gets_its_own_verdict_side_by_side():
+    """Boards of two worlds: a claim's verdict on each world reads that world's rows only, and the
+    findings view carries both (one world's single seed leaves it inconclusive, not the other)."""
+    from reports.views import claims_view
+
+    records = make_sweep(2 * 3 * 6, suites=("math_code", "four_domain"), difficulties=("easy",))
+    records += make_sweep(2 * 6, suites=("math_code", "four_domain"), difficulties=("easy",), profile="direct")
+    boards = build_boards(to_frames(records))
+    claims = findings(boards)
+    for claim in claims:
+        assert claim.world_verdicts == {"tiny": HOLDS, "direct": UNSURE} and claim.verdict == UNSURE
+    slugs = {tuple(vars(b.key).values()): f"b{i}" for i, b in enumerate(boards)}
+    view = claims_view(claims, slugs)
+    assert view[0]["worlds"] == [{"profile": w, "verdict": v} for w, v in claims[0].world_verdicts.items()]
+
+
 def test_findings_without_the_runs_are_not_measured_and_one_seed_is_inconclusive():
     only_ref = [make_record("grpo-joint", seed=s) for s in range(3)]
     assert {c.verdict for c in findings(build_boards(to_frames(only_ref)))} == {NOT_MEASURED}

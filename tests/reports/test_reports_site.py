@@ -242,3 +242,14 @@ def test_findings_page_shows_each_worlds_regime_table(tmp_path):
     assert json.loads((tmp_path / "site" / "results.json").read_text())["worlds"] == worlds
     build_site([runs], tmp_path / "bare")
     assert 'id="worlds"' not in (tmp_path / "bare" / "findings.html").read_text()
+
+
+def test_findings_page_gives_each_claim_a_verdict_on_each_world(tmp_path):
+    records = [make_record(method=m, profile=p, seed=s) for p in ("tiny", "direct") for m in ("grpo-joint", "opd-multi")
+               for s in range(3 if p == "tiny" else 1)]
+    build_site([write_runs(records, tmp_path / "runs")], tmp_path / "site")
+    page = (tmp_path / "site" / "findings.html").read_text()
+    claim = page[page.index('id="claim-1"'):page.index('id="claim-2"')]
+    verdicts = claim[claim.index('class="world-verdicts"'):claim.index("</p>", claim.index('class="world-verdicts"'))]
+    assert '<a href="#world-tiny">tiny</a>' in verdicts and '<a href="#world-direct">direct</a>' in verdicts
+    assert verdicts.count('class="verdict ') == 2 and "inconclusive" in verdicts  # direct: a single seed

@@ -58,6 +58,13 @@ def test_equal_values_on_any_axis_get_a_readable_span():
     assert wide.lo == pytest.approx(0.17) and wide.hi == pytest.approx(0.83)
 
 
+def test_a_span_near_the_float_limit_gives_finite_ticks():
+    """A diverged loss of 1.6e308 beside a negative one: the span would overflow to inf."""
+    scale = LinearScale.nice([-8.2e306, 1.63e308])
+    ticks = scale.ticks()
+    assert ticks and all(abs(t) < float("inf") for t in ticks) and scale.hi > scale.lo
+
+
 def test_a_site_of_zero_accuracy_runs_has_sensible_axes(tmp_path):
     records = [_zero_record(m, s) for m in ("grpo-joint", "sft") for s in range(2)]
     build_site([write_runs(records, tmp_path / "runs")], tmp_path / "out")
