@@ -1,11 +1,12 @@
 """Calibrate a world by single-method runs and measure its regime criteria (docs/world.md).
 
 Runs, from the profile's prepared base, only single-method runs (no method is compared with another):
-- per domain, a GRPO expert (`grpo`, that domain alone) at learning rate x0.5, x1 and x2; the x1
+- per domain, a GRPO expert (`grpo`, that domain alone) at learning rate x0.5, x1 and x2 of the
+  world's rate (`Profile.method_defaults`, else the library's; `--grpo-lr` sets it); the x1
   expert trains on the four-domain suite's prompts of its domain and is evaluated on every domain
   (the transfer matrix);
 - per domain, OPD from that domain's x1 expert (saved by its run as a Hugging Face folder) into the
-  base (`opd-external` with the expert as its teacher), at x0.5, x1 and x2;
+  base (`opd-external` with the expert as its teacher), at x0.5, x1 and x2 of the distillation rate;
 - one `grpo-joint` run on the four domains with four experts' budget (the joint-vs-expert gap).
 Then computes every criterion and writes them, with the per-run figures, to a JSON file that
 `bench prepare` prints beside its own measurements (bench/reference/<profile>-calibration.json).
@@ -13,6 +14,8 @@ Then computes every criterion and writes them, with the per-run figures, to a JS
     OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --jobs 2            # tiny, all of it
     OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --profile smoke --expert-budget 4e10 \\
         --opd-budget 2e10 --eval-size 16 --out /tmp/cal.json                    # a quick dry run
+    OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --grpo-lr 5e-4 --skip-joint \
+        --runs runs-calibration-first                                           # the first pass
 
 Runs are kept under --runs (default runs-calibration/) and skipped when complete, so an
 interrupted calibration continues where it stopped.
@@ -60,29 +63,35 @@ def _run(spec: dict) -> dict:
     return record
 
 
-def _lr(method: str, mult: float) -> dict:
+def _lr(profile: str, method: str, mult: float) -> dict:
+    """`mult` times the rate the world gives `method` (its calibrated default, else the library's)."""
+    from bench.world.profiles import PROFILES
     from methods.distill import DistillStepConfig
     from methods.grpo import GRPOStepConfig
 
-    if method == "grpo":
-        return {"lr": str(GRPOStepConfig().lr * mult)}
-    return {"distill.lr": str(DistillStepConfig().lr * mult)}
+    key, library = ("lr", GRPOStepConfig().lr) if method == "grpo" else ("distill.lr", DistillStepConfig().lr)
+    base = BASE_LR.get(method) or float(dict(PROFILES[profile].defaults_for(method)).get(key, library))
+    return {key: str(base * mult)}
+
+
+BASE_LR: dict[str, float] = {}  # --grpo-lr / --distill-lr: the x1 rates, in place of the world's
 
 
 def plan(args: argparse.Namespace, domains: tuple[str, ...]) -> tuple[list[dict], list[dict], dict | None]:
     common = {"profile": args.profile, "runs": str(args.runs), "eval_size": args.eval_size}
     experts = [{**common, "name": f"grpo-{d}-x{m:g}", "method": "grpo", "suite": SUITE if m == 1 else d,
                 "budget": args.expert_budget, "domain": d, "mult": m,
-                "overrides": {"domain": d, **_lr("grpo", m)}}
+                "overrides": {"domain": d, **_lr(args.profile, "grpo", m)}}
                for d in domains for m in args.mults]
     # The rule never fires: OPD runs its whole budget, so the curve shows where it plateaus.
     opd = [{**common, "name": f"opd-{d}-x{m:g}", "method": "opd-external", "suite": d, "budget": args.opd_budget,
             "domain": d, "mult": m, "teachers": {f"expert-{d}": str(args.runs / f"grpo-{d}-x1" / "final")},
             "overrides": {"teacher": f"expert-{d}", "distill.kl_threshold": "0", "distill.use_reward_rule": "false",
-                          **_lr("opd", m)}}
+                          **_lr(args.profile, "opd-external", m)}}
            for d in domains for m in args.mults]
     joint = None if args.skip_joint else {**common, "name": "grpo-joint", "method": "grpo-joint", "suite": SUITE,
-                                          "budget": args.expert_budget * len(domains), "overrides": {}}
+                                          "budget": args.expert_budget * len(domains),
+                                          "overrides": _lr(args.profile, "grpo", 1)}
     return experts, opd, joint
 
 
@@ -155,7 +164,10 @@ def main() -> None:
     parser.add_argument("--mults", type=lambda v: tuple(float(x) for x in v.split(",")), default=LR_MULTS,
                         help="learning-rate multipliers, comma-separated (1 is always needed: the transfer matrix)")
     parser.add_argument("--skip-joint", action="store_true", help="leave out the grpo-joint run (a partial calibration)")
+    parser.add_argument("--grpo-lr", type=float, default=None, help="the x1 GRPO rate (default: the world's)")
+    parser.add_argument("--distill-lr", type=float, default=None, help="the x1 distillation rate (default: the world's)")
     args = parser.parse_args()
+    BASE_LR.update({k: v for k, v in (("grpo", args.grpo_lr), ("opd-external", args.distill_lr)) if v})
     if 1.0 not in args.mults:
         parser.error("--mults must include 1")
 
@@ -184,6 +196,8 @@ def main() -> None:
         "model_hashes": prepared.model_hashes(), "expert_budget": args.expert_budget,
         "opd_budget": args.opd_budget, "eval_size": args.eval_size,
         "lr_mults": list(args.mults), "joint_run": joint is not None,
+        "base_lr": {"grpo": float(_lr(args.profile, "grpo", 1)["lr"]),
+                    "distill": float(_lr(args.profile, "opd-external", 1)["distill.lr"])},
         "wall_s": round(time.perf_counter() - started),
         "criteria": criteria(experts, opd, joint, records, prepared.info),
     }

@@ -47,8 +47,10 @@ class Runner:
     def __init__(self, config: RunConfig, *, resume: bool = False, progress: bool = True) -> None:
         self.config = config
         self.method_cls = get_method(config.method)
-        self.method_config = method_config(self.method_cls, config.overrides)
         self.profile = config.resolved_profile
+        # the world's calibrated defaults first, the user's `--set` over them
+        self.method_config = method_config(self.method_cls,
+                                           self.profile.defaults_for(self.method_cls.name) + config.overrides)
         self.suite = get_suite(config.suite, config.difficulty, self.profile.task_format)
         self.run_id = self.run_id_for(config, self.method_cls.name)
         self.dir = Path(config.runs_dir) / self.run_id

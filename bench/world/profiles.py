@@ -64,6 +64,23 @@ class Profile:
     # Bumped whenever the code that builds this world's models changes their bytes (tasks, recipe,
     # model code): records carry it, and a board with records of two versions says so.
     world_version: str = ""
+    # Settings this world's calibration chose for the built-in methods (docs/world.md): per method,
+    # `--set` defaults applied beneath the user's own `--set`; the record's method_config shows them.
+    method_defaults: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+    def defaults_for(self, method: str) -> tuple[tuple[str, str], ...]:
+        """The `--set` defaults this world gives `method` (none for a plugin or an uncalibrated world)."""
+        return dict(self.method_defaults).get(method, ())
+
+
+def learning_rates(grpo: float, distill: float) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """`method_defaults` giving every built-in method's GRPO steps the rate `grpo` and its
+    distillation steps the rate `distill`."""
+    g, d = ("lr", repr(grpo)), ("lr", repr(distill))
+    nest = lambda prefix, kv: (f"{prefix}.{kv[0]}", kv[1])  # noqa: E731
+    return (("grpo", (g,)), ("grpo-joint", (g,)), ("opd-multi", (nest("expert", g), nest("distill", d))),
+            ("self-grpo", (nest("stage", g), nest("distill", d))), ("recover", (nest("grpo", g), nest("distill", d))),
+            ("opd-external", (nest("distill", d),)))
 
 
 # The direct-answer world: short answers, the ablation of answer length.
@@ -103,6 +120,10 @@ WORKED = Profile(
                         # graphs were the student's last domain learnt in uniform warm-ups; the teacher
                         # should master every domain, so it draws graphs 1.5x and the rest uniformly
                         teacher_domain_weights=(("graphs", 1.5),)),
+    # GRPO at half the library's rate: in the calibration's first pass (at 5e-4) twice the rate
+    # collapsed every domain and the library's own rate ended below its best on three of four
+    # (docs/world.md, Learning rates); distillation keeps the library's rate.
+    method_defaults=learning_rates(grpo=2.5e-4, distill=5e-4),
 )
 
 PROFILES: dict[str, Profile] = {"tiny": WORKED, "direct": DIRECT}

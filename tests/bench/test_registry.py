@@ -71,3 +71,27 @@ def test_missing_plugin_file_and_class(tmp_path):
 def test_check_method_class_rejects_instances():
     with pytest.raises(AdapterError, match="expected a class"):
         check_method_class(object())
+
+
+def test_a_world_gives_built_in_methods_its_calibrated_rates_beneath_the_users_set(tmp_path):
+    """The worked world's GRPO steps default to its calibrated rate in every built-in method that
+    takes GRPO steps; `--set` still wins; a world without calibrated defaults keeps the library's."""
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+    from bench.world.profiles import PROFILES
+    from methods.distill import DistillStepConfig
+    from methods.grpo import GRPOStepConfig
+
+    def config(method: str, profile: str, *overrides: tuple[str, str]):
+        return Runner(RunConfig(method=method, profile=profile, runs_dir=tmp_path, overrides=overrides),
+                      progress=False).method_config
+
+    grpo = float(dict(PROFILES["tiny"].defaults_for("grpo"))["lr"])
+    assert grpo != GRPOStepConfig().lr
+    assert config("grpo-joint", "tiny").lr == grpo and config("opd-multi", "tiny").expert.lr == grpo
+    assert config("self-grpo", "tiny").stage.lr == grpo and config("recover", "tiny").grpo.lr == grpo
+    assert config("opd-multi", "tiny").distill.lr == config("opd-external", "tiny").distill.lr
+    assert config("grpo-joint", "tiny", ("lr", "1e-3")).lr == 1e-3
+    assert config("opd-multi", "tiny", ("expert.lr", "1e-3")).expert.lr == 1e-3
+    assert config("grpo-joint", "direct").lr == GRPOStepConfig().lr
+    assert config("opd-external", "direct").distill.lr == DistillStepConfig().lr
