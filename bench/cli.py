@@ -207,8 +207,12 @@ def prepare(
     profile: str = typer.Option(DEFAULT_PROFILE, help="world: direct (shipped), tiny (the worked world), smoke, ..."),
     check: bool = typer.Option(False, help="rebuild from scratch and compare weights hashes with the shipped models"),
     rebuild: bool = typer.Option(False, help="train from scratch, whatever is shipped or cached"),
-    write_reference: bool = typer.Option(False, help="with --rebuild: replace the shipped reference models"),
+    write_reference: bool = typer.Option(False, help="with --rebuild or --from-checkpoint: replace the shipped "
+                                          "reference models"),
     teacher: bool = typer.Option(True, help="also the external teacher (--no-teacher: the base student only)"),
+    from_checkpoint: list[str] = typer.Option([], help="PART=DIR: take base or external from a warm-up checkpoint "
+                                              "at its recipe's last step (benchmarks/warmup_curve.py) instead of "
+                                              "training it again (repeatable)"),
 ) -> None:
     """Install (or build) the profile's shared base student and external teacher; print its regime table."""
     from bench.world import prepare as prep
@@ -218,12 +222,24 @@ def prepare(
 
     if profile not in PROFILES:
         _fail(str(unknown("profile", profile, list(PROFILES))))
-    if write_reference and not rebuild:
-        _fail("--write-reference needs --rebuild: the reference is what a build from scratch gives")
+    checkpoints: dict[str, Path] = {}
+    for item in from_checkpoint:
+        part, sep, folder = item.partition("=")
+        if not sep or part not in ("base", "external") or not folder:
+            _fail(f"--from-checkpoint takes base=DIR or external=DIR, got {item!r}")
+        if not Path(folder).is_dir():
+            _fail(f"--from-checkpoint {part}: no such folder {folder}")
+        checkpoints[part] = Path(folder)
+    if checkpoints and (rebuild or check):
+        _fail("--from-checkpoint installs a trained checkpoint; --rebuild and --check train from scratch")
+    if write_reference and not (rebuild or checkpoints):
+        _fail("--write-reference needs --rebuild or --from-checkpoint: the reference is what a build from scratch "
+              "gives (a checkpoint at the recipe's last step has its bytes; --check verifies them)")
     try:
         with _one_line():
             # what it reports as ready loads and hashes as recorded; the base before the teacher is built
-            prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check, teacher=False)
+            prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check, teacher=False,
+                                    checkpoints=checkpoints)
             prepared.verify()
             if teacher:
                 prepared.ensure_teacher(progress=True)

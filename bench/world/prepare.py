@@ -178,7 +178,8 @@ def single_threaded() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, rebuild: bool = False) -> Prepared:
+def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, rebuild: bool = False,
+            checkpoints: dict[str, Path] | None = None) -> Prepared:
     """Find in the cache, install from the shipped reference, or build the profile's base student and,
     with `teacher`, its external teacher.
 
@@ -186,19 +187,44 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
     is then installed or built only when a method first asks for it (`Prepared.load_teacher`).
     `rebuild`: train both from scratch into a folder of their own, whatever is shipped or cached
     (`bench prepare --check` compares their hashes with the shipped ones).
+    `checkpoints` ({"base" | "external": folder}): take that part from a checkpoint of a warm-up run
+    along its recipe (benchmarks/warmup_curve.py, the recipe's last step) instead of training it
+    again, replacing what the cache holds; its warm-up FLOPs come from the checkpoint's ledger rows.
     """
     config = profile.warmup
+    checkpoints = checkpoints or {}
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     key = _key(profile, config, suite.content_hash)
     folder = cache_root() / "prepared" / f"{profile.name}-{key}{'-rebuild' if rebuild else ''}"
     info_path = folder / "prepared.json"
     with _building(folder):
-        if not info_path.exists() and (rebuild or not reference.install(profile.name, key, folder, "student")):
-            _build_student(folder, profile, suite, key, progress=progress)
+        if "base" in checkpoints or (not info_path.exists() and (
+                rebuild or not reference.install(profile.name, key, folder, "student"))):
+            _build_student(folder, profile, suite, key, progress=progress, checkpoint=checkpoints.get("base"))
+        if "external" in checkpoints:
+            _build_teacher(folder, profile, progress=progress, checkpoint=checkpoints["external"])
     prepared = Prepared(folder, store.read_json(info_path), profile, rebuilt=rebuild)
     if teacher:
         prepared.ensure_teacher(progress=progress)
     return prepared
+
+
+def _warmed(profile: Profile, part: str, ledger: Ledger, *, progress: bool, checkpoint: Path | None) -> Policy:
+    """`part` trained by its recipe, or loaded from `checkpoint`, a warm-up checkpoint at the recipe's
+    last step (its bytes are the trained model's: docs/world.md), its warm-up rows booked in `ledger`."""
+    if checkpoint is None:
+        return warm_up(profile, part, ledger, progress=progress)
+    steps = profile.warmup.student_steps if part == "base" else profile.warmup.teacher_steps
+    checkpoint = Path(checkpoint)
+    if checkpoint.name != f"step{steps}" or not (checkpoint / "ledger_rows.json").exists():
+        raise RunError(f"{checkpoint} is not a warm-up checkpoint at step {steps}, the {profile.name} world's "
+                       f"{'base' if part == 'base' else 'teacher'} recipe (benchmarks/warmup_curve.py writes "
+                       f"OUT/step<N>/ with ledger_rows.json)")
+    for row in json.loads((checkpoint / "ledger_rows.json").read_text()):
+        ledger.charge(**row)
+    model, tokenizer = load_model(checkpoint)
+    model.eval()
+    return Policy(part, model, tokenizer, ledger=ledger)
 
 
 @contextlib.contextmanager
@@ -208,12 +234,14 @@ def _building(folder: Path) -> Iterator[None]:
         yield
 
 
-def _build_student(folder: Path, profile: Profile, suite: Any, key: str, *, progress: bool) -> None:
-    """Warm the base student up and save it with `prepared.json` (its key, costs, hash, calibration)."""
+def _build_student(folder: Path, profile: Profile, suite: Any, key: str, *, progress: bool,
+                   checkpoint: Path | None = None) -> None:
+    """Warm the base student up (or take it from `checkpoint`) and save it with `prepared.json` (its
+    key, costs, hash, calibration)."""
     config = profile.warmup
     started = time.perf_counter()
     ledger = Ledger()
-    student = warm_up(profile, "base", ledger, progress=progress)
+    student = _warmed(profile, "base", ledger, progress=progress, checkpoint=checkpoint)
     save_model(student._model, student._tokenizer, folder / "student")
     store.write_json(folder / "prepared.json", {
         "profile": profile.name,
@@ -228,13 +256,14 @@ def _build_student(folder: Path, profile: Profile, suite: Any, key: str, *, prog
     })
 
 
-def _build_teacher(folder: Path, profile: Profile, *, progress: bool) -> dict:
-    """Train the external teacher on worked solutions; save it and `external.json` (atomically)."""
+def _build_teacher(folder: Path, profile: Profile, *, progress: bool, checkpoint: Path | None = None) -> dict:
+    """Train the external teacher on worked solutions (or take it from `checkpoint`); save it and
+    `external.json` (atomically)."""
     config = profile.warmup
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     started = time.perf_counter()
     ledger = Ledger()
-    teacher = warm_up(profile, "external", ledger, progress=progress)
+    teacher = _warmed(profile, "external", ledger, progress=progress, checkpoint=checkpoint)
     tmp = folder / f"external.tmp{os.getpid()}"
     save_model(teacher._model, teacher._tokenizer, tmp)
     shutil.rmtree(folder / "external", ignore_errors=True)  # a concurrent build of the same teacher

@@ -104,3 +104,40 @@ def test_a_warmup_curve_checkpoint_is_the_base_of_that_many_steps_even_when_resu
     built = json.loads(next((tmp_path / "cache").rglob("prepared.json")).read_text())["ledger"]
     legs = json.loads((out / f"step{steps}" / "ledger_rows.json").read_text())
     assert sum(r["flops"] for r in legs) == sum(r["flops"] for r in built if r["category"] == "shared")
+
+
+def test_a_teacher_shipped_from_its_warmup_checkpoint_is_what_a_build_from_scratch_gives(tmp_path, monkeypatch):
+    """`bench prepare --from-checkpoint external=OUT/step<N> --write-reference` ships the teacher a
+    warm-up run saved at its recipe's last step, without training it again; `--check` then rebuilds
+    it from scratch and finds the same bytes. A checkpoint at another step is refused, nothing written."""
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+    from bench.world import reference
+
+    steps, out = PROFILES["smoke"].warmup.teacher_steps, tmp_path / "curve"
+    env = {**os.environ, "OPD_BENCH_CACHE": str(tmp_path / "cache-curve"), "OMP_NUM_THREADS": "1"}
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, str(root / "benchmarks" / "warmup_curve.py"), str(out), "--profile", "smoke",
+                    "--teacher", "--steps", str(steps), "--every", str(steps // 2)], env=env, cwd=root, check=True,
+                   capture_output=True, timeout=900)
+    monkeypatch.setattr(reference, "ROOT", tmp_path / "reference")
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / "cache"))
+    runner = CliRunner()
+    bad = runner.invoke(app, ["prepare", "--profile", "smoke", "--from-checkpoint", f"external={out}/step{steps // 2}",
+                              "--write-reference"])
+    assert bad.exit_code == 2 and f"not a warm-up checkpoint at step {steps}" in bad.output
+    assert reference.manifest("smoke") is None
+
+    result = runner.invoke(app, ["prepare", "--profile", "smoke", "--from-checkpoint", f"external={out}/step{steps}",
+                                 "--write-reference"])
+    assert result.exit_code == 0, result.output
+    shipped = json.loads((tmp_path / "reference" / "smoke" / "external.json").read_text())
+    curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
+    assert shipped["model_hash"] == curve[-1]["hash"]
+    rows = json.loads((out / f"step{steps}" / "ledger_rows.json").read_text())
+    assert sum(r["flops"] for r in shipped["ledger"]) == sum(r["flops"] for r in rows) > 0
+
+    check = runner.invoke(app, ["prepare", "--profile", "smoke", "--check"])
+    assert check.exit_code == 0, check.output
+    assert f"external: rebuilt {shipped['model_hash']}, shipped {shipped['model_hash']}: identical" in check.output
