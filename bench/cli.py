@@ -252,7 +252,9 @@ def prepare(
     for line in prep.format_calibration(prepared.calibration()) + format_regime(PROFILES[profile], prepared):
         console.print(line, highlight=False, soft_wrap=True)
     if write_reference:
-        target = reference.write(profile, prepared.info["key"], PROFILES[profile].world_version, prepared.folder)
+        world, suite_hash = PROFILES[profile], prepared.info["suite_hash"]
+        target = reference.write(profile, prep.world_key(world, world.warmup, suite_hash), world.world_version,
+                                 prepared.folder, prep.part_keys(world, suite_hash))
         console.print(f"wrote the reference models to {target}")
     if check:
         shipped = reference.manifest(profile)

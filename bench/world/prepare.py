@@ -101,7 +101,8 @@ class Prepared:
                 raise RuntimeError(f"{self.folder}: the external teacher is not built and no profile was given")
             with _building(self.folder):
                 if self.teacher_info() is None and (self.rebuilt or not reference.install(
-                        self.profile.name, self.info["key"], self.folder, "external")):
+                        self.profile.name, self.info["key"], self.folder, "external",
+                        part_keys(self.profile, self.info["suite_hash"])["external"])):
                     _build_teacher(self.folder, self.profile, progress=progress)
         return self.teacher_info()
 
@@ -146,7 +147,8 @@ def _recipe(config: WarmupConfig) -> dict:
     return recipe
 
 
-def _key(profile: Profile, config: WarmupConfig, suite_hash: str) -> str:
+def world_key(profile: Profile, config: WarmupConfig, suite_hash: str) -> str:
+    """The cache entry of a world's recipe: both parts' models and settings, the tasks."""
     payload = {
         "profile": profile.name,
         "world_version": profile.world_version,
@@ -157,6 +159,24 @@ def _key(profile: Profile, config: WarmupConfig, suite_hash: str) -> str:
         "version": 5,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# What each part's recipe does not read: a part's own key leaves out the other part's settings, so
+# a shipped base still installs when only the teacher's recipe changes (and the other way round).
+_TEACHER_ONLY = ("teacher_steps", "teacher_lr", "teacher_target", "teacher_domain_weights")
+_STUDENT_ONLY = ("student_steps", "student_lr", "student_target", "domain_weights", "label_noise", "mistake_rate")
+
+
+def part_keys(profile: Profile, suite_hash: str) -> dict[str, str]:
+    """Each shipped part's recipe key ("student", "external"): its model, its settings, the tasks."""
+    recipe = dataclasses.asdict(profile.warmup)
+    keys = {}
+    for part, spec, other in (("student", profile.student, _TEACHER_ONLY), ("external", profile.teacher, _STUDENT_ONLY)):
+        payload = {"profile": profile.name, "world_version": profile.world_version, "part": part,
+                   "model": dataclasses.asdict(TINY_SPECS[spec]), "suite": suite_hash,
+                   "warmup": {k: v for k, v in recipe.items() if k not in other}}
+        keys[part] = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+    return keys
 
 
 def _ledger_rows(ledger: Ledger) -> list[dict]:
@@ -194,12 +214,13 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
     config = profile.warmup
     checkpoints = checkpoints or {}
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
-    key = _key(profile, config, suite.content_hash)
+    key = world_key(profile, config, suite.content_hash)
     folder = cache_root() / "prepared" / f"{profile.name}-{key}{'-rebuild' if rebuild else ''}"
     info_path = folder / "prepared.json"
     with _building(folder):
         if "base" in checkpoints or (not info_path.exists() and (
-                rebuild or not reference.install(profile.name, key, folder, "student"))):
+                rebuild or not reference.install(profile.name, key, folder, "student",
+                                                 part_keys(profile, suite.content_hash)["student"]))):
             _build_student(folder, profile, suite, key, progress=progress, checkpoint=checkpoints.get("base"))
         if "external" in checkpoints:
             _build_teacher(folder, profile, progress=progress, checkpoint=checkpoints["external"])

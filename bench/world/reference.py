@@ -7,7 +7,8 @@ MKL and of torch's vectorised ops take other code paths on another processor). S
 starts from the same models, `bench/reference/<profile>/` holds the models `bench prepare` built
 for the reference results, with the sha256 of every file:
 
-    bench/reference/tiny/manifest.json          {"key": ..., "world_version": ..., "files": {path: sha256}}
+    bench/reference/tiny/manifest.json          {"key": ..., "part_keys": {part: key}, "world_version": ...,
+                                                 "files": {path: sha256}}
     bench/reference/tiny/prepared.json          the base's record (warm-up FLOPs, calibration, hash)
     bench/reference/tiny/student/...            the base, a Hugging Face folder
     bench/reference/tiny/external.json, external/...   the external teacher, likewise (a world may
@@ -37,15 +38,19 @@ def manifest(profile_name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def install(profile_name: str, key: str, folder: Path, part: str) -> bool:
-    """Copy the shipped `part` (`student` or `external`) into `folder` if it was built for `key`.
+def install(profile_name: str, key: str, folder: Path, part: str, part_key: str | None = None) -> bool:
+    """Copy the shipped `part` (`student` or `external`) into `folder` if it was built for this recipe:
+    the part's own key (`part_key`) where the manifest records one, else the world's `key`.
 
-    Returns False when there is no reference for this profile and key (the caller builds instead).
+    Returns False when there is no reference for this profile and recipe (the caller builds instead).
     Raises ReferenceError when a shipped file does not match its manifest's sha256.
     """
     meta = manifest(profile_name)
     source = ROOT / profile_name
-    if meta is None or meta.get("key") != key or not (source / PARTS[part][1]).exists():
+    if meta is None or not (source / PARTS[part][1]).exists():
+        return False
+    shipped = meta.get("part_keys", {}).get(part)
+    if (shipped != part_key) if shipped is not None else (meta.get("key") != key):
         return False
     files = {rel: digest for rel, digest in meta["files"].items()
              if rel == PARTS[part][1] or rel.startswith(PARTS[part][0] + "/")}
@@ -63,8 +68,10 @@ def install(profile_name: str, key: str, folder: Path, part: str) -> bool:
     return True
 
 
-def write(profile_name: str, key: str, world_version: str, folder: Path) -> Path:
-    """Replace the shipped reference of `profile_name` with the built models in `folder`."""
+def write(profile_name: str, key: str, world_version: str, folder: Path,
+          part_keys: dict[str, str] | None = None) -> Path:
+    """Replace the shipped reference of `profile_name` with the built models in `folder`; `part_keys`
+    (each part's recipe key) lets a part install while only the other part's recipe has changed."""
     target = ROOT / profile_name
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
@@ -75,6 +82,8 @@ def write(profile_name: str, key: str, world_version: str, folder: Path) -> Path
         shutil.copyfile(folder / info, target / info)
     files = {str(p.relative_to(target)): file_hash(p) for p in sorted(target.rglob("*")) if p.is_file()}
     meta = {"key": key, "world_version": world_version, "files": files}
+    if part_keys:
+        meta["part_keys"] = {part: k for part, k in part_keys.items() if (target / PARTS[part][1]).exists()}
     (target / "manifest.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     return target
 

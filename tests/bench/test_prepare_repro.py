@@ -80,6 +80,25 @@ def test_a_base_shipped_without_its_teacher_installs_and_the_teacher_builds_on_f
     assert result.exit_code == 0, result.output
     assert f"base: rebuilt {base}, shipped {base}: identical" in result.output
 
+    # the base has its own recipe key: a change to the teacher's recipe alone still installs it, a
+    # change to the student's builds it
+    from dataclasses import replace
+
+    smoke = PROFILES["smoke"]
+    teacher_changed = replace(smoke, warmup=replace(smoke.warmup, teacher_steps=smoke.warmup.teacher_steps + 1))
+    student_changed = replace(smoke, warmup=replace(smoke.warmup, student_steps=smoke.warmup.student_steps + 1))
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / "cache-3"))
+    with monkeypatch.context() as patch:
+        patch.setattr(prep, "_build_student", lambda *a, **k: pytest.fail("the shipped base was rebuilt"))
+        assert prep.prepare(teacher_changed, progress=False, teacher=False).model_hashes()["base"] == base
+
+        def built(*args, **kwargs):
+            raise RuntimeError("built")
+
+        patch.setattr(prep, "_build_student", built)
+        with pytest.raises(RuntimeError, match="built"):
+            prep.prepare(student_changed, progress=False, teacher=False)
+
 
 def test_a_warmup_curve_checkpoint_is_the_base_of_that_many_steps_even_when_resumed(tmp_path):
     """benchmarks/warmup_curve.py: with the constant schedule, checkpoint N (saved, evaluated and
