@@ -14,7 +14,7 @@ Then computes every criterion and writes them, with the per-run figures, to a JS
     OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --jobs 2            # tiny, all of it
     OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --profile smoke --expert-budget 4e10 \\
         --opd-budget 2e10 --eval-size 16 --out /tmp/cal.json                    # a quick dry run
-    OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --grpo-lr 5e-4 --skip-joint \
+    OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --grpo-lr 5e-4 --skip-joint \\
         --runs runs-calibration-first                                           # the first pass
 
 Runs are kept under --runs (default runs-calibration/) and skipped when complete, so an
@@ -63,35 +63,40 @@ def _run(spec: dict) -> dict:
     return record
 
 
-def _lr(profile: str, method: str, mult: float) -> dict:
-    """`mult` times the rate the world gives `method` (its calibrated default, else the library's)."""
+def base_rates(profile: str, grpo: float | None = None, distill: float | None = None) -> dict[str, float]:
+    """The x1 rates: `grpo` / `distill` where given (--grpo-lr, --distill-lr), else the world's calibrated
+    defaults (`Profile.method_defaults`), else the library's."""
     from bench.world.profiles import PROFILES
     from methods.distill import DistillStepConfig
     from methods.grpo import GRPOStepConfig
 
-    key, library = ("lr", GRPOStepConfig().lr) if method == "grpo" else ("distill.lr", DistillStepConfig().lr)
-    base = BASE_LR.get(method) or float(dict(PROFILES[profile].defaults_for(method)).get(key, library))
-    return {key: str(base * mult)}
+    world = PROFILES[profile]
+    return {"grpo": grpo or float(dict(world.defaults_for("grpo")).get("lr", GRPOStepConfig().lr)),
+            "distill": distill or float(dict(world.defaults_for("opd-external")).get("distill.lr",
+                                                                                    DistillStepConfig().lr))}
 
 
-BASE_LR: dict[str, float] = {}  # --grpo-lr / --distill-lr: the x1 rates, in place of the world's
+def _lr(rates: dict[str, float], family: str, mult: float) -> dict:
+    """The `--set` of `mult` times the family's x1 rate (`grpo` or `distill`)."""
+    return {"lr" if family == "grpo" else "distill.lr": str(rates[family] * mult)}
 
 
-def plan(args: argparse.Namespace, domains: tuple[str, ...]) -> tuple[list[dict], list[dict], dict | None]:
+def plan(args: argparse.Namespace, domains: tuple[str, ...], rates: dict[str, float]
+         ) -> tuple[list[dict], list[dict], dict | None]:
     common = {"profile": args.profile, "runs": str(args.runs), "eval_size": args.eval_size}
     experts = [{**common, "name": f"grpo-{d}-x{m:g}", "method": "grpo", "suite": SUITE if m == 1 else d,
                 "budget": args.expert_budget, "domain": d, "mult": m,
-                "overrides": {"domain": d, **_lr(args.profile, "grpo", m)}}
+                "overrides": {"domain": d, **_lr(rates, "grpo", m)}}
                for d in domains for m in args.mults]
     # The rule never fires: OPD runs its whole budget, so the curve shows where it plateaus.
     opd = [{**common, "name": f"opd-{d}-x{m:g}", "method": "opd-external", "suite": d, "budget": args.opd_budget,
             "domain": d, "mult": m, "teachers": {f"expert-{d}": str(args.runs / f"grpo-{d}-x1" / "final")},
             "overrides": {"teacher": f"expert-{d}", "distill.kl_threshold": "0", "distill.use_reward_rule": "false",
-                          **_lr(args.profile, "opd-external", m)}}
+                          **_lr(rates, "distill", m)}}
            for d in domains for m in args.mults]
     joint = None if args.skip_joint else {**common, "name": "grpo-joint", "method": "grpo-joint", "suite": SUITE,
                                           "budget": args.expert_budget * len(domains),
-                                          "overrides": _lr(args.profile, "grpo", 1)}
+                                          "overrides": _lr(rates, "grpo", 1)}
     return experts, opd, joint
 
 
@@ -167,7 +172,6 @@ def main() -> None:
     parser.add_argument("--grpo-lr", type=float, default=None, help="the x1 GRPO rate (default: the world's)")
     parser.add_argument("--distill-lr", type=float, default=None, help="the x1 distillation rate (default: the world's)")
     args = parser.parse_args()
-    BASE_LR.update({k: v for k, v in (("grpo", args.grpo_lr), ("opd-external", args.distill_lr)) if v})
     if 1.0 not in args.mults:
         parser.error("--mults must include 1")
 
@@ -181,7 +185,8 @@ def main() -> None:
     args.out = args.out or calibration_path(args.profile)
     prepared = prepare(profile, teacher=False)  # single-method runs from the base; no external teacher
     domains = get_suite(SUITE, "easy", profile.task_format).domains
-    experts, opd, joint = plan(args, domains)
+    rates = base_rates(args.profile, args.grpo_lr, args.distill_lr)
+    experts, opd, joint = plan(args, domains, rates)
     records: dict[str, dict] = {}
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
@@ -196,8 +201,7 @@ def main() -> None:
         "model_hashes": prepared.model_hashes(), "expert_budget": args.expert_budget,
         "opd_budget": args.opd_budget, "eval_size": args.eval_size,
         "lr_mults": list(args.mults), "joint_run": joint is not None,
-        "base_lr": {"grpo": float(_lr(args.profile, "grpo", 1)["lr"]),
-                    "distill": float(_lr(args.profile, "opd-external", 1)["distill.lr"])},
+        "base_lr": rates,
         "wall_s": round(time.perf_counter() - started),
         "criteria": criteria(experts, opd, joint, records, prepared.info),
     }

@@ -51,13 +51,13 @@ def main() -> None:
     parser.add_argument("--resume", type=Path, default=None, help="a checkpoint of this run to continue from")
     args = parser.parse_args()
 
+    import torch
+
     from bench.accounting.ledger import Ledger
     from bench.evaluation import Evaluator
     from bench.policy import Policy
     from bench.registry import get_suite
     from bench.world.models import save_model, state_digest
-    import torch
-
     from bench.world.prepare import WARMUP_LEDGER, WARMUP_SUITE, _ledger_rows, calibrate, train_state, warm_up
     from bench.world.profiles import PROFILES
 
