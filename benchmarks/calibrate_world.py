@@ -8,8 +8,9 @@ Runs, from the profile's prepared base, only single-method runs (no method is co
 - per domain, OPD from that domain's x1 expert (saved by its run as a Hugging Face folder) into the
   base (`opd-external` with the expert as its teacher), at x0.5, x1 and x2 of the distillation rate;
 - one `grpo-joint` run on the four domains with four experts' budget (the joint-vs-expert gap).
-Then computes every criterion and writes them, with the per-run figures, to a JSON file that
-`bench prepare` prints beside its own measurements (bench/reference/<profile>-calibration.json).
+Then computes every criterion, and opd-multi's distillation stopping threshold (the rule replayed on
+the x1 OPD runs' traces, `stop_threshold`), and writes them, with the per-run figures, to a JSON file
+that `bench prepare` prints beside its own measurements (bench/reference/<profile>-calibration.json).
 
     OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --jobs 2            # tiny, all of it
     OMP_NUM_THREADS=1 python benchmarks/calibrate_world.py --profile smoke --expert-budget 4e10 \\
@@ -37,6 +38,8 @@ import bench  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch loads)
 
 LR_MULTS = (0.5, 1.0, 2.0)
 SUITE = "four_domain"
+# opd-multi's stopping thresholds tried, largest first (docs/world.md, Calibration)
+STOP_GRID = (0.05, 0.04, 0.03, 0.025, 0.02, 0.015, 0.01)
 
 
 def _run(spec: dict) -> dict:
@@ -112,6 +115,40 @@ def plateau_step(record: dict, domain: str) -> dict:
     return {"steps": steps, "flops": curve[i]["flops"], "accuracy": acc[i], "best": best}
 
 
+def fire_step(kls: list[float], threshold: float, patience: int) -> int | None:
+    """The step (1-based) at which the per-token reverse-KL rule fires on this trace: its `patience`-th
+    step in a row below `threshold`, as `methods.distill` counts it; None if it never does."""
+    below = 0
+    for step, kl in enumerate(kls, 1):
+        below = below + 1 if kl < threshold else 0
+        if below >= patience:
+            return step
+    return None
+
+
+def stop_threshold(opd: dict[str, dict], experts: dict[str, dict], plateaus: dict[str, int], patience: int) -> dict:
+    """opd-multi's distillation stopping rules, replayed on each domain's OPD trace (its rules off, the
+    whole budget run; `opd`, `experts`: domain -> record of the OPD run and of the expert it distils).
+
+    - the reverse-KL threshold: the largest of STOP_GRID at which the rule fires no earlier than that
+      run's plateau step, or never (the budget then ends distillation), on every domain;
+    - the reward rule (the student's sample reward over the last `patience` steps reaches its expert's
+      over the expert's last 3 GRPO steps, `methods.grpo.grpo_phase`'s figure): kept only if it too
+      fires no earlier than every domain's plateau, or never.
+    """
+    fires = {t: {d: fire_step([s["reverse_kl"] for s in r["steps"]], t, patience) for d, r in opd.items()}
+             for t in STOP_GRID}
+    late = lambda fired: all(f is None or f >= plateaus[d] for d, f in fired.items())  # noqa: E731
+    chosen = next((t for t in STOP_GRID if late(fires[t])), None)
+    targets = {d: _mean([s["reward"] for s in experts[d]["steps"][-3:]]) for d in opd}
+    reached = {d: next((i for i in range(patience, len(r["steps"]) + 1)
+                        if _mean([s["reward"] for s in r["steps"][i - patience:i]]) >= targets[d]), None)
+               for d, r in opd.items()}
+    return {"grid": list(STOP_GRID), "patience": patience, "plateau_steps": plateaus,
+            "fires": {repr(t): f for t, f in fires.items()}, "threshold": chosen,
+            "reward_rule": {"targets": targets, "fires": reached, "kept": late(reached)}}
+
+
 def _mean(values: list[float]) -> float | None:
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None
@@ -137,6 +174,11 @@ def criteria(experts: list[dict], opd: list[dict], joint: dict | None, records: 
             for spec in group if spec["domain"] == d for m in [spec["mult"]]}
         for d in domains
     }
+    from methods.distill import DistillConfig
+
+    out["stop_rule"] = stop_threshold({o["domain"]: rec(o) for o in opd if o["mult"] == 1}, x1,
+                                      {d: out["plateau"][d]["opdx1"]["steps"] for d in domains},
+                                      DistillConfig().patience)
     out["transfer"] = {a: {b: x1[a]["final_domain_accuracy"][b] - x1[a]["base_domain_accuracy"][b] for b in domains}
                        for a in domains}
     out["expert_accuracy"] = {d: x1[d]["final_domain_accuracy"][d] for d in domains}

@@ -35,7 +35,7 @@ from bench.run.config import RunConfig, method_config
 from bench.run.phases import phase_runner
 from bench.world import prepare
 from bench.world.hf import local_models
-from bench.world.models import resolve_model, save_model
+from bench.world.models import resolve_model, save_model, state_digest
 
 # Held-out problems per domain whose completions every evaluation keeps (the record's `samples`):
 # the same fixed prompts each time, so a reader can watch one answer change over training.
@@ -60,6 +60,7 @@ class Runner:
         self._milestones = config.milestones
         self._next_milestone = 0  # index into self._milestones
         self._wall_offset = 0.0
+        self._last_eval: tuple[str, dict] | None = None  # (weights digest, result) of the last evaluation
         # per-step trace (steps.jsonl): rows written, steps per ledger phase, the largest step's FLOPs
         self._trace = {"rows": 0, "phase_steps": {}, "max_step_flops": 0.0, "last_flops": 0.0}
 
@@ -283,8 +284,15 @@ class Runner:
         self.tracker.step(row)
 
     def _evaluate(self, ctx: RunContext, label: str, **extra: str) -> None:
-        # the point keeps its sample completions in curve.jsonl; the record lists them apart (`samples`)
-        result = self.evaluator.evaluate(ctx.student, samples_per_domain=SAMPLES_PER_DOMAIN)
+        # Greedy evaluation is a function of the weights: while they are unchanged (opd-multi's student
+        # during its experts' training) the last result stands for this point too.
+        digest = state_digest(ctx.student._model)
+        if self._last_eval is not None and self._last_eval[0] == digest:
+            result = self._last_eval[1]
+        else:
+            # the point keeps its sample completions in curve.jsonl; the record lists them apart (`samples`)
+            result = self.evaluator.evaluate(ctx.student, samples_per_domain=SAMPLES_PER_DOMAIN)
+            self._last_eval = (digest, result)
         point = {
             "flops": ctx.spent_flops,
             "wall_s": round(self._wall_offset + time.perf_counter() - self._t0, 3),

@@ -73,14 +73,19 @@ class Profile:
         return dict(self.method_defaults).get(method, ())
 
 
-def learning_rates(grpo: float, distill: float) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
-    """`method_defaults` giving every built-in method's GRPO steps the rate `grpo` and its
-    distillation steps the rate `distill`."""
+def calibrated(grpo: float, distill: float, kl_threshold: float | None = None, reward_rule: bool = True
+               ) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """`method_defaults` giving every built-in method's GRPO steps the rate `grpo`, its distillation
+    steps the rate `distill` and its distillation stopping rule, where given, the per-token reverse-KL
+    threshold `kl_threshold` (nats) and, with `reward_rule=False`, no accuracy rule."""
     g, d = ("lr", repr(grpo)), ("lr", repr(distill))
+    stop = (() if kl_threshold is None else (("distill.kl_threshold", repr(kl_threshold)),)) + (
+        () if reward_rule else (("distill.use_reward_rule", "false"),))
     nest = lambda prefix, kv: (f"{prefix}.{kv[0]}", kv[1])  # noqa: E731
-    return (("grpo", (g,)), ("grpo-joint", (g,)), ("opd-multi", (nest("expert", g), nest("distill", d))),
-            ("self-grpo", (nest("stage", g), nest("distill", d))), ("recover", (nest("grpo", g), nest("distill", d))),
-            ("opd-external", (nest("distill", d),)))
+    return (("grpo", (g,)), ("grpo-joint", (g,)), ("opd-multi", (nest("expert", g), nest("distill", d), *stop)),
+            ("self-grpo", (nest("stage", g), nest("distill", d), *stop)),
+            ("recover", (nest("grpo", g), nest("distill", d))),
+            ("opd-external", (nest("distill", d), *stop)))
 
 
 # The direct-answer world: short answers, the ablation of answer length.
@@ -122,8 +127,11 @@ WORKED = Profile(
                         teacher_domain_weights=(("graphs", 1.5),)),
     # GRPO at half the library's rate: in the calibration's first pass (at 5e-4) twice the rate
     # collapsed every domain and the library's own rate ended below its best on three of four
-    # (docs/world.md, Learning rates); distillation keeps the library's rate.
-    method_defaults=learning_rates(grpo=2.5e-4, distill=5e-4),
+    # (docs/world.md, Learning rates); distillation keeps the library's rate. Distillation stops once
+    # the per-token reverse KL stays under 0.03 nat for 3 steps: the largest threshold that, replayed
+    # on the calibration's OPD runs, fires no earlier than any domain's plateau; the accuracy rule,
+    # replayed so, fires on math 10 steps before its plateau, so it is off (docs/world.md, Calibration).
+    method_defaults=calibrated(grpo=2.5e-4, distill=5e-4, kl_threshold=0.03, reward_rule=False),
 )
 
 PROFILES: dict[str, Profile] = {"tiny": WORKED, "direct": DIRECT}

@@ -77,6 +77,21 @@ def _calibration_rows(c: dict) -> list[dict]:
     if gap:
         rows.append(_row("joint GRPO minus expert, per domain (points)", "reported",
                          _per_domain({d: 100 * v for d, v in gap.items()}, "+.1f"), None))
+    stop = c.get("stop_rule")
+    if stop:
+        chosen = stop["threshold"]
+        fires = stop["fires"].get(repr(chosen), {}) if chosen is not None else {}
+        measured = "none of the grid" if chosen is None else f"{chosen:g} nat; fires at step " + ", ".join(
+            f"{d} {'never' if f is None else f} (plateau {stop['plateau_steps'][d]})" for d, f in fires.items())
+        rows.append(_row(f"distillation stopping threshold (per-token reverse KL, {stop['patience']} steps)",
+                         "the largest that fires no earlier than every domain's OPD plateau", measured, None))
+        reward = stop.get("reward_rule")
+        if reward:
+            fired = ", ".join(f"{d} {'never' if f is None else f} (plateau {stop['plateau_steps'][d]})"
+                              for d, f in reward["fires"].items())
+            rows.append(_row("distillation accuracy rule (student's sample reward reaches its expert's)",
+                             "kept if it fires no earlier than every domain's OPD plateau",
+                             f"{'kept' if reward['kept'] else 'off'}; fires at step {fired}", None))
     rollout = c.get("rollout_share")
     if rollout is not None:
         rows.append(_row("rollout share of counted FLOPs", ">= 20%", f"{rollout:.0%}", rollout >= 0.2))

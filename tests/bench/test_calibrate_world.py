@@ -3,6 +3,7 @@ finishes, and each criterion it writes is what the runs' own records say."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -13,6 +14,9 @@ import pytest
 from bench.world.regime import _calibration_rows
 
 ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("calibrate_world", ROOT / "benchmarks" / "calibrate_world.py")
+calibrate_world = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(calibrate_world)
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +63,43 @@ def test_the_regime_table_reads_it(calibration):
     names = {r["criterion"] for r in rows}
     assert {"completion share of update tokens", "GRPO groups with zero advantage (expert training)"} <= names
     assert all(r["met"] in (True, False, None) for r in rows)
+
+
+def test_the_stopping_rule_fires_on_its_patience_th_step_in_a_row_below_the_threshold():
+    kls = [0.1, 0.01, 0.01, 0.2, 0.01, 0.01, 0.01, 0.01]
+    assert calibrate_world.fire_step(kls, 0.05, 3) == 7
+    assert calibrate_world.fire_step(kls, 0.05, 2) == 3
+    assert calibrate_world.fire_step(kls, 0.005, 1) is None
+
+
+def test_the_stopping_threshold_is_the_largest_that_fires_no_earlier_than_each_plateau(calibration):
+    """Replayed from the OPD runs' own traces: the chosen threshold fires at or after every domain's
+    plateau (or never), and every larger one of the grid fires before some domain's plateau."""
+    result, runs = calibration
+    rule = result["criteria"]["stop_rule"]
+    kls = {d: [s["reverse_kl"] for s in record(runs, f"opd-{d}-x1")["steps"]] for d in result["criteria"]["domains"]}
+    plateaus = {d: result["criteria"]["plateau"][d]["opdx1"]["steps"] for d in kls}
+    assert rule["plateau_steps"] == plateaus and rule["patience"] == 3
+
+    def late(threshold):
+        fires = {d: calibrate_world.fire_step(k, threshold, 3) for d, k in kls.items()}
+        return all(f is None or f >= plateaus[d] for d, f in fires.items())
+
+    chosen = rule["threshold"]
+    larger = [t for t in rule["grid"] if chosen is None or t > chosen]
+    assert chosen is None or late(chosen)
+    assert not any(late(t) for t in larger)
+
+
+def test_the_accuracy_rule_is_replayed_against_each_experts_last_rewards(calibration):
+    result, runs = calibration
+    rule = result["criteria"]["stop_rule"]["reward_rule"]
+    plateaus = result["criteria"]["stop_rule"]["plateau_steps"]
+    for d, fired in rule["fires"].items():
+        last = [s["reward"] for s in record(runs, f"grpo-{d}-x1")["steps"]][-3:]
+        assert rule["targets"][d] == pytest.approx(sum(last) / len(last))
+        student = [s["reward"] for s in record(runs, f"opd-{d}-x1")["steps"]]
+        pooled = [sum(student[i - 3:i]) / 3 for i in range(3, len(student) + 1)]
+        hit = next((i + 3 for i, r in enumerate(pooled) if r >= rule["targets"][d]), None)
+        assert fired == hit
+    assert rule["kept"] == all(f is None or f >= plateaus[d] for d, f in rule["fires"].items())

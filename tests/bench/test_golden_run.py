@@ -59,3 +59,24 @@ def test_run_matches_its_golden_record(case, fast_profile, tmp_path):
         pytest.skip(f"the golden records are for another CPU; this is {cpu_signature()}")
     for part in ("ledger", "curve", "steps", "method_metrics"):
         assert got[part] == golden[part], part
+
+
+def test_an_unchanged_student_is_evaluated_once(fast_profile, tmp_path, monkeypatch):
+    """While opd-multi trains its experts the student's weights do not move: its milestones reuse the
+    last evaluation (the golden curve above holds the values), and evaluation runs again once
+    distillation changes the weights."""
+    from bench.evaluation import Evaluator
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+
+    calls = []
+    evaluate = Evaluator.evaluate
+    monkeypatch.setattr(Evaluator, "evaluate", lambda self, *a, **k: calls.append(1) or evaluate(self, *a, **k))
+    method, budget, overrides = CASES["opd-multi"]
+    config = RunConfig(method=method, profile=fast_profile.name, budget_flops=budget, runs_dir=tmp_path,
+                       eval_size=16, eval_every=0.25, overrides=tuple(overrides.items()))
+    curve = Runner(config, progress=False).run()["curve"]
+    experts = [p for p in curve if p["ledger_phase"].startswith("expert:")]
+    distilled = [p for p in curve if p["ledger_phase"] == "distill"]
+    assert experts and distilled
+    assert len(calls) == len(curve) - len(experts)

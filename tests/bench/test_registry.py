@@ -95,3 +95,23 @@ def test_a_world_gives_built_in_methods_its_calibrated_rates_beneath_the_users_s
     assert config("opd-multi", "tiny", ("expert.lr", "1e-3")).expert.lr == 1e-3
     assert config("grpo-joint", "direct").lr == GRPOStepConfig().lr
     assert config("opd-external", "direct").distill.lr == DistillStepConfig().lr
+
+
+def test_the_worked_worlds_distillation_stops_by_its_calibrated_rules(tmp_path):
+    """Every built-in method that stops distillation by the per-token reverse-KL rule uses the
+    threshold the world's shipped calibration chose, and the accuracy rule only where the calibration
+    kept it; the direct world keeps the library's rules."""
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+    from bench.world.regime import load_calibration
+    from methods.distill import DistillConfig
+
+    rule = load_calibration("tiny")["criteria"]["stop_rule"]
+    chosen, library = rule["threshold"], DistillConfig()
+    assert chosen is not None and chosen != library.kl_threshold
+    for method in ("opd-multi", "self-grpo", "opd-external"):
+        for profile, expected in (("tiny", (chosen, rule["reward_rule"]["kept"])),
+                                  ("direct", (library.kl_threshold, library.use_reward_rule))):
+            run = Runner(RunConfig(method=method, profile=profile, runs_dir=tmp_path), progress=False)
+            distill = run.method_config.distill
+            assert (distill.kl_threshold, distill.use_reward_rule) == expected, (method, profile)
