@@ -486,11 +486,8 @@ def shipped_profiles() -> list[str]:
     """The worlds `bench reproduce` runs by default: those whose base and teacher are shipped."""
     from bench.world import reference
 
-    def complete(name: str) -> bool:  # a world may ship its base before its teacher
-        meta = reference.manifest(name)
-        return meta is not None and all(info in meta["files"] for _, info in reference.PARTS.values())
-
-    return [name for name in PROFILE_ORDER if complete(name)]
+    # a world may ship its base before its teacher
+    return [name for name in PROFILE_ORDER if all(reference.ships(name, part) for part in reference.PARTS)]
 
 
 def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_run: float):

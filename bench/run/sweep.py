@@ -25,7 +25,7 @@ from bench.registry import reproduce_protocol
 from bench.run.config import RunConfig
 from bench.run.executors import LocalExecutor, SweepExecutor
 from bench.run.runner import Runner
-from bench.world import prepare
+from bench.world import prepare, reference
 from bench.world.profiles import PROFILES
 
 
@@ -81,9 +81,11 @@ def run_sweep(
             todo.append((config, state == "resume"))
     if not todo:
         return result
-    # Prepare once, in this process, before the workers start: they would otherwise race to build it.
+    # Prepare each world's base once, in this process, before the workers start, and its external
+    # teacher where it is shipped (an install); an unshipped teacher (hours of training) is built only
+    # if a run asks for it, under the cache entry's lock.
     for profile in {c.profile for c, _ in todo}:
-        prepare.prepare(PROFILES[profile])
+        prepare.prepare(PROFILES[profile], teacher=reference.ships(profile, "external"))
     executor = executor or LocalExecutor(jobs)
     outcomes = executor.run(todo)
     with Progress(console=console) as bar:

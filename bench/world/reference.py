@@ -38,6 +38,12 @@ def manifest(profile_name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def ships(profile_name: str, part: str) -> bool:
+    """Whether `bench/reference/<profile>/` holds `part` (`student` or `external`), for some recipe."""
+    meta = manifest(profile_name)
+    return meta is not None and PARTS[part][1] in meta["files"]
+
+
 def install(profile_name: str, key: str, folder: Path, part: str, part_key: str | None = None) -> bool:
     """Copy the shipped `part` (`student` or `external`) into `folder` if it was built for this recipe:
     the part's own key (`part_key`) where the manifest records one, else the world's `key`.

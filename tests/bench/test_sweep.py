@@ -28,3 +28,16 @@ def test_sweep_with_a_typo_fails_before_running(tmp_path):
     assert out.exit_code == 2
     assert "did you mean 'opd-multi'" in (out.stderr or out.output)
     assert not any(tmp_path.iterdir())
+
+
+def test_sweep_builds_no_unshipped_teacher_that_no_run_asks_for(tmp_path, monkeypatch):
+    """A world whose external teacher is not shipped has it built on first use: a sweep of GRPO runs
+    prepares the base alone (a teacher can take hours to train)."""
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / "cache"))
+    profile = smoke_profile()
+    args = ["sweep", "--methods", "grpo-joint", "--suites", "math", "--seeds", "1", "--profile", profile.name,
+            "--budget", "2e10", "--runs", str(tmp_path / "runs"), "--jobs", "1"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    prepared = [p.parent for p in (tmp_path / "cache").rglob("prepared.json")]
+    assert prepared and not any((p / "external.json").exists() for p in prepared)
