@@ -16,9 +16,33 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.accounting.ledger import Ledger
-from bench.losses import token_logprobs
+from bench.accounting.ledger import Ledger, current_category, current_phase
 from bench.accounting.metering import meter
+from bench.losses import linear_token_logprobs, token_logprobs
+
+# Architectures whose logits are exactly lm_head(final hidden state): no soft-capping or scaling, so
+# the LM head can be fused with the log-softmax (`Policy.logprobs`).
+FUSED_HEAD_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+LOGIT_CHUNK = 2**25  # logits (rows x vocabulary) alive at a time in the fused head: 128 MiB in fp32
+
+
+def fused_head_supported(model: torch.nn.Module) -> bool:
+    """Whether `model`'s logits are a bias-free linear map of its last hidden state (`FUSED_HEAD_TYPES`)."""
+    config, head = model.config, model.get_output_embeddings()
+    return (getattr(config, "model_type", None) in FUSED_HEAD_TYPES and isinstance(head, torch.nn.Linear)
+            and head.bias is None and not getattr(config, "final_logit_softcapping", None)
+            and not getattr(config, "logit_scale", None))
+
+
+@contextlib.contextmanager
+def _swapped(module: torch.nn.Module, attr: str, replacement: torch.nn.Module):
+    """`module.<attr>` replaced for the block; yields the original."""
+    original = getattr(module, attr)
+    setattr(module, attr, replacement)
+    try:
+        yield original
+    finally:
+        setattr(module, attr, original)
 
 
 @dataclass
@@ -64,6 +88,12 @@ class Policy:
         self._updates = 0
         self._extra: dict = {}
         self._chat = chat  # prompts go through the tokenizer's chat template (hf profile)
+        # Log-probs with gradients: the LM head fused with the log-softmax (None: on CUDA where the
+        # architecture allows it), and the decoder under torch.compile (None: on CUDA), this backend.
+        self.fused_head: bool | None = None
+        self.compile_body: bool | None = None
+        self.compile_backend = "inductor"
+        self._compiled: torch.nn.Module | None = None
         meter(self._model, self.name, self._ledger)
         if not self._trainable:
             self._model.requires_grad_(False)
@@ -124,17 +154,66 @@ class Policy:
 
         With `keep`, only the last `keep` positions get theirs (the rest are 0): the LM head and the
         log-softmax then run on `keep` + 1 positions instead of T, which is most of the cost of a long
-        prompt under a large vocabulary. Callers pass the completion's width.
+        prompt under a large vocabulary. Callers pass the completion's width. With gradients, the
+        decoder may run compiled and the LM head fused with the log-softmax (`fuses_head`,
+        `compiles_body`): the same log-probs and gradients, without [B, keep + 1, V] fp32 logits.
         """
         device = self.device
-        input_ids = input_ids.to(device)
+        input_ids, mask = input_ids.to(device), attention_mask.to(device)
         width = input_ids.shape[1]
-        if keep is None or keep + 1 >= width:
-            logits = self._model(input_ids=input_ids, attention_mask=attention_mask.to(device)).logits
-            return token_logprobs(logits, input_ids)
-        mask = attention_mask.to(device)
-        logits = self._model(input_ids=input_ids, attention_mask=mask, logits_to_keep=keep + 1).logits  # [B, keep+1, V]
-        return F.pad(token_logprobs(logits, input_ids[:, -(keep + 1):])[:, 1:], (width - keep, 0))
+        kept = width if keep is None or keep + 1 >= width else keep + 1  # positions that get logits
+        call = dict(input_ids=input_ids, attention_mask=mask)
+        if kept < width:
+            call["logits_to_keep"] = kept
+        training = torch.is_grad_enabled()
+        with contextlib.ExitStack() as stack:
+            if training and self.compiles_body:
+                stack.enter_context(_swapped(self._model, self._model.base_model_prefix, self._compiled_body()))
+            if not (training and self.fuses_head):
+                logits = self._model(**call).logits  # [B, kept, V]
+                picked = token_logprobs(logits, input_ids[:, width - kept:])  # [B, kept]
+            else:
+                head = stack.enter_context(_swapped(self._model, "lm_head", torch.nn.Identity()))
+                hidden = self._model(**call).logits  # [B, kept, d]: the metered call, its head skipped
+                picked = self._fused_logprobs(hidden, head.weight, input_ids[:, width - kept:])
+        return picked if kept == width else F.pad(picked[:, 1:], (width - kept + 1, 0))
+
+    @property
+    def fuses_head(self) -> bool:
+        if self.fused_head is not None:
+            return self.fused_head
+        return self.device.type == "cuda" and fused_head_supported(self._model)
+
+    @property
+    def compiles_body(self) -> bool:
+        return self.compile_body if self.compile_body is not None else self.device.type == "cuda"
+
+    def _compiled_body(self) -> torch.nn.Module:
+        """The decoder stack under torch.compile (built once; shapes go dynamic after their first change)."""
+        if self._compiled is None:
+            self._compiled = torch.compile(getattr(self._model, self._model.base_model_prefix),
+                                           backend=self.compile_backend, dynamic=None)
+        return self._compiled
+
+    def _fused_logprobs(self, hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """`token_logprobs` of ids [B, S] from hidden states [B, S, d] and the LM head's weight, fused.
+
+        Every position gets its head row, the last one too (its target is a placeholder and its
+        log-prob dropped), exactly the work the meter charged for the call; the backward's
+        recomputation of the head is one more LM-head forward, charged here as `update`.
+        """
+        batch, positions, dim = hidden.shape
+        targets = F.pad(ids[:, 1:], (0, 1))  # [B, S]: position t predicts token t + 1
+        phase, category, per_row = current_phase(), current_category(), 2 * weight.numel()
+
+        def charge(rows: int) -> None:
+            self._ledger.charge(model=self.name, flops=per_row * rows, tokens=0, kind="update",
+                                phase=phase, category=category)
+
+        chunk = max(1, LOGIT_CHUNK // weight.shape[0])
+        out = linear_token_logprobs(hidden.reshape(-1, dim), weight, targets.reshape(-1), chunk=chunk,
+                                    on_recompute=charge)
+        return F.pad(out.view(batch, positions)[:, :-1], (1, 0))  # [B, S], as token_logprobs
 
     # -- training -------------------------------------------------------------------------------
     def step(

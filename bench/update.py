@@ -152,7 +152,9 @@ def run_update(
         raise ValueError(f"need logits in (completion, all), order in (length, batch) and epochs >= 1, "
                          f"got {logits!r}, {order!r}, {epochs!r}")
     mask = batch.completion_mask.to(policy.device)  # [B, T]
-    buckets = length_buckets(batch.attention_mask, vocab=policy.vocab_size, keep_order=order == "batch")
+    # a fused head holds one chunk of logits at a time, whatever the bucket
+    vocab = 1 if policy.fuses_head else policy.vocab_size
+    buckets = length_buckets(batch.attention_mask, vocab=vocab, keep_order=order == "batch")
     weights = bucket_weights(buckets, mask, weighting)
     stats: dict[str, float] = {}
     with policy._clock("update"):

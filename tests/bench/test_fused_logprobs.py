@@ -1,0 +1,107 @@
+"""The fused LM head + log-softmax and the compiled decoder of `Policy.logprobs`: the same log-probs and
+gradients as the eager path (fp32 on the CPU), every FLOP still charged, and few recompilations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench import update
+from bench.accounting.audit import audited
+from bench.accounting.ledger import Ledger
+from bench.losses import linear_token_logprobs, sft_loss, token_logprobs
+from bench.policy import Policy, fused_head_supported
+from bench.world.models import TINY_SPECS, build_tiny
+
+PROMPTS = ["12+7=", "r:abcd>", "305-9=", "c:a:abaca>", "4+4=", "s:qwzx>"]
+TARGETS = ["1+2=3#19", "dcba#dcba", "296", "3", "8+0=8#8", "qwxz"]
+
+
+def _policy(family: str = "tiny-llama") -> Policy:
+    torch.manual_seed(0)
+    model, tokenizer = build_tiny(TINY_SPECS[family])
+    return Policy("student", model, tokenizer, ledger=Ledger())
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
+def test_the_fused_head_gives_token_logprobs_values_and_gradients(chunk):
+    torch.manual_seed(1)
+    hidden = torch.randn(2, 7, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(11, 16, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(0, 11, (2, 7))
+    upstream = torch.randn(2, 7, dtype=torch.float64)
+
+    eager = token_logprobs(hidden @ weight.T, ids)  # [2, 7]: the unfused reference
+    (eager * upstream).sum().backward()
+    want = eager.detach(), hidden.grad.clone(), weight.grad.clone()
+    hidden.grad, weight.grad = None, None
+
+    rows = []
+    targets = torch.nn.functional.pad(ids[:, 1:], (0, 1)).reshape(-1)
+    out = linear_token_logprobs(hidden.reshape(-1, 16), weight, targets, chunk=chunk, on_recompute=rows.append)
+    fused = torch.nn.functional.pad(out.view(2, 7)[:, :-1], (1, 0))
+    (fused * upstream.float()).sum().backward()
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(fused, want[0].float(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(hidden.grad, want[1], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(weight.grad, want[2], rtol=1e-6, atol=1e-6)
+    assert rows == [14]  # the backward recomputed the head once over every row
+
+
+@pytest.mark.parametrize("keep", [None, 4])
+def test_policy_logprobs_fused_equal_eager_in_fp32(keep):
+    """The metered policy's log-probs and parameter gradients, fused head or not (tied embeddings: the
+    head's gradient lands on the embedding)."""
+    batch = update.supervised_batch(_policy(), PROMPTS, TARGETS)
+    results = []
+    for fused in (False, True):
+        policy = _policy()
+        assert fused_head_supported(policy._model) and policy._model.config.tie_word_embeddings
+        policy.fused_head = fused
+        lp = policy.logprobs(batch.input_ids, batch.attention_mask, keep=keep)
+        sft_loss(lp, batch.completion_mask).backward()
+        grads = {n: p.grad.clone() for n, p in policy._model.named_parameters()}
+        results.append((lp.detach(), grads))
+    (lp_eager, g_eager), (lp_fused, g_fused) = results
+    torch.testing.assert_close(lp_fused, lp_eager, rtol=1e-5, atol=1e-6)
+    assert g_eager.keys() == g_fused.keys()
+    for name in g_eager:
+        torch.testing.assert_close(g_fused[name], g_eager[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_fused_update_is_charged_every_flop_it_runs():
+    """FlopCounterMode over a whole update: the fused head's backward recomputes the head, one more
+    LM-head forward over every position, and that is exactly what the ledger charges beyond the eager
+    update (itself within the audit's tolerance of its instrumented count)."""
+    charged, counted = {}, {}
+    for fused in (False, True):
+        policy = _policy("tiny-qwen2")
+        policy.fused_head = fused
+        with audited(policy._ledger, "student") as result:
+            update.sft_step(policy, PROMPTS, TARGETS, lr=1e-3)
+        assert abs(result.rel_diff) < 0.02
+        charged[fused], counted[fused] = result.charged_flops, result.instrumented_flops
+    batch = update.supervised_batch(policy, PROMPTS, TARGETS)
+    recompute = 2 * policy._model.config.vocab_size * policy._model.config.hidden_size * batch.input_ids.numel()
+    assert counted[True] - counted[False] == recompute
+    assert charged[True] - charged[False] == recompute
+
+
+def test_the_compiled_decoder_gives_the_same_logprobs_and_recompiles_a_few_times():
+    """Batches of five shapes through the compiled decoder (the `eager` backend: dynamo's tracing and
+    guards without code generation): eager log-probs, and shapes go dynamic after one recompilation."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    eager, compiled = _policy(), _policy()
+    compiled.compile_body, compiled.compile_backend = True, "eager"
+    for rows, targets in [(2, TARGETS), (3, TARGETS), (6, TARGETS), (4, [t * 2 for t in TARGETS]), (5, TARGETS)]:
+        batch = update.supervised_batch(eager, PROMPTS[:rows], targets[:rows])
+        want = eager.logprobs(batch.input_ids, batch.attention_mask)
+        got = compiled.logprobs(batch.input_ids, batch.attention_mask)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert compiled._compiled is not None
+    assert 1 <= torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 3
+    # outside the update the decoder runs uncompiled, and the model's own module tree is untouched
+    assert type(getattr(compiled._model, compiled._model.base_model_prefix)).__name__ != "OptimizedModule"
