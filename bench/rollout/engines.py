@@ -6,10 +6,11 @@ Importing this module does not import vLLM: `VLLMRollout` imports it when it bui
 from __future__ import annotations
 
 from bench.rollout.base import RolloutBackend
+from bench.rollout.graphs import GraphRollout
 from bench.rollout.torch_engine import TorchRollout
 from bench.rollout.vllm_engine import VLLMRollout, vllm_missing
 
-__all__ = ["ROLLOUT_BACKENDS", "RolloutBackend", "make_backend", "vllm_missing"]
+__all__ = ["ROLLOUT_BACKENDS", "GraphRollout", "RolloutBackend", "TorchRollout", "make_backend", "vllm_missing"]
 
 ROLLOUT_BACKENDS = ("torch", "vllm")
 
@@ -20,6 +21,6 @@ def make_backend(name: str) -> RolloutBackend:
         return VLLMRollout()
     if name != "torch":
         raise ValueError(f"unknown rollout backend {name!r}; known: {', '.join(ROLLOUT_BACKENDS)}")
-    return TorchRollout()
+    return GraphRollout()  # TorchRollout, with a static cache and CUDA-graph decode steps on CUDA
 
 

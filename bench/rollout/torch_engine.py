@@ -35,12 +35,14 @@ def sample_next(
     top_p: float = 1.0,
     greedy: bool = False,
     generator: torch.Generator | None = None,
+    uniform: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row from `logits` [A, V]; returns tokens [A] (int64) and their log-probs [A].
 
     The log-probs are under log_softmax(logits) (temperature 1, no truncation), see `RolloutBatch`.
     Top-p keeps the smallest set of most likely tokens (of the tempered distribution) whose mass
-    reaches top_p, always at least one.
+    reaches top_p, always at least one. The draw is one uniform per row, from `generator`, or
+    `uniform` [A, 1] where given (drawn beforehand, as a captured CUDA graph needs).
     """
     logits = logits.float()
     logp = torch.log_softmax(logits, dim=-1)  # [A, V]
@@ -60,7 +62,9 @@ def sample_next(
             weights = weights.masked_fill(cdf - weights >= top_p * cdf[:, -1:], 0.0)
         cdf = weights.cumsum(dim=-1)  # [A, V]
         # drawn where the generator lives (a CPU generator can drive a CUDA model)
-        uniform = torch.rand(cdf.shape[0], 1, generator=generator, device=generator.device if generator else cdf.device)
+        if uniform is None:
+            uniform = torch.rand(cdf.shape[0], 1, generator=generator,
+                                 device=generator.device if generator else cdf.device)
         draw = uniform.to(cdf.device) * cdf[:, -1:]
         # right=True skips zero-mass entries; cdf.argmax is the last one with mass, which a draw
         # rounded up to the total would otherwise overshoot

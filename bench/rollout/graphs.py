@@ -1,0 +1,240 @@
+"""The rollout engine on CUDA: `TorchRollout`'s plan and prefill, then decoding from a static KV cache
+with each step captured once as a CUDA graph and replayed.
+
+`GraphRollout` is what `bench run --rollout torch` uses. On a CPU, or for an architecture it does not
+know, it is `TorchRollout` exactly. On CUDA, for Llama-style decoders (`GRAPH_TYPES`):
+
+- the prompts are planned, bucketed and prefilled as by `TorchRollout` (the `n` samples of a prompt
+  share its prefill), through the model's metered forward;
+- the KV cache is one preallocated buffer per layer, [rows, kv heads, capacity, head dim], kept
+  across calls; the rows decoding together are always its first A rows;
+- a decode step (embedding, every layer, the LM head and sampling on the GPU) runs on static shapes:
+  the running rows padded up to a row bucket (a power of two) and the keys attended up to a key
+  bucket (a multiple of `key_bucket`), masked where they are padding or not written yet. Each
+  (model, rows, keys) step is captured as a CUDA graph on first use and replayed after;
+- finished rows are compacted (the last running rows move into their slots), so the batch shrinks
+  into smaller row buckets without recompiling anything; sampling draws the same uniforms in the
+  same order as `TorchRollout`, so the two engines sample the same tokens from the same logits.
+
+A replayed graph runs no forward hook, so each replay is charged analytically, exactly what the
+meter charges for the same step run eagerly: `FlopSpec.forward_flops(1, keys - 1, 1, batch=rows)`,
+the bucket's rows and keys included (padding rows and masked keys are computed, so they are charged).
+`graphs=False` runs the same static step eagerly (the CPU tests: tokens against `TorchRollout`, the
+charge against the FLOP counter).
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+
+import torch
+
+from bench.accounting.flops import FlopSpec
+from bench.accounting.metering import charge_outside
+from bench.rollout.torch_engine import TorchRollout, _Chunk, sample_next
+
+GRAPH_TYPES = ("llama", "qwen2")  # Llama-style decoders whose layers `_static_step` runs as HF does
+
+
+def graph_supported(model: torch.nn.Module) -> bool:
+    """Whether `GraphRollout` can run `model`'s decode step itself (else it decodes as `TorchRollout`)."""
+    config = model.config
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    # dynamic and long RoPE change their frequencies with the sequence length, on the host
+    static_rope = not any(kind in str(rope.get("rope_type", "default")) for kind in ("dynamic", "longrope"))
+    return (getattr(config, "model_type", None) in GRAPH_TYPES and not getattr(config, "use_sliding_window", False)
+            and static_rope and hasattr(model, "lm_head"))
+
+
+def _bucket(value: int, step: int) -> int:
+    """`value` rounded up to a power of two (step 0) or to a multiple of `step`."""
+    return 1 << (value - 1).bit_length() if step == 0 else -(-value // step) * step
+
+
+class _Static:
+    """The static tensors every captured step reads and writes: one set per engine, reused across calls."""
+
+    def __init__(self, model: torch.nn.Module, rows: int, capacity: int) -> None:
+        config, device, dtype = model.config, model.device, next(model.parameters()).dtype
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        shape = (rows, kv_heads, capacity, head_dim)
+        # zeros, not empty: masked keys' values still enter the attention matmul (as 0 x value)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.valid = torch.zeros(rows, capacity, dtype=torch.bool, device=device)  # keys a row attends
+        self.tokens = torch.zeros(rows, dtype=torch.long, device=device)  # fed this step
+        self.positions = torch.zeros(rows, dtype=torch.long, device=device)
+        self.write = torch.zeros(1, dtype=torch.long, device=device)  # the cache column written this step
+        self.uniform = torch.zeros(rows, 1, device=device)  # one draw per row, filled before a replay
+        self.next_tokens = torch.zeros(rows, dtype=torch.long, device=device)  # outputs
+        self.next_logprobs = torch.zeros(rows, device=device)
+        self.rows, self.capacity, self.device, self.dtype = rows, capacity, device, dtype
+
+    def fits(self, model: torch.nn.Module, rows: int, capacity: int) -> bool:
+        return (rows <= self.rows and capacity <= self.capacity and model.device == self.device
+                and next(model.parameters()).dtype == self.dtype
+                and len(self.keys) == model.config.num_hidden_layers and self.keys[0].shape[1] == (
+                    getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads))
+
+    def compact(self, holes: torch.Tensor, fillers: torch.Tensor) -> None:
+        """Move rows `fillers` into rows `holes` (finished rows leave the running prefix)."""
+        if holes.numel():
+            for buffer in (*self.keys, *self.values, self.valid, self.positions):
+                buffer[holes] = buffer[fillers]
+
+
+class GraphRollout(TorchRollout):
+    """`TorchRollout` with a static KV cache and CUDA-graph decode steps on CUDA (see the module docstring).
+
+    `graphs`: None captures graphs on CUDA only; False runs the static step eagerly; `static`: None
+    uses the static cache on CUDA only (True: on any device, for tests; False: never, i.e. `TorchRollout`).
+    """
+
+    def __init__(self, max_rows: int = 1024, max_pad_tokens: int = 16, *, key_bucket: int = 128,
+                 static: bool | None = None, graphs: bool | None = None) -> None:
+        super().__init__(max_rows=max_rows, max_pad_tokens=max_pad_tokens)
+        if key_bucket < 1:
+            raise ValueError(f"key_bucket must be >= 1, got {key_bucket}")
+        self.key_bucket, self.static, self.graphs = key_bucket, static, graphs
+        self._buffers: _Static | None = None
+        self._captured: dict[tuple, tuple[torch.cuda.CUDAGraph, weakref.ref]] = {}
+        self._pool = None
+
+    def _uses_static(self, model: torch.nn.Module) -> bool:
+        wanted = self.static if self.static is not None else model.device.type == "cuda"
+        return wanted and graph_supported(model)
+
+    def _decode(self, model, prompt_ids, group, width, max_new, eos_id, sampling) -> _Chunk:
+        if not self._uses_static(model):
+            return super()._decode(model, prompt_ids, group, width, max_new, eos_id, sampling)
+        device, index = model.device, [i for unit in group for i in unit]
+        plens = torch.tensor([len(prompt_ids[i]) for i in index], device=device).repeat_interleave(width)  # [R]
+        longest = int(plens.max())
+        cache, logits = self._prefill(model, prompt_ids, group, width, longest + max_new - 1)
+        rows = logits.shape[0]
+        static = self._static_for(model, _bucket(rows, 0), _bucket(longest + max_new, self.key_bucket))
+        pad = longest - plens  # [R]
+        cols = torch.arange(static.capacity, device=device)[None, :]
+        static.valid[:rows] = (cols >= pad[:, None]) & (cols < longest)
+        for layer, k, v in zip(cache.layers, static.keys, static.values):
+            k[:rows, :, :longest], v[:rows, :, :longest] = layer.keys, layer.values
+        del cache  # the prefill's own buffers: the static ones hold its keys now
+        tokens = torch.full((rows, max_new), -1, dtype=torch.long, device=device)
+        logprobs = torch.zeros(rows, max_new, device=device)
+        lengths = torch.full((rows,), max_new, dtype=torch.long, device=device)
+        finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        alive = torch.arange(rows, device=device)  # original row of each running sequence (the prefix)
+        tok, lp = sample_next(logits, **sampling)  # the first token, from the prefill's logits
+        static.positions[:rows] = plens
+        for step in range(max_new):
+            tokens[alive, step], logprobs[alive, step] = tok, lp
+            stop = tok == eos_id  # [A]
+            if bool(stop.any()):
+                lengths[alive[stop]], finished[alive[stop]] = step + 1, True
+                if bool(stop.all()) or step + 1 == max_new:
+                    break
+                keep = ~stop
+                count = int(keep.sum())
+                holes = stop[:count].nonzero().squeeze(1)
+                fillers = keep[count:].nonzero().squeeze(1) + count
+                static.compact(holes, fillers)
+                order = torch.arange(count, device=device)
+                order[holes] = fillers
+                alive, tok = alive[order], tok[order]
+            if step + 1 == max_new:
+                break
+            tok, lp = self._replay(model, static, tok, longest + step, sampling)
+        return _Chunk(index, tokens, logprobs, lengths, finished)
+
+    def _static_for(self, model: torch.nn.Module, rows: int, capacity: int) -> _Static:
+        """The engine's static tensors, reallocated (and every captured graph dropped) when too small."""
+        if self._buffers is None or not self._buffers.fits(model, rows, capacity):
+            rows = max(rows, self._buffers.rows if self._buffers else 0)
+            capacity = max(capacity, self._buffers.capacity if self._buffers else 0)
+            self._captured.clear()
+            self._buffers = None  # freed before the new ones are made
+            self._buffers = _Static(model, rows, capacity)
+        return self._buffers
+
+    def _replay(self, model: torch.nn.Module, static: _Static, tok: torch.Tensor, column: int,
+                sampling: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed tok [A] (the running prefix) at cache column `column`; the next tokens and log-probs [A]."""
+        alive = tok.shape[0]
+        rows, keys = _bucket(alive, 0), min(_bucket(column + 1, self.key_bucket), static.capacity)
+        static.tokens[:alive] = tok
+        static.write.fill_(column)
+        if not sampling["greedy"]:  # the draws TorchRollout makes, in its order: one per running row
+            generator = sampling["generator"]
+            static.uniform[:alive] = torch.rand(alive, 1, generator=generator,
+                                                device=generator.device if generator else static.device)
+        options = {k: sampling[k] for k in ("temperature", "top_p", "greedy")}
+        if self.graphs if self.graphs is not None else static.device.type == "cuda":
+            self._graph(model, static, rows, keys, options).replay()
+        else:
+            _static_step(model, static, rows, keys, options)
+        spec = getattr(model, "flop_spec", None) or FlopSpec.from_config(model.config)
+        charge_outside(model, flops=spec.forward_flops(1, keys - 1, 1, batch=rows), tokens=rows, kind="rollout")
+        self.last_stats["forwards"] += 1
+        self.last_stats["decode_tokens"] += alive
+        static.positions[:alive] += 1
+        return static.next_tokens[:alive].clone(), static.next_logprobs[:alive].clone()
+
+    def _graph(self, model: torch.nn.Module, static: _Static, rows: int, keys: int, options: dict):
+        """The captured step for (model, rows, keys, sampling options), captured on first use."""
+        key = (id(model), rows, keys, tuple(sorted(options.items())))
+        found = self._captured.get(key)
+        if found is not None and found[1]() is model:
+            return found[0]
+        # Warm-up on a side stream, then capture. Each run writes the same keys, values and outputs for
+        # the same inputs, so running the step here too leaves the state as one step would.
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                _static_step(model, static, rows, keys, options)
+        torch.cuda.current_stream().wait_stream(stream)
+        self._pool = self._pool or torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            _static_step(model, static, rows, keys, options)
+        self._captured[key] = (graph, weakref.ref(model))
+        return graph
+
+
+def _static_step(model: torch.nn.Module, static: _Static, rows: int, keys: int, options: dict) -> None:
+    """One decode step on static shapes: the first `rows` rows, the first `keys` cache columns.
+
+    Runs the model's own modules (embedding, norms, projections, rotary embedding, MLP, head) as its
+    forward does, with attention over the static cache masked by `static.valid`; writes this step's
+    keys and values at column `static.write` and the sampled tokens and log-probs into the outputs.
+    No host synchronisation, no allocation that depends on data: the step can be captured.
+    """
+    body, config = model.model, model.config
+    rotary = sys.modules[type(body.layers[0].self_attn).__module__].apply_rotary_pos_emb
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    valid = static.valid[:rows]
+    valid.index_fill_(1, static.write, True)  # this step's key is attended from now on
+    mask = valid[:, None, None, :keys]  # [R, 1, 1, C]
+    hidden = body.embed_tokens(static.tokens[:rows, None])  # [R, 1, d]
+    cos, sin = body.rotary_emb(hidden, static.positions[:rows, None])
+    for layer, k_cache, v_cache in zip(body.layers, static.keys, static.values):
+        attn, x = layer.self_attn, layer.input_layernorm(hidden)
+        dim = attn.head_dim
+        q = attn.q_proj(x).view(rows, 1, heads, dim).transpose(1, 2)  # [R, H, 1, D]
+        k = attn.k_proj(x).view(rows, 1, kv_heads, dim).transpose(1, 2)  # [R, H_kv, 1, D]
+        v = attn.v_proj(x).view(rows, 1, kv_heads, dim).transpose(1, 2)
+        q, k = rotary(q, k, cos, sin)
+        k_cache[:rows].index_copy_(2, static.write, k)
+        v_cache[:rows].index_copy_(2, static.write, v)
+        grouped = q.reshape(rows, kv_heads, heads // kv_heads, dim)  # [R, H_kv, H / H_kv, D]
+        scores = torch.matmul(grouped, k_cache[:rows, :, :keys].transpose(-1, -2)) * attn.scaling  # [R, H_kv, g, C]
+        scores = scores.masked_fill(~mask, float("-inf"))
+        out = torch.matmul(scores.softmax(dim=-1), v_cache[:rows, :, :keys])  # [R, H_kv, g, D]
+        hidden = hidden + attn.o_proj(out.reshape(rows, 1, heads * dim))
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    logits = model.lm_head(body.norm(hidden))[:, 0]  # [R, V]
+    tokens, logprobs = sample_next(logits, uniform=static.uniform[:rows], **options)
+    static.next_tokens[:rows], static.next_logprobs[:rows] = tokens, logprobs

@@ -1,0 +1,106 @@
+"""GraphRollout's static decode step, run eagerly on the CPU (`graphs=False`): the same tokens and
+log-probs as TorchRollout, greedy and sampled, and a charge per step that the FLOP counter confirms.
+
+On CUDA the same step is captured as a graph and replayed; replays run no hooks, which is why each
+is charged analytically, and this file proves that charge equal to the instrumented count of the
+step it replays (benchmarks/gpu_check.py repeats the comparison on a GPU).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from bench.accounting.audit import audited
+from bench.accounting.ledger import Ledger
+from bench.accounting.metering import meter
+from bench.rollout.engines import make_backend
+from bench.rollout.graphs import GraphRollout, graph_supported
+from bench.rollout.torch_engine import TorchRollout
+from tests.bench.test_rollout import SMALL_VOCAB, _build, _prompts
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def stopper(request):
+    """12-token vocabulary: EOS (id 1) is sampled often, so rows finish at many different steps."""
+    return _build(request.param, vocab=SMALL_VOCAB)
+
+
+def _same(ours, theirs) -> None:
+    assert ours.completion_ids == theirs.completion_ids
+    assert ours.lengths == theirs.lengths and ours.finished == theirs.finished
+    for a, b in zip(ours.logprobs, theirs.logprobs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("key_bucket", [4, 128])
+@pytest.mark.parametrize("greedy", [True, False])
+def test_static_decoding_samples_what_torch_rollout_samples(stopper, greedy, key_bucket):
+    """Rows finish at different steps (compaction into smaller row buckets), prompts of mixed lengths
+    share decode groups (left padding, masked), and keys are bucketed: the tokens are TorchRollout's."""
+    prompts = _prompts(SMALL_VOCAB)
+    args = dict(n=3, max_new_tokens=20, eos_id=1, pad_id=0, greedy=greedy, temperature=1.0)
+    ours = GraphRollout(max_rows=12, static=True, graphs=False, key_bucket=key_bucket).generate(
+        stopper, prompts, generator=torch.Generator().manual_seed(3), **args)
+    theirs = TorchRollout(max_rows=12).generate(stopper, prompts, generator=torch.Generator().manual_seed(3), **args)
+    assert len(set(ours.lengths)) >= 3  # rows finished at two steps or more: the compaction was exercised
+    _same(ours, theirs)
+
+
+def test_top_p_and_temperature_sample_what_torch_rollout_samples(stopper):
+    prompts = _prompts(SMALL_VOCAB)
+    args = dict(n=4, max_new_tokens=12, eos_id=1, pad_id=0, temperature=0.7, top_p=0.8)
+    ours = GraphRollout(static=True, graphs=False, key_bucket=8).generate(
+        stopper, prompts, generator=torch.Generator().manual_seed(5), **args)
+    theirs = TorchRollout().generate(stopper, prompts, generator=torch.Generator().manual_seed(5), **args)
+    _same(ours, theirs)
+
+
+def test_each_static_step_is_charged_what_the_flop_counter_counts(stopper):
+    """The whole generation under FlopCounterMode (metered prefills, analytic charges for the static
+    steps, padding rows and masked keys included) against the ledger's charge."""
+    ledger = Ledger()
+    meter(stopper, "student", ledger)
+    engine = GraphRollout(static=True, graphs=False, key_bucket=8)
+    try:
+        with audited(ledger, "student") as result:
+            batch = engine.generate(stopper, _prompts(SMALL_VOCAB), n=3, max_new_tokens=16, eos_id=1, pad_id=0,
+                                    generator=torch.Generator().manual_seed(2))
+    finally:
+        from bench.accounting.metering import unmeter
+
+        unmeter(stopper)
+    assert batch.total_tokens > 0 and result.charged_flops > 0
+    assert abs(result.rel_diff) < 1e-9, (result.instrumented_flops, result.charged_flops)
+    # the buckets cost more than the exact work TorchRollout does, and the ledger says so
+    exact = Ledger()
+    meter(stopper, "student", exact)
+    try:
+        TorchRollout().generate(stopper, _prompts(SMALL_VOCAB), n=3, max_new_tokens=16, eos_id=1, pad_id=0,
+                                generator=torch.Generator().manual_seed(2))
+    finally:
+        unmeter(stopper)
+    assert result.charged_flops > exact.counted_flops
+
+
+def test_one_engine_serves_calls_of_growing_size(stopper):
+    """The static buffers grow when a call needs more rows or keys, and keep serving smaller calls."""
+    engine = GraphRollout(static=True, graphs=False, key_bucket=4)
+    prompts = _prompts(SMALL_VOCAB)
+    for n, new in ((1, 4), (3, 20), (2, 8)):
+        args = dict(n=n, max_new_tokens=new, eos_id=1, pad_id=0)
+        _same(engine.generate(stopper, prompts, generator=torch.Generator().manual_seed(n), **args),
+              TorchRollout().generate(stopper, prompts, generator=torch.Generator().manual_seed(n), **args))
+    assert engine._buffers.rows >= 3 * len(prompts) and engine._buffers.capacity >= max(map(len, prompts)) + 20
+
+
+def test_other_architectures_and_the_cpu_decode_as_torch_rollout():
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=SMALL_VOCAB, n_embd=32, n_layer=2, n_head=2)).eval()
+    assert not graph_supported(gpt2)
+    engine = make_backend("torch")
+    assert isinstance(engine, GraphRollout) and not engine._uses_static(_build("llama", SMALL_VOCAB))
+    args = dict(n=2, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
+    prompts = _prompts(SMALL_VOCAB)
+    _same(GraphRollout(static=True).generate(gpt2, prompts, **args), TorchRollout().generate(gpt2, prompts, **args))
+    assert GraphRollout(static=True)._buffers is None
