@@ -76,6 +76,9 @@ TINY_SPECS: dict[str, TinySpec] = {
     "tiny-worked-teacher": TinySpec(layers=6, hidden=256, heads=8, kv_heads=4, ffn=1024, seed=1),
     # about 12M parameters, for benchmarks
     "small-llama": TinySpec(layers=6, hidden=384, heads=6, kv_heads=2, ffn=1024, seed=2),
+    # the GPU learning check (profile `gpu-small`): a ~25M student, a ~118M (4.7x) external teacher
+    "gpu-small": TinySpec(layers=8, hidden=512, heads=8, kv_heads=4, ffn=1536),
+    "gpu-small-teacher": TinySpec(layers=10, hidden=1024, heads=16, kv_heads=8, ffn=2816, seed=1),
 }
 
 

@@ -75,7 +75,7 @@ class Prepared:
     def _load_verified(self, sub: str, name: str, expected: str) -> tuple[Any, Any]:
         """Load a cached model and recompute its weights hash: a damaged cache entry is refused, and
         the hash a record carries is this one, never a copy of what the cache says."""
-        model, tokenizer = load_model(self.folder / sub)
+        model, tokenizer = load_model(self.folder / sub, device=self.profile.device if self.profile else "cpu")
         digest = state_digest(model)
         if digest != expected:
             raise RunError(f"the cached {name} model in {self.folder / sub} is damaged (weights hash {digest}, "
@@ -211,6 +211,11 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
     along its recipe (benchmarks/warmup_curve.py, the recipe's last step) instead of training it
     again, replacing what the cache holds; its warm-up FLOPs come from the checkpoint's ledger rows.
     """
+    if profile.device == "cuda" and not torch.cuda.is_available():
+        raise RunError(f"the {profile.name} world trains and runs on a CUDA GPU and this machine has none; "
+                       f"the CPU worlds are tiny (the default), direct and smoke")
+    if profile.device == "cuda":  # a GPU world trains in fp32 with TF32 matmuls (process-wide)
+        torch.set_float32_matmul_precision("high")
     config = profile.warmup
     checkpoints = checkpoints or {}
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
@@ -243,7 +248,7 @@ def _warmed(profile: Profile, part: str, ledger: Ledger, *, progress: bool, chec
                        f"OUT/step<N>/ with ledger_rows.json)")
     for row in json.loads((checkpoint / "ledger_rows.json").read_text()):
         ledger.charge(**row)
-    model, tokenizer = load_model(checkpoint)
+    model, tokenizer = load_model(checkpoint, device=profile.device)
     model.eval()
     return Policy(part, model, tokenizer, ledger=ledger)
 
@@ -316,10 +321,10 @@ def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_s
         if part == "base":
             return _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
                           ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
-                          progress=progress, on_step=on_step, resume=resume)
+                          progress=progress, on_step=on_step, resume=resume, device=profile.device)
         return _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr, config,
                       ledger, random.Random(config.seed + 1), verbose=True, noise=0.0, progress=progress,
-                      on_step=on_step, resume=resume)
+                      on_step=on_step, resume=resume, device=profile.device)
 
 
 def train_state(policy: Policy, step: int) -> dict:
@@ -329,10 +334,10 @@ def train_state(policy: Policy, step: int) -> dict:
 
 def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config: WarmupConfig,
            ledger: Ledger, rng: random.Random, *, verbose: bool, noise: float, progress: bool,
-           on_step: Any = None, resume: dict | None = None) -> Policy:
+           on_step: Any = None, resume: dict | None = None, device: str = "cpu") -> Policy:
     """`on_step(step, policy)` after every step: a calibration's checkpoints along one run."""
     model, tokenizer = build_tiny(TINY_SPECS[spec_name])
-    policy = Policy(name, model, tokenizer, ledger=ledger)
+    policy = Policy(name, model.to(device), tokenizer, ledger=ledger)
     mix = config.teacher_domain_weights if verbose else config.domain_weights
     weights = {d: w for d, w in mix if d in suite.domains} or None
     sampler = suite.train_sampler(config.seed + (1 if verbose else 0), weights=weights)

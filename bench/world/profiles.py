@@ -67,6 +67,7 @@ class Profile:
     # Settings this world's calibration chose for the built-in methods (docs/world.md): per method,
     # `--set` defaults applied beneath the user's own `--set`; the record's method_config shows them.
     method_defaults: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    device: str = "cpu"  # where a built-in world's models are trained and run (`gpu-small`: cuda)
 
     def defaults_for(self, method: str) -> tuple[tuple[str, str], ...]:
         """The `--set` defaults this world gives `method` (none for a plugin or an uncalibrated world)."""
@@ -164,6 +165,28 @@ PROFILES["direct-smoke"] = replace(
     eval_size=64,
     description="tests: the direct world's tasks and models after a 30-step warm-up, 4e11 FLOPs",
     warmup=replace(DIRECT.warmup, student_steps=30, teacher_steps=30, batch_size=32),
+)
+
+# `gpu-small`: the GPU path's learning check, since no pretrained weights can be had offline: the
+# worked world's tasks at 20-100M parameters (a ~25M student and its experts, a ~118M external
+# teacher, 4.7x), built from scratch on one CUDA GPU by `bench prepare` and trained there in fp32. Its
+# recipe and budget are first guesses, scaled from `tiny`'s (a lower rate for a 19x larger model):
+# benchmarks/gpu_check.py measures the warm-up along one run and the default run, and the recipe is
+# chosen by `tiny`'s base-choosing rule (docs/world.md) from that measurement. No calibrated method
+# settings: the library's rates apply.
+PROFILES["gpu-small"] = replace(
+    WORKED,
+    name="gpu-small",
+    student="gpu-small",
+    teacher="gpu-small-teacher",
+    device="cuda",
+    budget_flops=4e14,  # about as many GRPO steps as tiny's 2e13 buys its 1.3M student
+    eval_size=500,
+    world_version="gpu-small-0",
+    description="the GPU learning check: the worked world's tasks, a ~25M student and ~118M teacher built on one "
+                "CUDA GPU (recipe provisional until measured there)",
+    warmup=replace(WORKED.warmup, student_steps=600, teacher_steps=1500, student_lr=1e-3, teacher_lr=5e-4),
+    method_defaults=(),
 )
 
 # `hf`: real models. The student is `--model PATH` (any local HF causal LM folder), teachers come from

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from bench.cli import app
@@ -26,7 +27,7 @@ def _err(result) -> str:
         (["run", "--method", "grpo", "--budget", "-1e12"], "positive"),
         (["run", "--method", "grpo", "--budget", "inf"], "positive"),
         (["run", "--method", "grpo", "--budget", "nan"], "positive"),
-        (["run", "--method", "grpo", "--profile", "huge"], "known profiles: direct, direct-smoke, hf, smoke, tiny"),
+        (["run", "--method", "grpo", "--profile", "huge"], "known profiles: direct, direct-smoke, gpu-small, hf, smoke, tiny"),
         (["run", "--method", "grpo", "--set", "nonsense"], "key=value"),
         (["run", "--method", "grpo", "--set", "lrr=1"], "did you mean 'lr'"),
         (["run", "--method", "grpo", "--set", "lr=fast"], "expected float"),
@@ -34,6 +35,8 @@ def _err(result) -> str:
         (["sweep", "--methods", "grpo", "--rollout", "jax"], "known rollout backends: torch, vllm"),
         (["list", "widgets"], "methods, profiles, suites"),
         (["flops", "/no/such/model"], "no model folder"),
+        pytest.param(["run", "--method", "opd-multi", "--profile", "gpu-small"], "trains and runs on a CUDA GPU",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
