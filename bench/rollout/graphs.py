@@ -72,11 +72,14 @@ class _Static:
         self.next_logprobs = torch.zeros(rows, device=device)
         self.rows, self.capacity, self.device, self.dtype = rows, capacity, device, dtype
 
-    def fits(self, model: torch.nn.Module, rows: int, capacity: int) -> bool:
-        return (rows <= self.rows and capacity <= self.capacity and model.device == self.device
-                and next(model.parameters()).dtype == self.dtype
-                and len(self.keys) == model.config.num_hidden_layers and self.keys[0].shape[1] == (
-                    getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads))
+    @staticmethod
+    def layout(model: torch.nn.Module) -> tuple:
+        """What the buffers' shapes and placement depend on, besides rows and capacity: the models
+        that share it (a student and its experts) share one set of buffers."""
+        config = model.config
+        return (str(model.device), next(model.parameters()).dtype, config.num_hidden_layers,
+                getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+                getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
     def compact(self, holes: torch.Tensor, fillers: torch.Tensor) -> None:
         """Move rows `fillers` into rows `holes` (finished rows leave the running prefix)."""
@@ -98,7 +101,7 @@ class GraphRollout(TorchRollout):
         if key_bucket < 1:
             raise ValueError(f"key_bucket must be >= 1, got {key_bucket}")
         self.key_bucket, self.static, self.graphs = key_bucket, static, graphs
-        self._buffers: _Static | None = None
+        self._buffers: dict[tuple, _Static] = {}  # by `_Static.layout`: a teacher does not evict the student's
         self._captured: dict[tuple, tuple[torch.cuda.CUDAGraph, weakref.ref]] = {}
         self._pool = None
 
@@ -149,14 +152,17 @@ class GraphRollout(TorchRollout):
         return _Chunk(index, tokens, logprobs, lengths, finished)
 
     def _static_for(self, model: torch.nn.Module, rows: int, capacity: int) -> _Static:
-        """The engine's static tensors, reallocated (and every captured graph dropped) when too small."""
-        if self._buffers is None or not self._buffers.fits(model, rows, capacity):
-            rows = max(rows, self._buffers.rows if self._buffers else 0)
-            capacity = max(capacity, self._buffers.capacity if self._buffers else 0)
-            self._captured.clear()
-            self._buffers = None  # freed before the new ones are made
-            self._buffers = _Static(model, rows, capacity)
-        return self._buffers
+        """The static tensors of `model`'s layout, reallocated (and the graphs captured on them dropped)
+        when a call needs more rows or keys than they hold."""
+        layout = _Static.layout(model)
+        static = self._buffers.get(layout)
+        if static is None or rows > static.rows or capacity > static.capacity:
+            if static is not None:
+                rows, capacity = max(rows, static.rows), max(capacity, static.capacity)
+                self._captured = {k: v for k, v in self._captured.items() if k[0] != layout}
+                del self._buffers[layout]  # freed before the new ones are made
+            static = self._buffers[layout] = _Static(model, rows, capacity)
+        return static
 
     def _replay(self, model: torch.nn.Module, static: _Static, tok: torch.Tensor, column: int,
                 sampling: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,7 +189,7 @@ class GraphRollout(TorchRollout):
 
     def _graph(self, model: torch.nn.Module, static: _Static, rows: int, keys: int, options: dict):
         """The captured step for (model, rows, keys, sampling options), captured on first use."""
-        key = (id(model), rows, keys, tuple(sorted(options.items())))
+        key = (_Static.layout(model), id(model), rows, keys, tuple(sorted(options.items())))
         found = self._captured.get(key)
         if found is not None and found[1]() is model:
             return found[0]

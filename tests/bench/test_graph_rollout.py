@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from bench.accounting.audit import audited
 from bench.accounting.ledger import Ledger
@@ -92,7 +92,8 @@ def test_one_engine_serves_calls_of_growing_size(stopper):
         args = dict(n=n, max_new_tokens=new, eos_id=1, pad_id=0)
         _same(engine.generate(stopper, prompts, generator=torch.Generator().manual_seed(n), **args),
               TorchRollout().generate(stopper, prompts, generator=torch.Generator().manual_seed(n), **args))
-    assert engine._buffers.rows >= 3 * len(prompts) and engine._buffers.capacity >= max(map(len, prompts)) + 20
+    (static,) = engine._buffers.values()
+    assert static.rows >= 3 * len(prompts) and static.capacity >= max(map(len, prompts)) + 20
 
 
 def test_other_architectures_and_the_cpu_decode_as_torch_rollout():
@@ -103,4 +104,20 @@ def test_other_architectures_and_the_cpu_decode_as_torch_rollout():
     args = dict(n=2, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
     prompts = _prompts(SMALL_VOCAB)
     _same(GraphRollout(static=True).generate(gpt2, prompts, **args), TorchRollout().generate(gpt2, prompts, **args))
-    assert GraphRollout(static=True)._buffers is None
+    engine = GraphRollout(static=True)
+    engine.generate(gpt2, prompts, **args)
+    assert not engine._buffers
+
+
+def test_models_of_two_layouts_keep_their_own_buffers(stopper):
+    """A student and a bigger teacher sampling in turn (sft, distillation's evaluations) each decode
+    from their own static cache: neither evicts the other's buffers."""
+    wide = GraphRollout(static=True, graphs=False)
+    torch.manual_seed(1)
+    teacher = LlamaForCausalLM(LlamaConfig(vocab_size=SMALL_VOCAB, hidden_size=96, intermediate_size=128,
+                                           num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=3,
+                                           initializer_range=0.2, bos_token_id=None, eos_token_id=None)).eval()
+    prompts, args = _prompts(SMALL_VOCAB), dict(n=2, max_new_tokens=10, eos_id=1, pad_id=0, greedy=True)
+    for model in (stopper, teacher, stopper):
+        _same(wide.generate(model, prompts, **args), TorchRollout().generate(model, prompts, **args))
+    assert len(wide._buffers) == 2
