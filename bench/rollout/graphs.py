@@ -238,7 +238,8 @@ def _static_step(model: torch.nn.Module, static: _Static, rows: int, keys: int, 
         grouped = q.reshape(rows, kv_heads, heads // kv_heads, dim)  # [R, H_kv, H / H_kv, D]
         scores = torch.matmul(grouped, k_cache[:rows, :, :keys].transpose(-1, -2)) * attn.scaling  # [R, H_kv, g, C]
         scores = scores.masked_fill(~mask, float("-inf"))
-        out = torch.matmul(scores.softmax(dim=-1), v_cache[:rows, :, :keys])  # [R, H_kv, g, D]
+        weights = scores.softmax(dim=-1, dtype=torch.float32).to(v_cache.dtype)  # fp32, as HF's eager attention
+        out = torch.matmul(weights, v_cache[:rows, :, :keys])  # [R, H_kv, g, D]
         hidden = hidden + attn.o_proj(out.reshape(rows, 1, heads * dim))
         hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
     logits = model.lm_head(body.norm(hidden))[:, 0]  # [R, V]
