@@ -32,7 +32,8 @@ import torch
 
 from bench.accounting.flops import FlopSpec
 from bench.accounting.metering import charge_outside
-from bench.rollout.torch_engine import TorchRollout, _Chunk, sample_next
+from bench.rollout.kv import compaction
+from bench.rollout.torch_engine import TorchRollout, _Chunk, decode_loop, sample_next
 
 GRAPH_TYPES = ("llama", "qwen2")  # Llama-style decoders whose layers `_static_step` runs as HF does
 
@@ -124,32 +125,18 @@ class GraphRollout(TorchRollout):
         for layer, k, v in zip(cache.layers, static.keys, static.values):
             k[:rows, :, :longest], v[:rows, :, :longest] = layer.keys, layer.values
         del cache  # the prefill's own buffers: the static ones hold its keys now
-        tokens = torch.full((rows, max_new), -1, dtype=torch.long, device=device)
-        logprobs = torch.zeros(rows, max_new, device=device)
-        lengths = torch.full((rows,), max_new, dtype=torch.long, device=device)
-        finished = torch.zeros(rows, dtype=torch.bool, device=device)
-        alive = torch.arange(rows, device=device)  # original row of each running sequence (the prefix)
-        tok, lp = sample_next(logits, **sampling)  # the first token, from the prefill's logits
         static.positions[:rows] = plens
-        for step in range(max_new):
-            tokens[alive, step], logprobs[alive, step] = tok, lp
-            stop = tok == eos_id  # [A]
-            if bool(stop.any()):
-                lengths[alive[stop]], finished[alive[stop]] = step + 1, True
-                if bool(stop.all()) or step + 1 == max_new:
-                    break
-                keep = ~stop
-                count = int(keep.sum())
-                holes = stop[:count].nonzero().squeeze(1)
-                fillers = keep[count:].nonzero().squeeze(1) + count
-                static.compact(holes, fillers)
-                order = torch.arange(count, device=device)
-                order[holes] = fillers
-                alive, tok = alive[order], tok[order]
-            if step + 1 == max_new:
-                break
-            tok, lp = self._replay(model, static, tok, longest + step, sampling)
-        return _Chunk(index, tokens, logprobs, lengths, finished)
+
+        def drop(stop: torch.Tensor) -> torch.Tensor:
+            holes, fillers, order = compaction(stop)  # as TorchRollout's finished rows leave
+            static.compact(holes, fillers)
+            return order
+
+        def advance(tok: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+            return self._replay(model, static, tok, longest + step, sampling)
+
+        first = sample_next(logits, **sampling)  # the first tokens, from the prefill's logits
+        return _Chunk(index, *decode_loop(rows, max_new, eos_id, first, advance, drop, device))
 
     def _static_for(self, model: torch.nn.Module, rows: int, capacity: int) -> _Static:
         """The static tensors of `model`'s layout, reallocated (and the graphs captured on them dropped)

@@ -148,17 +148,25 @@ def fast_decode_attention(model: torch.nn.Module) -> Iterator[None]:
         model.config._attn_implementation = attention
 
 
+def compaction(stop: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """How rows where `stop` [A] is True leave a running batch: the last running rows move into their
+    slots. Returns holes and fillers (move row fillers[i] into row holes[i], then keep the first A'
+    rows) and order [A'] (int64): new row r is old row order[r]."""
+    keep = ~stop
+    rows = int(keep.sum())
+    holes = stop[:rows].nonzero().squeeze(1)
+    fillers = keep[rows:].nonzero().squeeze(1) + rows
+    order = torch.arange(rows, device=stop.device)
+    order[holes] = fillers
+    return holes, fillers, order
+
+
 def drop_rows(cache: DynamicCache, stop: torch.Tensor) -> torch.Tensor:
     """Remove the rows where `stop` [A] is True from every cache layer, filling holes from the end.
 
     Returns order [A'] (int64): new row r is old row order[r].
     """
-    keep = ~stop
-    rows = int(keep.sum())
-    holes = stop[:rows].nonzero().squeeze(1)
-    fillers = keep[rows:].nonzero().squeeze(1) + rows
+    holes, fillers, order = compaction(stop)
     for layer in cache.layers:
-        layer.compact(holes, fillers, rows)
-    order = torch.arange(rows, device=stop.device)
-    order[holes] = fillers
+        layer.compact(holes, fillers, order.numel())
     return order

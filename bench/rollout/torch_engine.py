@@ -16,7 +16,7 @@ charged for exactly the work done, as kind `rollout`. Speed: `python benchmarks/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -197,26 +197,20 @@ class TorchRollout:
         rows, pad = logits.shape[0], longest - plens  # pad [R]: masked cache positions before each prompt
         cols = torch.arange(longest + max_new, device=device)[None, :]  # [1, P + G]
         mask = (cols >= pad[:, None]).long() if bool(pad.any()) else None  # [R, P + G], None: no padding
-        tokens = torch.full((rows, max_new), -1, dtype=torch.long, device=device)
-        logprobs = torch.zeros(rows, max_new, device=device)
-        lengths = torch.full((rows,), max_new, dtype=torch.long, device=device)
-        finished = torch.zeros(rows, dtype=torch.bool, device=device)
-        alive = torch.arange(rows, device=device)  # original row of each running sequence
-        for step in range(max_new):
-            tok, lp = sample_next(logits, **sampling)  # [A], [A]
-            tokens[alive, step], logprobs[alive, step] = tok, lp
-            stop = tok == eos_id  # [A]
-            if bool(stop.any()):
-                lengths[alive[stop]], finished[alive[stop]] = step + 1, True
-                if bool(stop.all()) or step + 1 == max_new:
-                    break
-                order = drop_rows(cache, stop)  # finished rows leave the running batch
-                alive, tok, plens = alive[order], tok[order], plens[order]
-                mask = mask[order] if mask is not None else None
-            if step + 1 == max_new:
-                break
-            logits = self._step(model, cache, tok, plens + step, mask)
-        return _Chunk(index, tokens, logprobs, lengths, finished)
+        state = {"plens": plens, "mask": mask}
+
+        def drop(stop: torch.Tensor) -> torch.Tensor:
+            order = drop_rows(cache, stop)  # finished rows leave the running batch
+            state["plens"] = state["plens"][order]
+            state["mask"] = state["mask"][order] if state["mask"] is not None else None
+            return order
+
+        def advance(tok: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+            logits = self._step(model, cache, tok, state["plens"] + step, state["mask"])
+            return sample_next(logits, **sampling)
+
+        first = sample_next(logits, **sampling)  # [R], [R]
+        return _Chunk(index, *decode_loop(rows, max_new, eos_id, first, advance, drop, device))
 
     def _step(
         self,
@@ -240,6 +234,37 @@ class TorchRollout:
         kwargs[cache_argument(model)] = cache
         out = model(input_ids=tok[:, None], use_cache=True, position_ids=pos[:, None], **kwargs)
         return out.logits[:, -1]
+
+
+def decode_loop(rows: int, max_new: int, eos_id: int, first: tuple[torch.Tensor, torch.Tensor],
+                advance: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
+                drop: Callable[[torch.Tensor], torch.Tensor], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Decode a group of `rows` sequences until EOS or `max_new` tokens, the engine's work in callbacks.
+
+    `first`: the first tokens and log-probs [R]; `advance(tok, step)` feeds the running rows' tokens
+    [A] at `step` and returns the next ones; `drop(stop)` removes the rows where `stop` [A] is True
+    from the running batch and returns order [A'] (new row r is old row order[r]). Returns tokens
+    [R, G] (-1 after a row stops), log-probs [R, G], lengths [R] and finished [R].
+    """
+    tokens = torch.full((rows, max_new), -1, dtype=torch.long, device=device)
+    logprobs = torch.zeros(rows, max_new, device=device)
+    lengths = torch.full((rows,), max_new, dtype=torch.long, device=device)
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    alive = torch.arange(rows, device=device)  # original row of each running sequence
+    tok, lp = first
+    for step in range(max_new):
+        tokens[alive, step], logprobs[alive, step] = tok, lp
+        stop = tok == eos_id  # [A]
+        if bool(stop.any()):
+            lengths[alive[stop]], finished[alive[stop]] = step + 1, True
+            if bool(stop.all()) or step + 1 == max_new:
+                break
+            order = drop(stop)
+            alive, tok = alive[order], tok[order]
+        if step + 1 == max_new:
+            break
+        tok, lp = advance(tok, step)
+    return tokens, logprobs, lengths, finished
 
 
 def _assemble(prompt_ids: list[list[int]], chunks: list[_Chunk], n: int, width: int) -> RolloutBatch:
