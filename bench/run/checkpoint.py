@@ -4,7 +4,8 @@
     rng.pt        {"generator": the run's sampling generator, "torch": torch's global RNG}
     state.json    {"state": the method's ctx.state, "samplers": positions, "reports": ctx.report()s,
                    "student": the deliverable's name, "ledger_rows", "curve_rows", "next_milestone",
-                   "trace", "wall_s"}: what the ledger, curve and step trace are cut back to on resume;
+                   "trace", "wall_s", "last_eval"}: what the ledger, curve and step trace are cut back to
+                  on resume, and the last evaluation with the digest of the weights it was made on;
                   "hashes": sha256 of policies.pt and rng.pt, and of the first ledger_rows / curve_rows
                   / trace rows lines of ledger.jsonl, curve.jsonl and steps.jsonl
 
@@ -40,6 +41,7 @@ class Checkpoint:
     next_milestone: int
     trace: dict
     wall_s: float
+    last_eval: tuple[str, dict] | None = None  # (weights digest, result) of the last evaluation
 
 
 def folder(run_dir: Path) -> Path:
@@ -47,7 +49,7 @@ def folder(run_dir: Path) -> Path:
 
 
 def save(run_dir: Path, context: dict[str, Any], *, ledger_rows: int, curve_rows: int, next_milestone: int,
-         trace: dict, wall_s: float) -> None:
+         trace: dict, wall_s: float, last_eval: tuple[str, dict] | None = None) -> None:
     """Write a checkpoint of `context` (`RunContext._checkpoint()`) and the runner's position."""
     final = folder(run_dir)
     tmp = final.with_name("latest.tmp")
@@ -71,6 +73,7 @@ def save(run_dir: Path, context: dict[str, Any], *, ledger_rows: int, curve_rows
                 "trace": trace,
                 "reports": context["reports"],
                 "wall_s": wall_s,
+                "last_eval": list(last_eval) if last_eval is not None else None,
                 "hashes": hashes,
             },
         )
@@ -112,7 +115,8 @@ def load(run_dir: Path) -> Checkpoint | None:
             "student_name": meta.get("student"),
         }
         return Checkpoint(context, rng["torch"], meta["ledger_rows"], meta["curve_rows"], meta["next_milestone"],
-                          meta["trace"], meta["wall_s"])
+                          meta["trace"], meta["wall_s"],
+                          tuple(meta["last_eval"]) if meta.get("last_eval") else None)
     except Exception as exc:  # whatever a damaged file raises (EOFError, UnpicklingError, KeyError, ...)
         why = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}".strip()
         raise RunError(f"the checkpoint in {path} is damaged ({why}); cannot resume: start the run again "

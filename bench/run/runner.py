@@ -317,7 +317,7 @@ class Runner:
         rows = self.ledger.flush()
         checkpoint.save(self.dir, ctx._checkpoint(), ledger_rows=rows, curve_rows=len(self.curve),
                         next_milestone=self._next_milestone, trace=self._trace,
-                        wall_s=self._wall_offset + time.perf_counter() - self._t0)
+                        wall_s=self._wall_offset + time.perf_counter() - self._t0, last_eval=self._last_eval)
 
     def _load_checkpoint(self) -> dict | None:
         """The context's keyword arguments from the last checkpoint, with the ledger, curve and step
@@ -337,6 +337,7 @@ class Runner:
         steps = store.read_jsonl(self.dir / "steps.jsonl", keep=self._trace["rows"])
         store.rewrite_jsonl(self.dir / "steps.jsonl", steps)
         self._wall_offset = restored.wall_s
+        self._last_eval = restored.last_eval  # a resumed run skips the same evaluations as a whole one
         torch.set_rng_state(restored.torch_rng)
         return restored.context
 
