@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine:
-#   make run    bench run --method opd-multi --suite math_code on the default (direct) CPU world
+#   make run    bench run --method opd-multi --suite math_code on the default (worked-answer) CPU world
 #   make test   the test suite (installs Debian's chromium for the browser tests if missing, and builds
 #               .venv-vllm, where tests/bench/test_vllm_parity.py checks vLLM rollouts against torch ones)
 VENV ?= .venv

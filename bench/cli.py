@@ -39,10 +39,9 @@ from bench.errors import USER_ERRORS, ReferenceError, os_error_message, unknown
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
 console = Console(soft_wrap=True)  # a long line stays one line in a log, a pipe or a terminal
 err = Console(stderr=True, soft_wrap=True)
-# The command line's world until the worked world (`tiny`) has a calibrated recipe and shipped models:
-# the direct world's base and teacher are shipped, so a first `bench run` takes minutes, not the
-# worked world's hour of warm-up.
-DEFAULT_PROFILE = "direct"
+# The command line's world: the worked world, whose base is shipped, so a first `bench run` of a
+# GRPO-family method takes minutes; its external teacher is built on first use until it is shipped.
+DEFAULT_PROFILE = "tiny"
 PROFILE_ORDER = ("tiny", "direct")  # the worlds `bench reproduce` runs by default, when shipped
 ROLLOUT_HELP = "rollout engine of methods and evaluations: torch, or vllm (the `vllm` extra)"
 
@@ -143,7 +142,7 @@ def run(
     difficulty: str = typer.Option("easy", help="easy, medium or hard"),
     seed: int = typer.Option(0),
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
-    profile: str = typer.Option(DEFAULT_PROFILE, help="world: direct (shipped), tiny (the worked world), smoke, ..."),
+    profile: str = typer.Option(DEFAULT_PROFILE, help="world: tiny (worked answers), direct (short answers), smoke, ..."),
     runs: Path = typer.Option(Path("runs"), "--out", "--runs", help="folder that holds run directories (--runs: the old name)"),
     resume: bool = typer.Option(False, help="continue a killed run from its last checkpoint"),
     set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
@@ -204,12 +203,14 @@ def run(
 
 @app.command()
 def prepare(
-    profile: str = typer.Option(DEFAULT_PROFILE, help="world: direct (shipped), tiny (the worked world), smoke, ..."),
+    profile: str = typer.Option(DEFAULT_PROFILE, help="world: tiny (worked answers), direct (short answers), smoke, ..."),
     check: bool = typer.Option(False, help="rebuild from scratch and compare weights hashes with the shipped models"),
     rebuild: bool = typer.Option(False, help="train from scratch, whatever is shipped or cached"),
     write_reference: bool = typer.Option(False, help="with --rebuild or --from-checkpoint: replace the shipped "
                                           "reference models"),
-    teacher: bool = typer.Option(True, help="also the external teacher (--no-teacher: the base student only)"),
+    teacher: Optional[bool] = typer.Option(None, "--teacher/--no-teacher",
+                                           help="also the external teacher (default: where it is shipped or "
+                                           "already built; --teacher builds it if not)"),
     from_checkpoint: list[str] = typer.Option([], help="PART=DIR: take base or external from a warm-up checkpoint "
                                               "at its recipe's last step (benchmarks/warmup_curve.py) instead of "
                                               "training it again (repeatable)"),
@@ -241,6 +242,13 @@ def prepare(
             prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check, teacher=False,
                                     checkpoints=checkpoints)
             prepared.verify()
+            if teacher is None:  # an unshipped teacher is hours of training: only when asked for
+                teacher = (reference.ships(profile, "external") or prepared.teacher_info() is not None
+                           or (rebuild and not check) or "external" in checkpoints)
+                if not teacher:
+                    console.print(f"{profile}'s external teacher is not shipped: `bench prepare --profile {profile} "
+                                  f"--teacher` builds it (opd-external and sft also build it on first use)",
+                                  highlight=False, soft_wrap=True)
             if teacher:
                 prepared.ensure_teacher(progress=True)
                 prepared.verify()
@@ -421,7 +429,7 @@ def sweep(
     seeds: int = typer.Option(3, help="seeds 0..N-1"),
     difficulty: str = typer.Option("easy"),
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
-    profile: str = typer.Option(DEFAULT_PROFILE, help="world: direct (shipped), tiny (the worked world), smoke, ..."),
+    profile: str = typer.Option(DEFAULT_PROFILE, help="world: tiny (worked answers), direct (short answers), smoke, ..."),
     runs: Path = typer.Option(Path("runs"), "--out", "--runs", help="folder that holds run directories (--runs: the old name)"),
     jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
     executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),

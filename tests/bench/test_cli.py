@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from bench.cli import app
+from bench.cli import DEFAULT_PROFILE, app
 
 runner = CliRunner()
 
@@ -58,7 +58,7 @@ def test_rollout_vllm_without_vllm_says_how_to_get_it(tmp_path):
 
 
 def test_existing_run_dir_is_not_overwritten(tmp_path):
-    run_dir = tmp_path / "grpo__math_code-easy__direct__s0"
+    run_dir = tmp_path / f"grpo__math_code-easy__{DEFAULT_PROFILE}__s0"
     run_dir.mkdir()
     (run_dir / "ledger.jsonl").write_text("precious\n")
     result = runner.invoke(app, ["run", "--method", "grpo", "--runs", str(tmp_path)])
@@ -91,7 +91,7 @@ def test_a_complete_run_run_again_is_a_no_op_that_shows_its_record(tmp_path):
 
 
 def test_a_complete_run_with_unreadable_files_is_refused_and_kept(tmp_path):
-    run_dir = tmp_path / "grpo__math_code-easy__direct__s0"
+    run_dir = tmp_path / f"grpo__math_code-easy__{DEFAULT_PROFILE}__s0"
     run_dir.mkdir()
     (run_dir / "config.json").write_text("{}")
     (run_dir / "summary.json").write_text('{"final_accuracy": 0.5}')

@@ -99,6 +99,16 @@ def test_a_base_shipped_without_its_teacher_installs_and_the_teacher_builds_on_f
         with pytest.raises(RuntimeError, match="built"):
             prep.prepare(student_changed, progress=False, teacher=False)
 
+    # a bare `bench prepare` installs the shipped base and leaves the unshipped teacher (hours of
+    # training in the worked world) to `--teacher` or to the first method that asks for it
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / "cache-4"))
+    with monkeypatch.context() as patch:
+        patch.setattr(prep, "_build_student", lambda *a, **k: pytest.fail("the shipped base was rebuilt"))
+        patch.setattr(prep, "_build_teacher", lambda *a, **k: pytest.fail("an unshipped teacher was built unasked"))
+        result = CliRunner().invoke(app, ["prepare", "--profile", "smoke"])
+    assert result.exit_code == 0, result.output
+    assert "smoke's external teacher is not shipped: `bench prepare --profile smoke --teacher` builds it" in result.output
+
 
 def test_a_warmup_curve_checkpoint_is_the_base_of_that_many_steps_even_when_resumed(tmp_path):
     """benchmarks/warmup_curve.py: with the constant schedule, checkpoint N (saved, evaluated and
