@@ -19,6 +19,8 @@ metrics, never on a gain divided by what a method chose to spend.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,10 +209,24 @@ def claim_external(boards: list[Board]) -> Claim:
     return claim
 
 
+def _ratio_text(value: float) -> str:
+    """A per-run reduction: 0× and ∞× name the arm that never recovered."""
+    if value == 0:
+        return "0× (self-OPD never recovered)"
+    if math.isinf(value):
+        return "∞× (GRPO never recovered)"
+    return f"{value:.1f}×"
+
+
 def _recovery_note(m, est: Estimate) -> str:
     """Per-seed ratios, the prompts the target was checked on, and whether the interval spans 1."""
     per_seed = [(s, v) for s, v in zip(m.seeds, m.per_run["self_teacher_reduction"]) if v is not None and v == v]
-    parts = ["per seed: " + ", ".join(f"seed {s} {v:.1f}×" for s, v in per_seed)] if per_seed else []
+    parts = ["per seed: " + ", ".join(f"seed {s} {_ratio_text(v)}" for s, v in per_seed)] if per_seed else []
+    if any(v == 0 for _, v in per_seed):
+        parts.append("a seed where self-OPD did not reach the target within its cap counts as 0× (it needed more "
+                     "FLOPs than it was given)")
+    if any(math.isinf(v) for _, v in per_seed):
+        parts.append("a seed where GRPO did not reach it counts as ∞×")
     sizes = sorted({int(c) for c in m.per_run["check_size"] if c is not None and c == c})
     if sizes:
         text = "/".join(map(str, sizes))
@@ -239,7 +255,7 @@ def claim_self_teachers(boards: list[Board]) -> Claim:
         if est.value is None:
             continue
         values = [v for v in m.per_run["self_teacher_reduction"] if v is not None and v == v]
-        note = (f"largest single run: {max(values):.1f}x; " if values else "") + _recovery_note(m, est)
+        note = (f"largest single run: {_ratio_text(max(values))}; " if values else "") + _recovery_note(m, est)
         claim.rows.append(_row(b, "recovery FLOPs, GRPO / self-OPD", "up to 50x", est, "ratio",
                                direction(est, 1.0, want_above=True), note))
     return claim

@@ -340,10 +340,19 @@ def length_ratio(mean_length: float | None, reference_mean_length: float | None)
 
 
 def self_teacher_reduction(recovery: Mapping[str, Any] | None) -> float | None:
-    """GRPO's recovery FLOPs / self-OPD's (record["recovery"]); None where either did not recover."""
+    """GRPO's recovery FLOPs / self-OPD's (record["recovery"]). An arm that did not reach the target
+    within its cap needs more FLOPs than it was given, without bound, as a curve that never reaches a
+    target: 0 where only self-OPD failed, inf where only GRPO did; None where neither recovered (or
+    self-OPD needed no step), so that a failed seed counts against the arm that failed, not dropped."""
     if not recovery:
         return None
     grpo, opd = recovery.get("grpo_flops"), recovery.get("opd_flops")
-    if grpo is None or opd is None or opd <= 0:
+    if grpo is None and opd is None:
+        return None
+    if opd is None:
+        return 0.0
+    if grpo is None:
+        return math.inf
+    if opd <= 0:
         return None
     return float(grpo) / float(opd)

@@ -109,7 +109,10 @@ def test_length_ratio_and_self_teacher_reduction():
     assert length_ratio(6.0, 0.0) is None and length_ratio(None, 4.0) is None
     assert self_teacher_reduction({"domain": "math", "grpo_flops": 1e13, "opd_flops": 4e11}) == pytest.approx(25.0)
     assert self_teacher_reduction(None) is None
-    assert self_teacher_reduction({"domain": "math", "grpo_flops": None, "opd_flops": 4e11}) is None
+    # an arm that never reached the target counts against it (infinite FLOPs), it is not dropped
+    assert self_teacher_reduction({"domain": "math", "grpo_flops": None, "opd_flops": 4e11}) == math.inf
+    assert self_teacher_reduction({"domain": "math", "grpo_flops": 1e13, "opd_flops": None}) == 0.0
+    assert self_teacher_reduction({"domain": "math", "grpo_flops": None, "opd_flops": None}) is None
     assert self_teacher_reduction({"domain": "math", "grpo_flops": 1e13, "opd_flops": 0}) is None
 
 
