@@ -2,6 +2,7 @@
 
     run_command(record)      -> "bench run --method opd-multi --suite math_code ... --set lr=0.0005 ..."
     commits(records)         -> [{"commit": "560b4b6…", "records": 33}, {"commit": None, "records": 2}]
+    site_command(records)    -> "bench reproduce --seeds 3 --profile direct --profile tiny"
 
 A run's command names every field of the record's resolved `method_config` with `--set`, not only
 those that differ from today's defaults: defaults may change, the record's values do not. Every
@@ -15,7 +16,13 @@ import shlex
 from collections import Counter
 from typing import Any
 
-SITE_COMMAND = "bench reproduce --seeds 3"  # what the reference leaderboard is built with
+SITE_COMMAND = "bench reproduce --seeds 3"  # what the reference leaderboard is built with, per world
+
+
+def site_command(records: list[dict[str, Any]]) -> str:
+    """The command that rebuilds every record of the site: SITE_COMMAND with each world it shows."""
+    worlds = sorted({str(r["profile"]) for r in records if r.get("profile")})
+    return " ".join([SITE_COMMAND, *(f"--profile {shlex.quote(w)}" for w in worlds)])
 
 
 def budget_text(flops: float) -> str:
