@@ -287,16 +287,17 @@ def frontier(methods: list[MethodResult], budget_flops: float) -> Frontier | Non
     return Frontier(grid, curves, curves[leader, np.arange(grid.size)], names, segments)
 
 
+PROFILE_ORDER = ("tiny", "direct")  # the default world's boards first
 SUITE_ORDER = ("math_code", "four_domain", "math", "code")
 DIFFICULTY_ORDER = ("easy", "medium", "hard")
 
 
 def _board_order(key: BoardKey) -> tuple:
-    """The paper's suites first, then easy -> hard, then anything else by name."""
+    """The default world first, the paper's suites first, then easy -> hard, then anything else by name."""
     def rank(value: str, order: tuple[str, ...]) -> tuple[int, str]:
         return (order.index(value) if value in order else len(order), value)
 
-    return (key.profile, rank(key.suite, SUITE_ORDER), rank(key.difficulty, DIFFICULTY_ORDER), key.suite_version,
+    return (rank(key.profile, PROFILE_ORDER), rank(key.suite, SUITE_ORDER), rank(key.difficulty, DIFFICULTY_ORDER), key.suite_version,
             key.budget_flops)
 
 

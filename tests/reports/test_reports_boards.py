@@ -188,6 +188,7 @@ def test_each_world_gets_its_own_verdict_side_by_side():
     records = make_sweep(2 * 3 * 6, suites=("math_code", "four_domain"), difficulties=("easy",))
     records += make_sweep(2 * 6, suites=("math_code", "four_domain"), difficulties=("easy",), profile="direct")
     boards = build_boards(to_frames(records))
+    assert [b.key.profile for b in boards] == ["tiny", "tiny", "direct", "direct"]  # the default world first
     claims = findings(boards)
     for claim in claims:
         assert claim.world_verdicts == {"tiny": HOLDS, "direct": UNSURE} and claim.verdict == UNSURE
