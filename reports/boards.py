@@ -297,8 +297,8 @@ def _board_order(key: BoardKey) -> tuple:
     def rank(value: str, order: tuple[str, ...]) -> tuple[int, str]:
         return (order.index(value) if value in order else len(order), value)
 
-    return (rank(key.profile, PROFILE_ORDER), rank(key.suite, SUITE_ORDER), rank(key.difficulty, DIFFICULTY_ORDER), key.suite_version,
-            key.budget_flops)
+    return (rank(key.profile, PROFILE_ORDER), rank(key.suite, SUITE_ORDER), rank(key.difficulty, DIFFICULTY_ORDER),
+            key.suite_version, key.budget_flops)
 
 
 def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:

@@ -20,7 +20,6 @@ metrics, never on a gain divided by what a method chose to spend.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from typing import Any
 
