@@ -254,9 +254,11 @@ def prepare(
                 prepared.verify()
     except ReferenceError as exc:
         _fail(str(exc))
-    teacher = prepared.teacher_info() or {}
+    teacher = prepared.teacher_info()
+    built = (f"{teacher.get('wall_s', '?')} s for the external teacher" if teacher is not None
+             else "the external teacher not built")
     console.print(f"prepared {profile}: {prepared.folder} (built in {prepared.info.get('wall_s', '?')} s for the base, "
-                  f"{teacher.get('wall_s', '?')} s for the external teacher)", soft_wrap=True)
+                  f"{built})", soft_wrap=True)
     for line in prep.format_calibration(prepared.calibration()) + format_regime(PROFILES[profile], prepared):
         console.print(line, highlight=False, soft_wrap=True)
     if write_reference:

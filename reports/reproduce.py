@@ -1,11 +1,13 @@
 """How to reproduce what the site shows: the command of each run, the commits of the records, the site's command.
 
-    run_command(record)      -> "bench run --method opd-multi --suite math_code ... --set lr=0.0005 ..."
+    run_command(record)      -> "OMP_NUM_THREADS=1 bench run --method opd-multi --suite math_code ... --set lr=0.0005 ..."
     commits(records)         -> [{"commit": "560b4b6…", "records": 33}, {"commit": None, "records": 2}]
     site_command(records)    -> "bench reproduce --seeds 3 --profile direct --profile tiny"
 
 A run's command names every field of the record's resolved `method_config` with `--set`, not only
-those that differ from today's defaults: defaults may change, the record's values do not. Every
+those that differ from today's defaults: defaults may change, the record's values do not. It sets
+the torch thread count the run had (`provenance.hardware.torch_threads`), since a CPU's float sums,
+and so a run's last digits, change with it. Every
 argument is quoted for a POSIX shell (`shlex.quote`), since names and config values are untrusted:
 a value such as `$(rm -rf ~)` is printed as one quoted word, and Jinja escapes it for the page.
 """
@@ -67,7 +69,10 @@ def run_command(record: dict[str, Any]) -> dict[str, Any]:
         config block for those)]}.
     """
     q = shlex.quote
-    parts = [f"bench run --method {q(record['method'])} --suite {q(record['suite'])} "
+    # the torch thread count the run had: a CPU's sums add up in another order at another count
+    threads = ((record.get("provenance") or {}).get("hardware") or {}).get("torch_threads")
+    env = f"OMP_NUM_THREADS={int(threads)} " if isinstance(threads, int) and threads > 0 else ""
+    parts = [f"{env}bench run --method {q(record['method'])} --suite {q(record['suite'])} "
              f"--difficulty {q(record['difficulty'])}",
              f"--profile {q(record['profile'])} --seed {int(record['seed'])} "
              f"--budget {budget_text(float(record['budget_flops']))}"]

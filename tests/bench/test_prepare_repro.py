@@ -108,6 +108,7 @@ def test_a_base_shipped_without_its_teacher_installs_and_the_teacher_builds_on_f
         result = CliRunner().invoke(app, ["prepare", "--profile", "smoke"])
     assert result.exit_code == 0, result.output
     assert "smoke's external teacher is not shipped: `bench prepare --profile smoke --teacher` builds it" in result.output
+    assert "the external teacher not built)" in result.output
 
 
 def test_a_warmup_curve_checkpoint_is_the_base_of_that_many_steps_even_when_resumed(tmp_path):

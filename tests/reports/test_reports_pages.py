@@ -186,6 +186,10 @@ def test_run_command_quotes_and_reads_back():
     nested = make_record("opd-multi", method_config={"distill": {"lr": 0.001, "steps": 5}, "seed_offset": 2})
     text = run_command(nested)["text"]
     assert "--set distill.lr=0.001 --set distill.steps=5 --set seed_offset=2" in text
+    assert text.startswith("bench run ")  # no thread count recorded: none set
+    provenance = {**record["provenance"], "hardware": {**record["provenance"]["hardware"], "torch_threads": 1}}
+    one_thread = run_command({**record, "provenance": provenance})["text"]
+    assert shlex.split(one_thread.replace("\\\n", " "))[:3] == ["OMP_NUM_THREADS=1", "bench", "run"]
 
 
 def test_samples_are_on_the_method_page_escaped(site):
