@@ -63,6 +63,13 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """OPD-Bench: post-training methods per FLOP."""
 
 
+def _built_in(info: dict, part: str) -> str:
+    """How `part` was had: trained here in so many seconds, or taken from a warm-up checkpoint."""
+    if "from_checkpoint" in info:
+        return f"{part} taken from warm-up checkpoint {info['from_checkpoint']} in {info.get('wall_s', '?')} s"
+    return f"built in {info.get('wall_s', '?')} s for {part}"
+
+
 def _fail(message: str, code: int = 2) -> None:
     from rich.markup import escape
 
@@ -255,10 +262,10 @@ def prepare(
     except ReferenceError as exc:
         _fail(str(exc))
     teacher = prepared.teacher_info()
-    built = (f"{teacher.get('wall_s', '?')} s for the external teacher" if teacher is not None
+    built = (_built_in(teacher, "the external teacher") if teacher is not None
              else "the external teacher not built")
-    console.print(f"prepared {profile}: {prepared.folder} (built in {prepared.info.get('wall_s', '?')} s for the base, "
-                  f"{built})", soft_wrap=True)
+    console.print(f"prepared {profile}: {prepared.folder} ({_built_in(prepared.info, 'the base')}, {built})",
+                  soft_wrap=True)
     for line in prep.format_calibration(prepared.calibration()) + format_regime(PROFILES[profile], prepared):
         console.print(line, highlight=False, soft_wrap=True)
     if write_reference:

@@ -279,6 +279,7 @@ def _build_student(folder: Path, profile: Profile, suite: Any, key: str, *, prog
         "model_hashes": {"base": state_digest(student._model)},
         "calibration": calibrate(student, suite, profile),
         "wall_s": round(time.perf_counter() - started, 1),  # training and calibration, this machine
+        **_checkpoint_note(checkpoint),
     })
 
 
@@ -299,9 +300,16 @@ def _build_teacher(folder: Path, profile: Profile, *, progress: bool, checkpoint
         "model_hash": state_digest(teacher._model),
         "calibration": teacher_calibration(teacher, suite, profile),
         "wall_s": round(time.perf_counter() - started, 1),
+        **_checkpoint_note(checkpoint),
     }
     store.write_json(folder / "external.json", info)
     return info
+
+
+def _checkpoint_note(checkpoint: Path | None) -> dict:
+    """Where a part taken from a warm-up checkpoint came from: its `wall_s` is then loading and
+    calibrating only, not the warm-up's hours."""
+    return {} if checkpoint is None else {"from_checkpoint": Path(checkpoint).name}
 
 
 WARMUP_LEDGER = {"base": ("shared", "warmup"), "external": ("external", "external")}  # category, phase
