@@ -39,8 +39,8 @@ from bench.errors import USER_ERRORS, ReferenceError, os_error_message, unknown
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
 console = Console(soft_wrap=True)  # a long line stays one line in a log, a pipe or a terminal
 err = Console(stderr=True, soft_wrap=True)
-# The command line's world: the worked world, whose base is shipped, so a first `bench run` of a
-# GRPO-family method takes minutes; its external teacher is built on first use until it is shipped.
+# The command line's world: the worked world, whose base and teacher are shipped, so a first
+# `bench run` takes minutes.
 DEFAULT_PROFILE = "tiny"
 PROFILE_ORDER = ("tiny", "direct")  # the worlds `bench reproduce` runs by default, when shipped
 ROLLOUT_HELP = "rollout engine of methods and evaluations: torch, or vllm (the `vllm` extra)"

@@ -167,6 +167,9 @@ def test_a_teacher_shipped_from_its_warmup_checkpoint_is_what_a_build_from_scrat
     assert shipped["model_hash"] == curve[-1]["hash"]
     rows = json.loads((out / f"step{steps}" / "ledger_rows.json").read_text())
     assert sum(r["flops"] for r in shipped["ledger"]) == sum(r["flops"] for r in rows) > 0
+    # its seconds are loading and calibrating, not a build: said so, never passed off as the warm-up's time
+    assert shipped["from_checkpoint"] == f"step{steps}"
+    assert f"the external teacher taken from warm-up checkpoint step{steps} in" in result.output
 
     check = runner.invoke(app, ["prepare", "--profile", "smoke", "--check"])
     assert check.exit_code == 0, check.output
