@@ -44,6 +44,15 @@ err = Console(stderr=True, soft_wrap=True)
 DEFAULT_PROFILE = "tiny"
 PROFILE_ORDER = ("tiny", "direct")  # the worlds `bench reproduce` runs by default, when shipped
 ROLLOUT_HELP = "rollout engine of methods and evaluations: torch, or vllm (the `vllm` extra)"
+PHASES_HELP = ("how a method's independent phases (opd-multi's experts) run: processes (side by side, one "
+               "core each; the default on CPU with torch rollouts), sequential (one after another, here; the "
+               "default otherwise, and what sweeps do), isolated, or ray")
+
+
+def default_phase_executor(device: str, rollout: str) -> str:
+    """`bench run`'s phase executor unless told: worker processes where they are cheap (CPU, torch
+    rollouts), else in order (a GPU, or a vLLM engine, per process would be duplicated)."""
+    return "processes" if device == "cpu" and rollout == "torch" else "sequential"
 
 
 def _version(value: bool) -> None:
@@ -164,6 +173,7 @@ def run(
     eval_early: str = typer.Option("0.01,0.02,0.05", help="also evaluate at these budget fractions (comma-separated)"),
     distill_eval_every: int = typer.Option(5, help="inside distillation, also evaluate every N steps (0: off)"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
+    phase_executor: Optional[str] = typer.Option(None, help=PHASES_HELP),
     report_to: list[str] = typer.Option([], help="mirror the run live to a tracker: tensorboard or wandb (offline unless WANDB_MODE is set; repeatable)"),
     save_milestones: bool = typer.Option(False, help="also save the student at every evaluation as a HF folder (milestones/)"),
     as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress bar)"),
@@ -182,7 +192,9 @@ def run(
                 budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
                 model=model, external=external, teachers=_overrides(teacher), device=_device(device),
                 max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
-                distill_eval_every=distill_eval_every, rollout=rollout, report_to=tuple(report_to),
+                distill_eval_every=distill_eval_every, rollout=rollout,
+                phase_executor=phase_executor or default_phase_executor(device, rollout),
+                report_to=tuple(report_to),
                 save_milestones=save_milestones,
             )
             run = Runner(config, resume=resume, progress=progress and not as_json)

@@ -27,8 +27,9 @@ from bench.update import LossFn, completion_width, length_buckets, pg_update, ru
 
 
 # How `map_phases` runs its calls when not in order on the run's own context (`bench.run.phases`):
-# (context, fn, keys) -> one result per key, each with the child's ledger rows, policies and state.
-PhaseRunner = Callable[["RunContext", Callable[["RunContext", str], Any], list[str]], list[Any]]
+# (context, fn, keys) -> one result per key, each with the child's ledger rows, policies and state,
+# or None: run them in order on the context after all.
+PhaseRunner = Callable[["RunContext", Callable[["RunContext", str], Any], list[str]], "list[Any] | None"]
 
 
 class Sampler:
@@ -72,6 +73,8 @@ class RunContext:
         eval_max_new_tokens: int | None = None,
         reports: dict | None = None,
         student_name: str | None = None,
+        on_progress: Callable[[float, str | None], None] | None = None,
+        on_replay: Callable[[float, str, dict], None] | None = None,
     ) -> None:
         self._suite = suite
         self._seed = seed
@@ -84,6 +87,10 @@ class RunContext:
         self._teacher_loader = teacher_loader
         self._on_step = on_step
         self._on_boundary = on_boundary or (lambda edge, phase: None)
+        # parallel phases (`map_phases`): their progress (counted FLOPs in all, a line to log or None)
+        # while they run, and each of their steps (counted FLOPs after it, phase, stats) once merged
+        self._on_progress = on_progress or (lambda spent, line: None)
+        self._on_replay = on_replay or (lambda spent, phase, stats: None)
         self._eval_max_new_tokens = eval_max_new_tokens or max_new_tokens
         self._evaluators: dict[tuple, Any] = {}
         self._reports: dict[str, Any] = reports if reports is not None else {}
@@ -342,8 +349,13 @@ class RunContext:
         if self._phase_runner is None:
             return {key: fn(self, key) for key in keys}
         results = self._phase_runner(self, fn, list(keys))
+        if results is None:  # the executor could not keep to the budget in parallel: in order, here
+            return {key: fn(self, key) for key in keys}
         for result in results:
+            before = self.spent_flops
             self._merge_child(result)
+            for own, phase, stats in result.steps:  # traced as if the phases had run in key order
+                self._on_replay(before + own, phase, stats)
         self.step_done()
         return {r.key: r.value for r in results}
 
@@ -351,6 +363,10 @@ class RunContext:
     def _finish(self) -> None:
         """The method returned: `should_stop()` is True from now on."""
         self._finished = True
+
+    def _progress(self, children_flops: float, line: str | None) -> None:
+        """Parallel phases' news: their counted FLOPs so far (beyond this context's), a line or None."""
+        self._on_progress(self.spent_flops + children_flops, line)
 
     def _sampler_positions(self) -> dict[str, int]:
         """Problems drawn per sampler; restored or merged positions stay until their sampler is re-created."""

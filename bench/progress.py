@@ -55,6 +55,16 @@ class _Bar:
             if self.lines is not None:
                 self.lines.print(line, highlight=False, soft_wrap=True)
 
+    def line(self, text: str) -> None:
+        """A plain line of news (a parallel phase ended): to the log, and above the bar or on stdout."""
+        stamped = f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}  {text}"
+        if self.log is not None:
+            with open(self.log, "a", encoding="utf-8") as f:
+                f.write(stamped + "\n")
+        console = self.progress.console if self.progress is not None else self.lines
+        if console is not None:
+            console.print(stamped, highlight=False, soft_wrap=True)
+
     def show(self, completed: float, amount: str, note: str) -> None:
         """Move the bar to `completed`, with the text of its amount and note columns."""
         if self.progress is not None:

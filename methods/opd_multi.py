@@ -7,10 +7,13 @@ expert (per-token reverse-KL advantage, `methods.distill`). The experts' GRPO FL
 the budget; the distillation share is distill FLOPs / expert FLOPs (docs/metrics.md).
 
 Departures from the paper:
-- experts are trained one after another by default; under `bench sweep --executor ray` they train
-  in parallel as Ray tasks, as in the paper (`ctx.map_phases`, `bench.run.phases`). Each expert's FLOPs
-  are booked under `expert:<domain>` either way; in parallel each expert samples from its own
-  generator, so the numbers differ from the sequential run's in detail, not in kind;
+- the experts train in parallel, as in the paper, wherever the run's phase executor allows
+  (`ctx.map_phases`, `bench.run.phases`): side by side in worker processes under `bench run` on a
+  CPU (`--phase-executor processes`), as Ray tasks under `bench sweep --executor ray`; one after
+  another under a local `bench sweep` (whose runs already fill the cores) or `--phase-executor
+  sequential`. Each expert's FLOPs are booked under `expert:<domain>` either way; in parallel each
+  expert samples from its own generator, so the numbers differ from the sequential run's in detail,
+  not in kind;
 - each expert trains until it has converged, at most a fixed share of the run's budget
   (`expert_fraction`, split evenly across domains). By default converged means its mean sample
   reward over 3 steps has not gained `expert_min_gain` for `expert_patience` steps;

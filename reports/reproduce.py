@@ -7,7 +7,9 @@
 A run's command names every field of the record's resolved `method_config` with `--set`, not only
 those that differ from today's defaults: defaults may change, the record's values do not. It sets
 the torch thread count the run had (`provenance.hardware.torch_threads`), since a CPU's float sums,
-and so a run's last digits, change with it. Every
+and so a run's last digits, change with it, and how its independent phases ran
+(`provenance.phase_executor`): experts trained one after another share one sampling stream, experts
+trained side by side each have their own. Every
 argument is quoted for a POSIX shell (`shlex.quote`), since names and config values are untrusted:
 a value such as `$(rm -rf ~)` is printed as one quoted word, and Jinja escapes it for the page.
 """
@@ -78,6 +80,9 @@ def run_command(record: dict[str, Any]) -> dict[str, Any]:
              f"--budget {budget_text(float(record['budget_flops']))}"]
     if record.get("eval_size") is not None:
         parts[-1] += f" --eval-size {int(record['eval_size'])}"
+    executor = (record.get("provenance") or {}).get("phase_executor")
+    if isinstance(executor, str) and executor:
+        parts[-1] += f" --phase-executor {q(executor)}"
     unset, sets = [], []
     config = _flatten(record.get("method_config") or {})
     for key in sorted(config, key=str):

@@ -10,19 +10,32 @@ runner hands the context as `phase_runner(executor)`:
   The task hands back its new ledger rows, the weights and optimiser state of the policies it
   created, its sampler positions and its `ctx.state`; the parent merges them in key order, so every
   FLOP is booked in the run's ledger under the phase the call charged it to (`expert:math`, ...).
+- `processes` (`bench run`'s default on CPU): the same child contexts in a pool of local processes,
+  one per key up to the CPU count, each on one torch thread, as the `ray` executor's tasks:
+  opd-multi's two experts train side by side on a 2-core machine. Their numbers are the `ray`
+  executor's, whatever the number of cores (each child's depend only on its seed and key). The
+  parent shows their spend on its progress bar and logs each one's end; Ctrl-C stops them. Where
+  the budget ends inside a phase (a child spent its whole share: budgets of a few steps), the
+  children's work is discarded, as a killed run's work since its last checkpoint is (the record
+  says how much: `parallel_discarded_flops` among its method metrics), and the phases run again
+  one after another on the run's context (the `sequential` numbers), so that the run still ends at
+  most one step past its budget.
 - `isolated`: the same child contexts, run one after another in this process, each through a pickle
-  round trip as Ray would ship it. It gives the numbers the `ray` executor gives (a check without
-  Ray) and is where a phase that cannot run remotely fails first.
+  round trip as Ray would ship it. It gives the numbers the `ray` executor gives at the parent's
+  thread count (a check without Ray) and is where a phase that cannot run remotely fails first.
 
 Why child contexts differ from `sequential` in their numbers: sequential phases share one sampling
 generator, so the second expert's samples depend on how much the first one drew; parallel phases
 cannot, and each gets its own. FLOP totals per phase are then equal in kind (same keys, same budget
-per phase) but not to the FLOP. What a child may use: its student (the parent's current student,
-copied), `clone` / `snapshot` of it, samplers, rollout, updates and `step_done` (a no-op there: the
-runner evaluates and checkpoints once, after the merge). Teachers are not available in a child.
-Each child may spend an equal share of the budget left when the phases start. Policies a child
-creates must be clones or snapshots of the student; state it writes should sit under its own keys
-(children's states are merged key by key, the later key winning on a clash).
+per phase) but not to the FLOP. A child's steps are traced after the merge, in key order, each at
+the run's counted FLOPs before the phases plus those of the children merged before it. What a child
+may use: its student (the parent's current student, copied), `clone` / `snapshot` of it, samplers,
+rollout, updates and `step_done` (recorded there for that trace: the runner evaluates and
+checkpoints once, after the merge). Teachers are not available in a child. Each child may spend an
+equal share of the budget left when the phases start (so under `ray` and `isolated`, where the
+budget ends inside the phases, each may end one step past its share). Policies a child creates must
+be clones or snapshots of the student; state it writes should sit under its own keys (children's
+states are merged key by key, the later key winning on a clash).
 """
 
 from __future__ import annotations
@@ -30,19 +43,24 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import multiprocessing
+import os
 import pickle
+import queue as queues
+import signal
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from bench.accounting.ledger import Ledger
+from bench.accounting.ledger import Ledger, current_phase
 from bench.context import PhaseRunner, RunContext
 from bench.policy import Policy
 from bench.run.ray_support import import_ray
 
-EXECUTORS = ("sequential", "isolated", "ray")
+EXECUTORS = ("sequential", "processes", "isolated", "ray")
+POLL_S = 0.5  # how often the parent of `processes` children reads their progress
 
 
 @dataclass
@@ -99,19 +117,40 @@ class ChildResult:
     sampler_positions: dict[str, int]
     state: dict
     reports: dict
+    # (the child's own counted FLOPs after the step, its ledger phase, its stats), one per step_done
+    steps: list[tuple[float, str, dict]] = field(default_factory=list)
 
 
 def phase_runner(executor: str) -> PhaseRunner | None:
     """How a context runs `map_phases` under `executor`: None (in order, on the run's own context)
-    for `sequential`, else in child contexts (`isolated` here, `ray` as Ray tasks)."""
+    for `sequential`, else in child contexts (`processes` in local worker processes, `isolated` here,
+    `ray` as Ray tasks)."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown phase executor {executor!r}; known: {', '.join(EXECUTORS)}")
     return None if executor == "sequential" else functools.partial(run_phases, executor=executor)
 
 
-def run_phases(ctx: RunContext, fn: Callable[[Any, str], Any], keys: list[str], *, executor: str) -> list[ChildResult]:
-    """One child context per key, each with an equal share of the budget left; their results in key order."""
-    return run_children(child_spec(ctx, fn, len(keys)), keys, executor)
+def run_phases(ctx: RunContext, fn: Callable[[Any, str], Any], keys: list[str], *,
+               executor: str) -> list[ChildResult] | None:
+    """One child context per key, each with an equal share of the budget left; their results in key
+    order, or None (`processes` only) when the budget ended inside one of them: then the phases must
+    run again one after another on `ctx`, so that the run ends at most one step past its budget."""
+    spec = child_spec(ctx, fn, len(keys))
+    results = run_children(spec, keys, executor, progress=ctx._progress)
+    if executor == "processes" and any(_reached_share(spec, r) for r in results):
+        discarded = sum(r["flops"] for result in results for r in result.rows if r["category"] == "counted")
+        ctx.report("parallel_discarded_flops", ctx._reports.get("parallel_discarded_flops", 0.0) + discarded)
+        ctx._progress(0.0, "the budget ended inside a parallel phase: their work is discarded, uncounted, "
+                           "and they run again one after another")
+        return None
+    return results
+
+
+def _reached_share(spec: ChildSpec, result: ChildResult) -> bool:
+    """Whether a child spent its whole share of the budget: its stop was the budget's, not its own."""
+    rows = [*spec.prior_rows, *result.rows]
+    spent = sum(r["flops"] for r in rows if r["category"] == "counted")
+    return spent >= spec.budget_flops
 
 
 def child_seed(seed: int, key: str) -> int:
@@ -119,17 +158,26 @@ def child_seed(seed: int, key: str) -> int:
 
 
 def run_child(spec: ChildSpec, key: str) -> ChildResult:
-    """Run `spec.fn(child_ctx, key)` in a fresh context; the body of each Ray task."""
+    """Run `spec.fn(child_ctx, key)` in a fresh context; the body of each worker process and Ray task."""
     ledger = Ledger()
     ledger.merge(spec.prior_rows)
     ledger.flush()  # an in-memory ledger forgets pending rows: only the child's own charges remain
     seed = child_seed(spec.seed, key)
+    steps: list[tuple[float, str, dict]] = []
+    start = ledger.total("counted")
+
+    def on_step(stats: dict) -> None:
+        own = ledger.total("counted") - start
+        steps.append((own, current_phase(), dict(stats)))
+        if _PROGRESS is not None:
+            _PROGRESS.put((key, own))
+
     with torch.random.fork_rng(devices=[]):  # `isolated` runs in the parent's process: keep its RNG
         torch.manual_seed(seed)
         ctx = RunContext(
             suite=spec.suite, seed=spec.seed, budget_flops=spec.budget_flops, ledger=ledger,
             student=spec.student.build(ledger), backend=spec.backend, teacher_loader=_no_teacher,
-            max_new_tokens=spec.max_new_tokens, on_step=lambda stats: None, state=spec.state,
+            max_new_tokens=spec.max_new_tokens, on_step=on_step, state=spec.state,
             policy_states=spec.policy_states, sampler_positions=spec.sampler_positions,
             generator=torch.Generator().manual_seed(seed), eval_max_new_tokens=spec.eval_max_new_tokens,
         )
@@ -138,13 +186,23 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
     for state in created.values():
         state["model"] = {k: v.detach().cpu() for k, v in state["model"].items()}
     return ChildResult(key, value, ledger.pending_rows(), created, ctx._sampler_positions(), ctx.state,
-                       ctx._reports)
+                       ctx._reports, steps)
 
 
-def _ray_child(spec: ChildSpec, key: str) -> ChildResult:
+def _remote_child(spec: ChildSpec, key: str) -> ChildResult:
+    """A child in a worker process or a Ray task: one CPU each, as a sweep's runs."""
     if not torch.cuda.is_available():
-        torch.set_num_threads(1)  # one CPU per task, as a sweep's runs
+        torch.set_num_threads(1)
     return run_child(spec, key)
+
+
+_PROGRESS: Any = None  # in a `processes` worker: the queue that takes (key, own counted FLOPs) per step
+
+
+def _init_worker(progress: Any) -> None:
+    global _PROGRESS
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
+    _PROGRESS = progress
 
 
 def _no_teacher(name: str) -> Policy:
@@ -161,20 +219,60 @@ def child_spec(ctx: RunContext, fn: Callable[[Any, str], Any], n_keys: int) -> C
     )
 
 
-def run_children(spec: ChildSpec, keys: Sequence[str], executor: str) -> list[ChildResult]:
-    """Run one child per key, one after another here (`isolated`) or as parallel Ray tasks (`ray`)."""
+Progress = Callable[[float, "str | None"], None]  # (children's counted FLOPs so far, a line to log or None)
+
+
+def run_children(spec: ChildSpec, keys: Sequence[str], executor: str,
+                 progress: Progress | None = None) -> list[ChildResult]:
+    """Run one child per key: in local worker processes (`processes`), one after another here
+    (`isolated`) or as parallel Ray tasks (`ray`); `progress` hears of the processes' spend."""
     if executor == "isolated":
         # The pickle round trip gives each child its own copy, exactly as a Ray task would get.
         return [run_child(pickle.loads(pickle.dumps(spec)), key) for key in keys]
+    if executor == "processes":
+        return _in_processes(spec, list(keys), progress or (lambda spent, line: None))
     ray = import_ray()
     from ray.exceptions import RayTaskError
 
-    task = ray.remote(num_cpus=1, num_gpus=_child_gpus(ray, spec), max_retries=0)(_ray_child)
+    task = ray.remote(num_cpus=1, num_gpus=_child_gpus(ray, spec), max_retries=0)(_remote_child)
     shared = ray.put(spec)  # one copy of the weights in the object store, whatever the number of keys
     try:
         return ray.get([task.remote(shared, key) for key in keys])
     except RayTaskError as exc:
         raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
+
+
+def _in_processes(spec: ChildSpec, keys: list[str], progress: Progress) -> list[ChildResult]:
+    """One child per key in a pool of spawned processes (at most one per core); results in key order.
+
+    A child's exception is raised here; on any exception (Ctrl-C included) the workers are killed.
+    """
+    if spec.student.device == "cuda":
+        raise RuntimeError("the processes phase executor runs on CPU; on a GPU use sequential or ray")
+    mp = multiprocessing.get_context("spawn")  # a forked child would inherit the parent's torch threads
+    updates, own = mp.Queue(), dict.fromkeys(keys, 0.0)
+    pool = mp.Pool(max(1, min(len(keys), os.cpu_count() or 1)), initializer=_init_worker, initargs=(updates,))
+    try:
+        pending = {key: pool.apply_async(_remote_child, (spec, key)) for key in keys}
+        results: dict[str, ChildResult] = {}
+        while len(results) < len(keys):
+            try:
+                key, spent = updates.get(timeout=POLL_S)
+                own[key] = spent
+            except queues.Empty:
+                pass
+            for key, job in pending.items():
+                if key not in results and job.ready():
+                    results[key] = job.get()  # a child's exception is raised here
+                    own[key] = sum(r["flops"] for r in results[key].rows if r["category"] == "counted")
+                    progress(sum(own.values()), f"{key}: done, {len(results[key].steps)} steps, "
+                                                f"{own[key]:.2e} counted FLOPs")
+            progress(sum(own.values()), None)
+        pool.close()
+        pool.join()
+        return [results[key] for key in keys]
+    finally:
+        pool.terminate()
 
 
 def _child_gpus(ray: Any, spec: ChildSpec) -> float:

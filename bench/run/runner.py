@@ -161,6 +161,8 @@ class Runner:
             on_step=lambda stats: self._after_step(ctx, stats),
             on_boundary=lambda edge, phase: self._boundary(ctx, edge, phase),
             phase_runner=phase_runner(self.config.phase_executor),
+            on_progress=self._phase_progress,
+            on_replay=self._trace_step,
             eval_max_new_tokens=self.config.max_new_tokens or self.profile.eval_max_new_tokens,
             **(restored or {}),
         )
@@ -260,6 +262,12 @@ class Runner:
             self._evaluate(ctx, "distill")
         if due and not ctx.should_stop():  # at each milestone, and every few minutes whatever the budget
             self._save_checkpoint(ctx)
+
+    def _phase_progress(self, spent: float, line: str | None) -> None:
+        """Parallel phases' progress: the bar, and a line in the log when one of them ends."""
+        self.bar.update(spent, self.curve[-1]["accuracy"] if self.curve else None)
+        if line is not None:
+            self.bar.line(line)
 
     def _milestone_flops(self, index: int) -> float:
         return self._milestones[index] * self.config.budget

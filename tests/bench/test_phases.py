@@ -3,7 +3,7 @@
 A deterministic phase (supervised steps on sampler problems: no sampling generator involved) must
 give the same ledger rows, weights, sampler positions and state whether it runs on the run's own
 context (`sequential`) or in child contexts merged back (`isolated`, the path Ray tasks take without
-Ray). The Ray variant of the same check is in test_ray.py.
+Ray; `processes`, local worker processes). The Ray variant of the same check is in test_ray.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from bench.accounting.ledger import Ledger
 from bench.world.models import TINY_SPECS, build_tiny
 from bench.policy import Policy
 from bench.registry import get_suite
+from bench.run.config import RunConfig
 from bench.run.phases import phase_runner
+from bench.run.runner import Runner
 from bench.rollout.torch_engine import TorchRollout
 
 
@@ -36,7 +38,7 @@ def sft_expert(ctx: RunContext, domain: str) -> float:
     return loss
 
 
-def make_context(executor: str, steps: list) -> RunContext:
+def make_context(executor: str, steps: list, news: list | None = None, replayed: list | None = None) -> RunContext:
     ledger = Ledger()
     model, tokenizer = build_tiny(TINY_SPECS["tiny-llama"])
     return RunContext(
@@ -44,6 +46,8 @@ def make_context(executor: str, steps: list) -> RunContext:
         student=Policy("student", model, tokenizer, ledger=ledger), backend=TorchRollout(),
         teacher_loader=lambda name: None, max_new_tokens=8, on_step=steps.append,
         phase_runner=phase_runner(executor),
+        on_progress=lambda spent, line: (news if news is not None else []).append((spent, line)),
+        on_replay=lambda spent, phase, stats: (replayed if replayed is not None else []).append((spent, phase, stats)),
     )
 
 
@@ -82,6 +86,93 @@ def test_isolated_phases_book_exactly_what_sequential_phases_book():
     assert ctx._ledger.counted_flops > 0
 
 
+def test_phases_in_processes_book_exactly_what_sequential_phases_book():
+    ref, ref_results, _ = run_phases("sequential")
+    news: list = []
+    ctx = make_context("processes", [], news)
+    results = ctx.map_phases(sft_expert, ctx.domains)
+    assert_same_phases(ctx, results, ref, ref_results)
+    done = [line for _, line in news if line]
+    assert sorted(done) == sorted(f"{d}: done, 0 steps, {ctx.phase_flops(f'expert:{d}'):.2e} counted FLOPs"
+                                  for d in ctx.domains)
+    assert news[-1][0] == ctx._ledger.counted_flops  # the bar ends where the merged ledger starts
+
+
+def stepping_expert(ctx: RunContext, domain: str) -> None:
+    """Supervised steps that tell the runner of each one, as a GRPO expert does."""
+    expert = ctx.clone(ctx.student, f"expert:{domain}")
+    sampler = ctx.sampler(f"expert:{domain}", [domain])
+    with ctx.phase(f"expert:{domain}"):
+        for step in range(2 if domain == "math" else 3):
+            problems = sampler.next(4)
+            ctx.step_done(loss=ctx.sft_step(expert, [p.prompt for p in problems], [p.answer for p in problems],
+                                            lr=1e-2), step=step)
+
+
+@pytest.mark.parametrize("executor", ["isolated", "processes"])
+def test_the_steps_of_parallel_phases_are_traced_in_key_order(executor):
+    replayed: list = []
+    ctx = make_context(executor, [], replayed=replayed)
+    ctx.map_phases(stepping_expert, ctx.domains)
+    assert [(phase, stats["step"]) for _, phase, stats in replayed] == [
+        ("expert:math", 0), ("expert:math", 1), ("expert:code", 0), ("expert:code", 1), ("expert:code", 2)]
+    flops = [spent for spent, _, _ in replayed]
+    assert flops == sorted(flops) and flops[0] > 0
+    assert flops[1] == ctx.phase_flops("expert:math")  # math's last step, then code's on top of it
+    assert flops[-1] == ctx._ledger.counted_flops
+
+
+def budget_expert(ctx: RunContext, domain: str) -> int:
+    """Supervised steps until the budget ends (at most 3); the number taken."""
+    expert = ctx.clone(ctx.student, f"expert:{domain}")
+    sampler = ctx.sampler(f"expert:{domain}", [domain])
+    steps = 0
+    with ctx.phase(f"expert:{domain}"):
+        while steps < 3 and not ctx.should_stop():
+            problems = sampler.next(4)
+            ctx.sft_step(expert, [p.prompt for p in problems], [p.answer for p in problems], lr=1e-2)
+            steps += 1
+            ctx.step_done()
+    return steps
+
+
+def test_a_budget_that_ends_inside_parallel_phases_reruns_them_in_order():
+    """Each child may take a step past its share; together that is past the run's budget by more than
+    one step, so the processes executor discards them and runs the phases as `sequential` does."""
+    runs = {}
+    for executor in ("sequential", "processes"):
+        replayed: list = []
+        ctx = make_context(executor, [], replayed=replayed)
+        ctx._budget_flops = 1e6  # less than one step
+        runs[executor] = (ctx, ctx.map_phases(budget_expert, ctx.domains), replayed)
+    (ref, ref_steps, _), (ctx, steps, replayed) = runs["sequential"], runs["processes"]
+    assert steps == ref_steps == {"math": 1, "code": 0}  # one step past the budget, in all
+    assert without_seconds(ctx._ledger.rows()) == without_seconds(ref._ledger.rows())
+    assert replayed == []  # the discarded children's steps are not traced
+    assert ctx._reports["parallel_discarded_flops"] > ctx._ledger.counted_flops > 0
+
+
+def test_opd_multi_experts_in_processes_book_what_isolated_experts_book(fast_profile, tmp_path):
+    """Worker processes give the child contexts' numbers (each child on one thread, as here): the
+    same ledger to the FLOP, curve and step trace, the experts' steps included."""
+    runs = {}
+    for executor in ("isolated", "processes"):
+        config = RunConfig(method="opd-multi", profile=fast_profile.name, budget_flops=8e10, eval_size=16,
+                           runs_dir=tmp_path / executor, phase_executor=executor,
+                           overrides=(("expert.prompts_per_step", "8"), ("expert.group_size", "4")))
+        runs[executor] = Runner(config, progress=False).run()
+    ours, theirs = runs["processes"], runs["isolated"]
+    assert without_seconds(ours["ledger"]) == without_seconds(theirs["ledger"])
+    assert ours["steps"] == theirs["steps"]
+    assert [{k: v for k, v in p.items() if k != "wall_s"} for p in ours["curve"]] == \
+        [{k: v for k, v in p.items() if k != "wall_s"} for p in theirs["curve"]]
+    phases = [row["phase"] for row in ours["steps"]]
+    assert phases.index("expert:code") > phases.index("expert:math") and "distill" in phases
+    assert ours["provenance"]["phase_executor"] == "processes"
+    log = (tmp_path / "processes" / ours["run_id"] / "progress.log").read_text()
+    assert "math: done" in log and "code: done" in log
+
+
 def test_a_resumed_complete_phase_is_not_charged_again():
     ctx, _, _ = run_phases("isolated")
     spent = ctx._ledger.counted_flops
@@ -95,8 +186,9 @@ def skip_if_done(ctx: RunContext, domain: str) -> float:
     return ctx.phase_flops(f"expert:{domain}")
 
 
-def test_a_failing_phase_fails_the_call():
-    ctx = make_context("isolated", [])
+@pytest.mark.parametrize("executor", ["isolated", "processes"])
+def test_a_failing_phase_fails_the_call(executor):
+    ctx = make_context(executor, [])
     with pytest.raises(RuntimeError, match="not available inside a parallel phase"):
         ctx.map_phases(use_teacher, ["math"])
 

@@ -190,6 +190,10 @@ def test_run_command_quotes_and_reads_back():
     provenance = {**record["provenance"], "hardware": {**record["provenance"]["hardware"], "torch_threads": 1}}
     one_thread = run_command({**record, "provenance": provenance})["text"]
     assert shlex.split(one_thread.replace("\\\n", " "))[:3] == ["OMP_NUM_THREADS=1", "bench", "run"]
+    # how the experts trained (one sampling stream, or one each) is part of the command
+    args = shlex.split(run_command({**record, "provenance": {**provenance, "phase_executor": "sequential"}})["text"]
+                       .replace("\\\n", " "))
+    assert args[args.index("--phase-executor") + 1] == "sequential"
 
 
 def test_samples_are_on_the_method_page_escaped(site):
