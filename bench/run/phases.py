@@ -138,7 +138,7 @@ def run_phases(ctx: RunContext, fn: Callable[[Any, str], Any], keys: list[str], 
     spec = child_spec(ctx, fn, len(keys))
     results = run_children(spec, keys, executor, progress=ctx._progress)
     if executor == "processes" and any(_reached_share(spec, r) for r in results):
-        discarded = sum(r["flops"] for result in results for r in result.rows if r["category"] == "counted")
+        discarded = sum(counted_flops(result.rows) for result in results)
         ctx.report("parallel_discarded_flops", ctx._reports.get("parallel_discarded_flops", 0.0) + discarded)
         ctx._progress(0.0, "the budget ended inside a parallel phase: their work is discarded, uncounted, "
                            "and they run again one after another")
@@ -148,9 +148,12 @@ def run_phases(ctx: RunContext, fn: Callable[[Any, str], Any], keys: list[str], 
 
 def _reached_share(spec: ChildSpec, result: ChildResult) -> bool:
     """Whether a child spent its whole share of the budget: its stop was the budget's, not its own."""
-    rows = [*spec.prior_rows, *result.rows]
-    spent = sum(r["flops"] for r in rows if r["category"] == "counted")
-    return spent >= spec.budget_flops
+    return counted_flops(spec.prior_rows) + counted_flops(result.rows) >= spec.budget_flops
+
+
+def counted_flops(rows: Sequence[dict]) -> float:
+    """The counted FLOPs of ledger rows (a child's, or the prior rows it was given)."""
+    return sum(r["flops"] for r in rows if r["category"] == "counted")
 
 
 def child_seed(seed: int, key: str) -> int:
@@ -264,7 +267,7 @@ def _in_processes(spec: ChildSpec, keys: list[str], progress: Progress) -> list[
             for key, job in pending.items():
                 if key not in results and job.ready():
                     results[key] = job.get()  # a child's exception is raised here
-                    own[key] = sum(r["flops"] for r in results[key].rows if r["category"] == "counted")
+                    own[key] = counted_flops(results[key].rows)
                     progress(sum(own.values()), f"{key}: done, {len(results[key].steps)} steps, "
                                                 f"{own[key]:.2e} counted FLOPs")
             progress(sum(own.values()), None)
