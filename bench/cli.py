@@ -499,7 +499,8 @@ def reproduce(
         configs = [c for name in profile for c in reproduce_plan(
             _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
         _validate(configs)
-        result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
+        result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run),
+                           expected_s=_record_wall_times(out))
     # copies each record it uses to OUT/records: the site rebuilds from itself
     try:
         with _one_line():
@@ -509,6 +510,14 @@ def reproduce(
         _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site from them.")
     console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; findings: {out / 'findings.html'}")
     _sweep_outcome(result)
+
+
+def _record_wall_times(site: Path) -> dict[str, float]:
+    """Run id -> wall seconds of the records a site already holds (none for a new site)."""
+    from reports.records import load_records
+
+    records, _ = load_records(site / "records") if (site / "records").is_dir() else ([], [])
+    return {r["run_id"]: float(r["wall_s"]) for r in records if r.get("wall_s")}
 
 
 def shipped_profiles() -> list[str]:

@@ -10,7 +10,11 @@ Departures:
   true cost of the data (a reused data set would make later epochs look free);
 - a truncated sample (no EOS within the rollout limit) is never a target: the EOS that the
   supervised step appends would teach the student to stop mid-answer;
-- a step whose batch has no kept sample makes no update (its sampling is still counted).
+- a step whose batch has no kept sample makes no update (its sampling is still counted);
+- `minibatches` > 1 splits one step's kept samples into that many supervised updates, in order. The
+  teacher's samples do not depend on the student, so drawing several updates' worth at once changes
+  no sample's distribution; it only lets the teacher decode more rows per forward (on one CPU thread,
+  128 rows decode 1.65x faster per token than 32). Each sample is still a target exactly once.
 """
 
 from __future__ import annotations
@@ -28,14 +32,15 @@ KEEP = ("correct", "all")
 class SFTConfig:
     prompts_per_step: int = 32
     samples_per_prompt: int = 1
+    minibatches: int = 1  # supervised updates per step, each on an equal share of its kept samples
     temperature: float = 1.0
     keep: str = "correct"  # correct | all
     lr: float = 1e-3
     teacher: str = "external"  # a teacher prepared outside the run (`ctx.teacher(name)`)
 
     def __post_init__(self) -> None:
-        if self.prompts_per_step < 1 or self.samples_per_prompt < 1:
-            raise ValueError("prompts_per_step and samples_per_prompt must be >= 1")
+        if self.prompts_per_step < 1 or self.samples_per_prompt < 1 or self.minibatches < 1:
+            raise ValueError("prompts_per_step, samples_per_prompt and minibatches must be >= 1")
         if not self.temperature > 0 or not self.lr > 0:
             raise ValueError("temperature and lr must be > 0")
         if self.keep not in KEEP:
@@ -49,6 +54,13 @@ def ended_with_eos(batch: Rollouts, eos_id: int) -> list[bool]:
     last = batch.attention_mask.sum(1) - 1  # [B] index of each row's last real token
     ended = batch.input_ids[torch.arange(batch.size), last] == eos_id  # [B]
     return [bool(x) and bool(n) for x, n in zip(ended, batch.completion_mask.sum(1))]
+
+
+def split(items: list[int], parts: int) -> list[list[int]]:
+    """`items` in `parts` consecutive runs whose lengths differ by at most one (the first ones longer)."""
+    size, extra = divmod(len(items), parts)
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 class SFT:
@@ -73,7 +85,9 @@ class SFT:
                 kept = [i for i in range(batch.size)
                         if finished[i] and (config.keep == "all" or batch.rewards[i] > 0)]
                 stats = {"teacher_reward": float(batch.rewards.mean()), "kept": float(len(kept))}
-                if kept:
-                    stats["loss"] = ctx.sft_step(ctx.student, [rows[i].prompt for i in kept],
-                                                 [batch.completions[i] for i in kept], lr=config.lr)
+                losses = [ctx.sft_step(ctx.student, [rows[i].prompt for i in part],
+                                       [batch.completions[i] for i in part], lr=config.lr)
+                          for part in split(kept, config.minibatches) if part]
+                if losses:
+                    stats["loss"] = sum(losses) / len(losses)
                 ctx.step_done(**stats)

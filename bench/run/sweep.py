@@ -12,6 +12,8 @@ one torch thread (two spin-waiting threads per run on a 2-core machine are slowe
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -66,10 +68,15 @@ def _state(config: RunConfig) -> tuple[str, Path]:
 
 def run_sweep(
     configs: list[RunConfig], jobs: int | None = None, console: Console | None = None,
-    executor: SweepExecutor | None = None,
+    executor: SweepExecutor | None = None, expected_s: Mapping[str, float] | None = None,
 ) -> SweepResult:
     """Run every config not yet complete on `executor` (default: `jobs` local processes);
-    failures are collected, not fatal."""
+    failures are collected, not fatal.
+
+    `expected_s` (run id -> seconds, e.g. the wall times of earlier records of the same runs) starts
+    the runs longest first, those it does not know before all others, so that no long run is left
+    to end alone on one core. Each run's numbers do not depend on when it starts.
+    """
     console = console or Console()
     result = SweepResult([], [], [])
     todo = []
@@ -81,6 +88,8 @@ def run_sweep(
             todo.append((config, state == "resume"))
     if not todo:
         return result
+    if expected_s:
+        todo.sort(key=lambda item: -expected_s.get(Runner.run_id_for(item[0]), math.inf))
     # Prepare each world's base once, in this process, before the workers start, and its external
     # teacher where it is shipped (an install); an unshipped teacher (hours of training) is built only
     # if a run asks for it, under the cache entry's lock.

@@ -41,3 +41,30 @@ def test_sweep_builds_no_unshipped_teacher_that_no_run_asks_for(tmp_path, monkey
     assert out.exit_code == 0, out.output
     prepared = [p.parent for p in (tmp_path / "cache").rglob("prepared.json")]
     assert prepared and not any((p / "external.json").exists() for p in prepared)
+
+
+def test_expected_times_start_the_longest_runs_first(tmp_path):
+    """`bench reproduce` passes the wall times of the site's records: the long runs start first and
+    runs it has no time for before them, so that no long run ends alone on one core."""
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+    from bench.run.sweep import plan, run_sweep
+
+    class Recorder:
+        started: list[str] = []
+
+        def describe(self, n_runs):
+            return "recorder"
+
+        def run(self, todo):
+            for config, _ in todo:
+                self.started.append(Runner.run_id_for(config))
+                yield config, "ok"
+
+    profile = smoke_profile()
+    configs = plan(["grpo-joint", "sft", "opd-multi"], ["math_code"], 1,
+                   RunConfig(method="", suite="", profile=profile.name, runs_dir=tmp_path))
+    ids = [Runner.run_id_for(c) for c in configs]
+    recorder = Recorder()
+    run_sweep(configs, executor=recorder, expected_s={ids[0]: 60.0, ids[1]: 600.0})
+    assert recorder.started == [ids[2], ids[1], ids[0]]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bench.api import Rollouts
-from methods.sft import SFTConfig, ended_with_eos
+from methods.sft import SFTConfig, ended_with_eos, split
 from tests.methods.support import check_curve, ledger_keys, run_method, spent_budget
 
 
@@ -15,6 +15,23 @@ def test_trains_on_teacher_samples_until_the_budget(fast_profile, tmp_path):
     assert ledger_keys(summary) == {("train", "rollout", "external"), ("train", "update", "student")}
     assert spent_budget(summary)
     check_curve(summary)
+
+
+def test_minibatches_make_one_update_per_nonempty_share_of_a_step(fast_profile, tmp_path):
+    def charges_per_update(minibatches: int) -> float:
+        summary = run_method(fast_profile, tmp_path / str(minibatches), "sft", 2e10, keep="all", prompts_per_step=8,
+                             minibatches=minibatches)
+        (row,) = [r for r in summary["ledger"] if r["kind"] == "update" and r["category"] == "counted"]
+        assert any(s["kept"] > 1 for s in summary["steps"])  # some step has samples for more than one update
+        return row["calls"] / sum(min(int(s["kept"]), minibatches) for s in summary["steps"])
+
+    assert charges_per_update(3) == charges_per_update(1)  # the update's ledger charges, per update
+
+
+def test_split_keeps_order_and_balances_shares():
+    assert split(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert split([4, 9], 4) == [[4], [9], [], []]
+    assert split([1, 2, 3], 1) == [[1, 2, 3]]
 
 
 def test_ended_with_eos_spots_truncated_samples():
@@ -28,7 +45,8 @@ def test_ended_with_eos_spots_truncated_samples():
     assert ended_with_eos(batch, eos) == [True, False, False]
 
 
-@pytest.mark.parametrize("bad", [{"keep": "best"}, {"lr": 0.0}, {"samples_per_prompt": 0}, {"teacher": ""}])
+@pytest.mark.parametrize("bad", [{"keep": "best"}, {"lr": 0.0}, {"samples_per_prompt": 0}, {"minibatches": 0},
+                                 {"teacher": ""}])
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         SFTConfig(**bad)
