@@ -7,7 +7,8 @@
 A sweep skips runs whose `summary.json` is complete, resumes runs that have a checkpoint, and starts
 the rest, whichever executor runs them (`bench.run.executors`). Locally each run is one process with
 one torch thread (two spin-waiting threads per run on a 2-core machine are slower than one), so
-`--jobs` defaults to the number of cores.
+`--jobs` defaults to the number of cores. `bench reproduce` starts its runs longest first, by the wall
+times of the records its site already holds.
 """
 
 from __future__ import annotations
