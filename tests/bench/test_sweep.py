@@ -44,14 +44,15 @@ def test_sweep_builds_no_unshipped_teacher_that_no_run_asks_for(tmp_path, monkey
 
 
 def test_expected_times_start_the_longest_runs_first(tmp_path):
-    """`bench reproduce` passes the wall times of the site's records: the long runs start first and
-    runs it has no time for before them, so that no long run ends alone on one core."""
+    """`bench reproduce` passes the wall times of the site's records: the longest runs start first,
+    and a run with no time of its own before them, so that no long run ends alone on one core."""
     from bench.run.config import RunConfig
     from bench.run.runner import Runner
     from bench.run.sweep import plan, run_sweep
 
     class Recorder:
-        started: list[str] = []
+        def __init__(self):
+            self.started = []
 
         def describe(self, n_runs):
             return "recorder"
