@@ -134,7 +134,7 @@ WORKED = Profile(
     # replayed so, fires on math 10 steps before its plateau, so it is off (docs/world.md, Calibration).
     # sft draws eight updates' worth of teacher samples a step (each update 32 prompts' worth, as
     # before): a throughput setting, not a calibrated one. This teacher writes ~76-token answers, and
-    # sampling them 32 prompts at a time was 72% of an sft run, at a third of the update's FLOP rate.
+    # sampling them 32 prompts at a time was 69-76% of an sft run, at a third of its updates' FLOP rate.
     method_defaults=calibrated(grpo=2.5e-4, distill=5e-4, kl_threshold=0.03, reward_rule=False)
     + (("sft", (("prompts_per_step", "256"), ("minibatches", "8"))),),
 )
