@@ -516,7 +516,7 @@ def _record_wall_times(site: Path) -> dict[str, float]:
     """Run id -> wall seconds of the records a site already holds (none for a new site)."""
     from reports.records import load_records
 
-    records, _ = load_records(site / "records") if (site / "records").is_dir() else ([], [])
+    records, _ = load_records(site / "records")  # a folder that is not there gives no records
     return {r["run_id"]: float(r["wall_s"]) for r in records if r.get("wall_s")}
 
 
