@@ -49,6 +49,9 @@ class SweepExecutor(Protocol):
         """Run each (config, resume) and yield (config, result line or exception) as each ends."""
         ...
 
+    # optional: `workers(n_runs) -> int | None`, how many of `n_runs` runs execute at once, which
+    # `run_sweep` uses to order runs of known lengths so that the workers end together
+
 
 class LocalExecutor:
     """`jobs` local processes (default: the CPU count), each with one torch thread."""
@@ -56,14 +59,14 @@ class LocalExecutor:
     def __init__(self, jobs: int | None = None) -> None:
         self.jobs = jobs
 
-    def _workers(self, n_runs: int) -> int:
+    def workers(self, n_runs: int) -> int:
         return max(1, min(self.jobs or os.cpu_count() or 1, n_runs))
 
     def describe(self, n_runs: int) -> str:
-        return f"{self._workers(n_runs)} jobs"
+        return f"{self.workers(n_runs)} jobs"
 
     def run(self, todo: list[tuple[RunConfig, bool]]) -> Iterator[Outcome]:
-        jobs = self._workers(len(todo))
+        jobs = self.workers(len(todo))
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(run_one, config, resume): config for config, resume in todo}

@@ -7,13 +7,12 @@
 A sweep skips runs whose `summary.json` is complete, resumes runs that have a checkpoint, and starts
 the rest, whichever executor runs them (`bench.run.executors`). Locally each run is one process with
 one torch thread (two spin-waiting threads per run on a 2-core machine are slower than one), so
-`--jobs` defaults to the number of cores. `bench reproduce` starts its runs longest first, by the wall
-times of the records its site already holds.
+`--jobs` defaults to the number of cores. `bench reproduce` orders its runs by the wall times of the
+records its site already holds, so that its workers end together (`start_order`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -57,6 +56,61 @@ def reproduce_plan(seeds: int, base: RunConfig) -> list[RunConfig]:
     return configs
 
 
+def start_order(expected: list[float | None], workers: int | None) -> list[int]:
+    """The order to start runs in (indices into `expected`, their expected seconds, None: unknown) on
+    `workers` workers that each take the next run when free, so that the workers end together.
+
+    Runs with no expected time start first. The rest are shared out among the workers, longest to the
+    least loaded (LPT), then improved by moving or swapping runs between the most loaded worker and
+    another while that lowers the larger of the two loads; each worker's share runs longest first, and
+    the runs start in the order of their planned start times. Runs of similar lengths on a few workers
+    are where this matters: on two workers, LPT alone leaves one idle for about half a run at the end.
+    Without a worker count, the known runs start longest first.
+    """
+    unknown = [i for i, e in enumerate(expected) if e is None]
+    known = sorted((i for i, e in enumerate(expected) if e is not None), key=lambda i: -expected[i])
+    if not workers or workers < 2 or len(known) <= workers:
+        return unknown + known
+    bins: list[list[int]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for i in known:
+        b = load.index(min(load))
+        bins[b].append(i)
+        load[b] += expected[i]
+    for _ in range(100 * len(known)):  # each change strictly lowers the sorted loads: it ends
+        top = load.index(max(load))
+        best = None  # (the pair's new larger load, other worker, run moved out of top, run moved in or None)
+        for other in range(workers):
+            if other == top:
+                continue
+            for i in bins[top]:
+                for j in [None, *bins[other]]:
+                    delta = expected[i] - (expected[j] if j is not None else 0.0)
+                    if delta <= 0:
+                        continue
+                    worst = max(load[top] - delta, load[other] + delta)
+                    if worst < load[top] - 1e-9 and (best is None or worst < best[0]):
+                        best = (worst, other, i, j)
+        if best is None:
+            break
+        _, other, i, j = best
+        delta = expected[i] - (expected[j] if j is not None else 0.0)
+        bins[top].remove(i)
+        bins[other].append(i)
+        if j is not None:
+            bins[other].remove(j)
+            bins[top].append(j)
+        load[top] -= delta
+        load[other] += delta
+    starts = []
+    for b, share in enumerate(bins):
+        t = 0.0
+        for i in sorted(share, key=lambda i: -expected[i]):
+            starts.append((t, b, i))
+            t += expected[i]
+    return unknown + [i for _, _, i in sorted(starts)]
+
+
 def _state(config: RunConfig) -> tuple[str, Path]:
     """('complete' | 'resume' | 'new', run dir) of a planned run."""
     run_dir = Path(config.runs_dir) / Runner.run_id_for(config)
@@ -74,9 +128,9 @@ def run_sweep(
     """Run every config not yet complete on `executor` (default: `jobs` local processes);
     failures are collected, not fatal.
 
-    `expected_s` (run id -> seconds, e.g. the wall times of earlier records of the same runs) starts
-    the runs longest first, those it does not know before all others, so that no long run is left
-    to end alone on one core. Each run's numbers do not depend on when it starts.
+    `expected_s` (run id -> seconds, e.g. the wall times of earlier records of the same runs) orders
+    the runs so that the executor's workers end together (`start_order`; those it does not know
+    start first). Each run's numbers do not depend on when it starts.
     """
     console = console or Console()
     result = SweepResult([], [], [])
@@ -89,14 +143,17 @@ def run_sweep(
             todo.append((config, state == "resume"))
     if not todo:
         return result
+    executor = executor or LocalExecutor(jobs)
     if expected_s:
-        todo.sort(key=lambda item: -expected_s.get(Runner.run_id_for(item[0]), math.inf))
+        workers = getattr(executor, "workers", None)
+        order = start_order([expected_s.get(Runner.run_id_for(c)) for c, _ in todo],
+                            workers(len(todo)) if workers else None)
+        todo = [todo[i] for i in order]
     # Prepare each world's base once, in this process, before the workers start, and its external
     # teacher where it is shipped (an install); an unshipped teacher (hours of training) is built only
     # if a run asks for it, under the cache entry's lock.
     for profile in {c.profile for c, _ in todo}:
         prepare.prepare(PROFILES[profile], teacher=reference.ships(profile, "external"))
-    executor = executor or LocalExecutor(jobs)
     outcomes = executor.run(todo)
     with Progress(console=console) as bar:
         task = bar.add_task(f"sweep ({executor.describe(len(todo))})", total=len(todo))
