@@ -79,7 +79,7 @@ def start_order(expected: list[float | None], workers: int | None) -> list[int]:
         load[b] += expected[i]
     for _ in range(100 * len(known)):  # each change strictly lowers the sorted loads: it ends
         top = load.index(max(load))
-        best = None  # (the pair's new larger load, other worker, run moved out of top, run moved in or None)
+        best = None  # (pair's new larger load, other worker, run out of top, run into top or None, load moved)
         for other in range(workers):
             if other == top:
                 continue
@@ -90,11 +90,10 @@ def start_order(expected: list[float | None], workers: int | None) -> list[int]:
                         continue
                     worst = max(load[top] - delta, load[other] + delta)
                     if worst < load[top] - 1e-9 and (best is None or worst < best[0]):
-                        best = (worst, other, i, j)
+                        best = (worst, other, i, j, delta)
         if best is None:
             break
-        _, other, i, j = best
-        delta = expected[i] - (expected[j] if j is not None else 0.0)
+        _, other, i, j, delta = best
         bins[top].remove(i)
         bins[other].append(i)
         if j is not None:
