@@ -38,8 +38,12 @@ run: setup
 browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
+# Every test runs on one torch thread, so two workers use both cores; a file's tests share a worker
+# (its module fixtures are built once).
+TEST_WORKERS ?= 2
+
 test: setup browser vllm-env
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: setup
 	$(BIN)/python benchmarks/bench_rollout.py
