@@ -598,15 +598,18 @@ def report(
 def check_adapter(
     plugin: str = typer.Argument(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
     suite: str = typer.Option("math_code"),
+    budget: Optional[str] = typer.Option(None, help="counted FLOPs of the run (default: the smoke world's 4e11); "
+                                                    "a smaller one is quicker but may end before a method's later phases"),
     as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress)"),
 ) -> None:
     """Run a method briefly under the instrumented FLOP counter; fail if any compute went unmetered."""
     from bench.run.conformance import check_adapter as check
 
+    budget_flops = _budget(budget)
     if not as_json:
         console.print(f"checking {plugin}: a short run on the smoke world under torch's FLOP counter", highlight=False)
     with _one_line():
-        result = check(plugin, suite=suite, progress=not as_json)
+        result = check(plugin, suite=suite, budget_flops=budget_flops, progress=not as_json)
     if as_json:
         _print_json({**dataclasses.asdict(result), "rel_diff": result.rel_diff, "ok": result.ok})
         if not result.ok:

@@ -8,6 +8,9 @@ import torch
 from bench.run.conformance import check_adapter
 from bench.registry import builtin_methods
 
+# A quarter of the smoke world's budget: a few GRPO steps, each with its hidden forward pass.
+QUICK = 1e11
+
 SNEAKY = '''
 from dataclasses import dataclass
 
@@ -52,7 +55,7 @@ def test_builtin_methods_are_fully_metered(method):
 def test_hidden_compute_fails_the_check(tmp_path):
     path = tmp_path / "sneaky.py"
     path.write_text(SNEAKY)
-    result = check_adapter(f"{path}:Sneaky")
+    result = check_adapter(f"{path}:Sneaky", budget_flops=QUICK)
     assert not result.ok
     assert result.instrumented_flops > result.metered_flops * 1.02
 
@@ -64,12 +67,23 @@ def test_cli_reports_failure(tmp_path):
 
     path = tmp_path / "sneaky.py"
     path.write_text(SNEAKY)
-    out = CliRunner().invoke(app, ["check-adapter", f"{path}:Sneaky"])
+    out = CliRunner().invoke(app, ["check-adapter", f"{path}:Sneaky", "--budget", str(QUICK)])
     assert out.exit_code == 1
     assert "FAIL" in out.output and "outside the ledger" in (out.stderr or out.output)
     # long work says what it is doing: a first line, then a line per evaluation (stdout is no terminal)
     assert out.output.startswith(f"checking {path}:Sneaky") and "FLOPs (" in out.output and "left ~" in out.output
-    as_json = CliRunner().invoke(app, ["check-adapter", f"{path}:Sneaky", "--json"])
+    as_json = CliRunner().invoke(app, ["check-adapter", f"{path}:Sneaky", "--json", "--budget", str(QUICK)])
     assert as_json.exit_code == 1
     outcome = json.loads(as_json.stdout)
     assert outcome["ok"] is False and outcome["instrumented_flops"] > outcome["metered_flops"] * 1.02
+
+
+@pytest.mark.parametrize("budget", ["lots", "-1e11", "inf"])
+def test_a_bad_budget_is_one_line_before_any_run(budget):
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    out = CliRunner().invoke(app, ["check-adapter", "grpo", "--budget", budget])
+    assert out.exit_code == 2
+    assert "--budget must be" in (out.stderr or out.output) and "checking" not in out.output
