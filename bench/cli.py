@@ -72,8 +72,13 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """OPD-Bench: post-training methods per FLOP."""
 
 
-def _built_in(info: dict, part: str) -> str:
-    """How `part` was had: trained here in so many seconds, or taken from a warm-up checkpoint."""
+def _built_in(info: dict, part: str, shipped: bool = False) -> str:
+    """How `part` was had: trained here in so many seconds, taken from a warm-up checkpoint, or
+    installed from the shipped reference (whose build time is the one where it was made)."""
+    if shipped:
+        how = (f"taken from warm-up checkpoint {info['from_checkpoint']}" if "from_checkpoint" in info
+               else f"built in {info.get('wall_s', '?')} s where it was made")
+        return f"{part} as shipped ({how})"
     if "from_checkpoint" in info:
         return f"{part} taken from warm-up checkpoint {info['from_checkpoint']} in {info.get('wall_s', '?')} s"
     return f"built in {info.get('wall_s', '?')} s for {part}"
@@ -274,10 +279,11 @@ def prepare(
     except ReferenceError as exc:
         _fail(str(exc))
     teacher = prepared.teacher_info()
-    built = (_built_in(teacher, "the external teacher") if teacher is not None
-             else "the external teacher not built")
-    console.print(f"prepared {profile}: {prepared.folder} ({_built_in(prepared.info, 'the base')}, {built})",
-                  soft_wrap=True)
+    shipped = {} if prepared.rebuilt or reference.manifest(profile) is None else _shipped_hashes(profile)
+    built = (_built_in(teacher, "the external teacher", shipped.get("external") == teacher["model_hash"])
+             if teacher is not None else "the external teacher not built")
+    base = _built_in(prepared.info, "the base", shipped.get("base") == prepared.info["model_hashes"]["base"])
+    console.print(f"prepared {profile}: {prepared.folder} ({base}, {built})", soft_wrap=True)
     for line in prep.format_calibration(prepared.calibration()) + format_regime(PROFILES[profile], prepared):
         console.print(line, highlight=False, soft_wrap=True)
     if write_reference:

@@ -79,6 +79,7 @@ def test_a_base_shipped_without_its_teacher_installs_and_the_teacher_builds_on_f
     result = CliRunner().invoke(app, ["prepare", "--profile", "smoke", "--check", "--no-teacher"])
     assert result.exit_code == 0, result.output
     assert f"base: rebuilt {base}, shipped {base}: identical" in result.output
+    assert "built in" in result.output and "as shipped" not in result.output  # rebuilt here, same bytes
 
     # the base has its own recipe key: a change to the teacher's recipe alone still installs it, a
     # change to the student's builds it
@@ -109,6 +110,7 @@ def test_a_base_shipped_without_its_teacher_installs_and_the_teacher_builds_on_f
     assert result.exit_code == 0, result.output
     assert "smoke's external teacher is not shipped: `bench prepare --profile smoke --teacher` builds it" in result.output
     assert "the external teacher not built)" in result.output
+    assert "(the base as shipped (built in" in result.output  # its build time is where it was made, not here
 
 
 def test_a_warmup_curve_checkpoint_is_the_base_of_that_many_steps_even_when_resumed(tmp_path):
