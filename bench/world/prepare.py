@@ -482,13 +482,17 @@ def _noisy(answer: str, noise: float, rng: random.Random) -> str:
 
 
 def record_smoke_digest() -> Path:
-    """Build the smoke base from scratch and record its weights hash for this CPU (`smoke-digest.json`)."""
+    """Build the smoke base from scratch and record its weights hash for this CPU (`smoke-digest.json`,
+    one hash per CPU signature; a new world version drops the other CPUs' hashes, which it outdates)."""
     with tempfile.TemporaryDirectory() as cache:
         os.environ["OPD_BENCH_CACHE"] = cache
         base = prepare(PROFILES["smoke"], progress=False, teacher=False, rebuild=True).model_hashes()["base"]
     path = reference.ROOT / "smoke-digest.json"
+    version = PROFILES["smoke"].world_version
+    old = json.loads(path.read_text()) if path.exists() else {}
+    digests = old.get("base", {}) if old.get("world_version") == version else {}
+    meta = {"world_version": version, "base": {**digests, reference.cpu_signature(): base}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"world_version": PROFILES["smoke"].world_version, "cpu": reference.cpu_signature(), "base": base}
     path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     return path
 

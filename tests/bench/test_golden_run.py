@@ -1,16 +1,18 @@
 """Fixed small runs whose ledger, curve and step trace are held against golden files.
 
 The golden files hold the numbers of a fixed configuration; a change that only moves code must
-leave every number identical. Timings (`seconds`, `wall_s`) are left out. Floats depend
-on the processor's kernels, so on another CPU than the one that recorded them the check skips.
+leave every number identical. Timings (`seconds`, `wall_s`) are left out. Floats depend on the
+processor's kernels, so each CPU signature this project's CI has run on has a folder of its own
+(`golden/<cpu>/`), and on a CPU without one the check skips.
 
-    OPD_BENCH_WRITE_GOLDEN=1 pytest tests/bench/test_golden_run.py     # record them again
+    OPD_BENCH_WRITE_GOLDEN=1 pytest tests/bench/test_golden_run.py     # record them for this CPU
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,11 @@ CASES = {
 }
 
 
+def _folder() -> Path:
+    """This CPU's golden folder, e.g. golden/amd-epyc-avx2-torch-2-13-0-cpu."""
+    return GOLDEN / re.sub(r"[^a-z0-9]+", "-", cpu_signature().lower()).strip("-")
+
+
 def _record(summary: dict) -> dict:
     return {
         "ledger": [{k: v for k, v in row.items() if k != "seconds"} for row in summary["ledger"]],
@@ -50,13 +57,15 @@ def test_run_matches_its_golden_record(case, fast_profile, tmp_path):
     config = RunConfig(method=method, profile=fast_profile.name, budget_flops=budget, runs_dir=tmp_path,
                        eval_size=16, eval_every=0.25, overrides=tuple(overrides.items()))
     got = json.loads(json.dumps(_record(Runner(config, progress=False).run())))
-    path = GOLDEN / f"{case}.json"
+    path = _folder() / f"{case}.json"
     if os.environ.get("OPD_BENCH_WRITE_GOLDEN"):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"cpu": cpu_signature(), **got}, indent=1, sort_keys=True) + "\n")
+    if not path.exists():
+        known = sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())
+        pytest.skip(f"no golden records for this CPU ({cpu_signature()}; recorded: {', '.join(known)})")
     golden = json.loads(path.read_text())
-    if golden.pop("cpu") != cpu_signature():
-        pytest.skip(f"the golden records are for another CPU; this is {cpu_signature()}")
+    assert golden.pop("cpu") == cpu_signature()
     for part in ("ledger", "curve", "steps", "method_metrics"):
         assert got[part] == golden[part], part
 
