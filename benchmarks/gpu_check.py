@@ -2,31 +2,41 @@
 
 On a machine with an NVIDIA GPU, from the repository root (nothing is downloaded):
 
-    bash benchmarks/gpu_check.sh            # or: python benchmarks/gpu_check.py --out gpu_check.json
+    bash benchmarks/gpu_check.sh gpu_check.json --budget-s 500   # or: python benchmarks/gpu_check.py ...
     python benchmarks/gpu_check.py --dry-run --out /tmp/dry.json    # every code path, on the CPU (CI runs it)
 
 It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 4864, vocabulary
-151,936; random weights, bf16) with this project's byte-level tokenizer, then, each part timed out and
-its failure recorded so that one broken part does not hide the others:
+151,936; random weights, bf16) with this project's byte-level tokenizer, then measures, part by part:
 
-1. `rollout`: tokens/s of our engine (`GraphRollout`: static KV cache, CUDA-graph decode steps), of
-   `TorchRollout` (the eager engine), of Hugging Face `generate` with its dynamic cache and with its
-   static cache (compiled), all sampling, at three shapes (prompts x samples x new tokens): short
-   64 x 8 x 16, the batch 64 x 8 x 256 and long 16 x 8 x 1024; ratios against both `generate`s.
-   Goal: >= 1.5x static-cache `generate` on the batch, never below dynamic `generate`.
-2. `update`: one training step (forward, backward, AdamW) at 16 x 1024 and 16 x 2048 tokens, eager
-   and with the fused LM head + log-softmax and the compiled decoder (`Policy.fused_head`,
-   `compile_body`); model FLOP utilisation against the GPU's dense bf16 peak. Goal: 40%.
-3. `fused`: the fused head's log-probs and gradients against the eager path, in bf16.
-4. `audit`: the FLOP ledger against `FlopCounterMode` on CUDA (forward, forward + backward, cached
+1. `audit`: the FLOP ledger against `FlopCounterMode` on CUDA (forward, forward + backward, cached
    generation), and `GraphRollout`'s analytic charge per graph replay against the instrumented count
    of the same steps run eagerly, with the tokens and charge of the graphed run beside them.
-5. `gpu_small`: the `gpu-small` world (a 25M student of the worked tasks, built on the GPU): its
-   warm-up curve (greedy accuracy per domain every 100 steps, for the base-choosing rule of
-   docs/world.md), `bench prepare` and the default run (`opd-multi` on `math_code`), timed.
+2. `fused`: the fused head's log-probs and gradients against the eager path, in bf16.
+3. `rollout`: tokens/s of our engine (`GraphRollout`: static KV cache, CUDA-graph decode steps) and
+   of Hugging Face `generate`, all sampling, at three shapes (prompts x samples x new tokens): the
+   batch 64 x 8 x 256, short 64 x 8 x 16 and long 16 x 8 x 1024; against `generate` with its
+   dynamic cache at all three, and with its static cache (compiled) on the batch.
+   Goal: >= 1.5x static-cache `generate` on the batch, never below dynamic `generate`.
+4. `update`: one training step (forward, backward, AdamW) at 16 x 1024 and 16 x 2048 tokens, eager
+   and with the fused LM head + log-softmax and the compiled decoder (`Policy.fused_head`,
+   `compile_body`); model FLOP utilisation against the GPU's dense bf16 peak. Goal: 40%.
+5. `gpu_small`: the `gpu-small` world (a 25M student of the worked tasks, built on the GPU): `bench
+   prepare` (the base) and the default run (`opd-multi` on `math_code`), timed.
    Goals: prepare <= 3 min, the run <= 3 min and >= 8 points above its base.
+6. `rollout_more`: static-cache `generate` at the short and long shapes, and `TorchRollout` (the
+   eager engine) at all three, against ours.
+7. `gpu_small_more`: the gpu-small external teacher's build, timed, and the student's warm-up curve
+   (greedy accuracy per domain every 100 steps, for the base-choosing rule of docs/world.md).
 
-Results go to one JSON file (`--out`) and a line per part on stdout.
+Device time is short, so the parts run in that order (what the goals need first) under an optional
+time budget (`--budget-s`): a measurement whose expected cost (`COST_S`) no longer fits is skipped
+and listed, with the `--parts` that would run what is left. Each part runs in a process of its own
+(a sticky CUDA error or a crash costs the other parts nothing), stopped a minute after the budget's
+end; every measurement's failure is recorded beside the others, and the JSON (`--out`) is rewritten
+after each one, so a part stopped from outside keeps what it measured. Each engine's first call
+(graph capture, compilation, kernel selection) is timed apart from the measured call: ours and
+static-cache `generate` warm up on the measured shape (their graphs depend on it), the others on 8
+new tokens of the same batch.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,11 +71,11 @@ QWEN2_05B = dict(vocab_size=151936, hidden_size=896, num_hidden_layers=24, num_a
 DRY = dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
            intermediate_size=128, max_position_embeddings=4096, tie_word_embeddings=True)
 SIZES = {"audit": dict(batch=4, seq_len=512, gen_prompt=64, gen_tokens=64),
-         "rollout": ((64, 8, 16), (64, 8, 256), (16, 8, 1024)), "update": ((16, 1024), (16, 2048)),
-         "gpu_small": dict(curve_steps=1000, curve_every=100, curve_eval=200)}
+         "rollout": ((64, 8, 256), (64, 8, 16), (16, 8, 1024)), "update": ((16, 1024), (16, 2048)),
+         "curve": dict(steps=1000, every=100, eval=200)}
 DRY_SIZES = {"audit": dict(batch=2, seq_len=32, gen_prompt=8, gen_tokens=8),
-             "rollout": ((4, 2, 4), (4, 2, 8)), "update": ((2, 32),),
-             "gpu_small": dict(curve_steps=4, curve_every=2, curve_eval=4)}
+             "rollout": ((4, 2, 8), (4, 2, 4)), "update": ((2, 32),),
+             "curve": dict(steps=4, every=2, eval=4)}
 DEVICE = "cuda"
 
 
@@ -111,7 +122,61 @@ def _prompts(count: int, vocab: int) -> list[list[int]]:
             for _ in range(count)]
 
 
-# -- 1. rollout ---------------------------------------------------------------------------------
+# -- the budget -----------------------------------------------------------------------------------
+# What each measurement is expected to cost on an H200 at full size, in seconds, warm-up included: the
+# compiled update from the last GPU check (its first step compiled for 51-68 s), the rollouts from its
+# tokens/s (about 131k tokens a call at 11-33k tokens/s) with a minute for compiling static-cache
+# `generate`, and gpu-small's from its goals (3 minutes each). A measurement that no longer fits in what
+# is left of `--budget-s` is skipped.
+COST_S = {"ours": 30, "hf_dynamic": 45, "hf_static": 120, "torch_eager": 45, "update_eager": 20,
+          "update_fused_and_compiled": 100, "prepare": 180, "run": 180, "teacher": 150, "curve": 150}
+
+
+class Check:
+    """The results so far, the file they are written to after every measurement, and the budget."""
+
+    def __init__(self, out: Path, deadline: float | None, dry: bool) -> None:
+        """`deadline`: a `time.time()`, shared by the parts' processes, or None for no budget."""
+        self.out, self.deadline, self.dry, self.results, self.skipped = out, deadline, dry, {}, []
+
+    @classmethod
+    def resume(cls, out: Path, deadline: float | None, dry: bool) -> Check:
+        """The check as the earlier parts left it in `out`."""
+        check = cls(out, deadline, dry)
+        check.results = json.loads(out.read_text())
+        check.skipped = check.results.get("skipped", [])
+        return check
+
+    def left(self) -> float:
+        return float("inf") if self.deadline is None else self.deadline - time.time()
+
+    def fits(self, what: str, label: str) -> bool:
+        """Whether `what` (a COST_S key) fits in the time left; if not, `label` is listed as skipped."""
+        cost = 0 if self.dry else COST_S[what]
+        if self.left() > 0 and self.left() >= cost:
+            return True
+        self.skipped.append(label)
+        print(f"  skipped {label}: {self.left():.0f} s left, it needs about {cost} s", flush=True)
+        return False
+
+    def measure(self, label: str, fn, *args):
+        """fn(*args), or {"error": ...} where it raises: one broken measurement hides no other."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            print(f"  {label} failed: {type(exc).__name__}: {exc}", flush=True)
+            return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+        finally:
+            self.save()
+
+    def save(self) -> None:
+        self.results["skipped"] = self.skipped
+        tmp = self.out.with_name(self.out.name + ".tmp")
+        tmp.write_text(json.dumps(self.results, indent=2, default=str))
+        tmp.replace(self.out)
+
+
+# -- 3. rollout ---------------------------------------------------------------------------------
 def _ours(model, prompts, n, new, engine):
     """Our engines never stop early here (EOS -1): every row generates `new` tokens, as in `generate`."""
     batch = engine.generate(model, prompts, n=n, max_new_tokens=new, temperature=1.0, eos_id=-1, pad_id=0,
@@ -130,90 +195,150 @@ def _hf(model, prompts, n, new, static: bool):
     return (out.shape[1] - width) * out.shape[0]
 
 
-def rollout(folder: Path, dry: bool) -> dict:
+# engines whose first call depends on the shape (graph capture, compilation) warm up on the measured
+# shape; the others on WARM_NEW new tokens of the same batch
+SHAPED_WARMUP, WARM_NEW = ("ours", "hf_static"), 8
+
+
+def _engines(model, dry: bool) -> dict:
     from bench.rollout.graphs import GraphRollout
     from bench.rollout.torch_engine import TorchRollout
 
+    ours, eager = GraphRollout(static=True, graphs=not dry), TorchRollout()
+    return {"ours": lambda p, n, g: _ours(model, p, n, g, ours),
+            "hf_dynamic": lambda p, n, g: _hf(model, p, n, g, static=False),
+            "hf_static": lambda p, n, g: _hf(model, p, n, g, static=True),
+            "torch_eager": lambda p, n, g: _ours(model, p, n, g, eager)}
+
+
+def _tokens_per_s(fn, name: str, prompts: list, n: int, new: int) -> dict:
+    first = _timed(lambda: fn(prompts, n, new if name in SHAPED_WARMUP else min(new, WARM_NEW)))
+    _sync()
+    start = time.perf_counter()
+    tokens = fn(prompts, n, new)
+    _sync()
+    return {"tokens": tokens, "first_call_s": round(first, 2), "tokens_per_s": tokens / (time.perf_counter() - start)}
+
+
+def _rollout_shapes(check: Check, folder: Path, out: dict, engines_at, part: str) -> None:
+    """Tokens/s of the engines `engines_at(i)` names at shape i, into out["shapes"] (a row per shape)."""
     model, _ = _load(folder)
-    engines = {
-        "ours": lambda p, n, g: _ours(model, p, n, g, ours),
-        "torch_eager": lambda p, n, g: _ours(model, p, n, g, TorchRollout()),
-        "hf_dynamic": lambda p, n, g: _hf(model, p, n, g, static=False),
-        "hf_static": lambda p, n, g: _hf(model, p, n, g, static=True),
-    }
-    ours = GraphRollout(static=True, graphs=not dry)
-    shapes = []
-    for prompts, n, new in SIZES["rollout"]:
-        ids, row = _prompts(prompts, model.config.vocab_size), {"shape": f"{prompts}x{n}x{new}"}
-        with torch.inference_mode():
-            for name, fn in engines.items():
-                first = _timed(lambda: fn(ids, n, new))  # warm-up: kernels, graphs, compilation
-                tokens = fn(ids, n, new)
-                seconds = _timed(lambda: fn(ids, n, new))
-                row[name] = {"tokens": tokens, "first_call_s": round(first, 2), "tokens_per_s": tokens / seconds}
-        for base in ("hf_dynamic", "hf_static", "torch_eager"):
-            row[f"ours_vs_{base}"] = row["ours"]["tokens_per_s"] / row[base]["tokens_per_s"]
-        shapes.append(row)
-        print(f"  rollout {json.dumps(row)}", flush=True)
-    return {"shapes": shapes, "goal_1p5x_hf_static_on_the_batch": shapes[1]["ours_vs_hf_static"] >= 1.5,
-            "never_below_hf_dynamic": all(r["ours_vs_hf_dynamic"] >= 1.0 for r in shapes)}
+    engines = _engines(model, check.dry)
+    rows = out.setdefault("shapes", [])
+    for i, (prompts, n, new) in enumerate(SIZES["rollout"]):
+        shape = f"{prompts}x{n}x{new}"
+        row = next((r for r in rows if r["shape"] == shape), None)
+        if row is None:
+            row = {"shape": shape}
+            rows.append(row)
+        ids = _prompts(prompts, model.config.vocab_size)
+        for name in engines_at(i):
+            if check.fits(name, f"{part}: {name} at {shape}"):
+                with torch.inference_mode():
+                    row[name] = check.measure(f"{name} at {shape}", _tokens_per_s, engines[name], name, ids, n, new)
+        print(f"  rollout {json.dumps(row, default=str)[:1500]}", flush=True)
+    del engines, model
 
 
-# -- 2. update ----------------------------------------------------------------------------------
-def update(folder: Path, dry: bool) -> dict:
+def _ratio(row: dict, a: str, b: str) -> float | None:
+    x, y = row.get(a) or {}, row.get(b) or {}
+    return x["tokens_per_s"] / y["tokens_per_s"] if "tokens_per_s" in x and "tokens_per_s" in y else None
+
+
+def rollout(check: Check, folder: Path, out: dict) -> None:
+    """What the goals need: ours and both `generate`s on the batch, ours and dynamic `generate` at the
+    other two shapes."""
+    _rollout_shapes(check, folder, out, lambda i: ("ours", "hf_dynamic", "hf_static") if i == 0 else
+                    ("ours", "hf_dynamic"), "rollout")
+    for row in out["shapes"]:
+        row["ours_vs_hf_dynamic"], row["ours_vs_hf_static"] = (_ratio(row, "ours", "hf_dynamic"),
+                                                               _ratio(row, "ours", "hf_static"))
+    vs_dynamic = [r["ours_vs_hf_dynamic"] for r in out["shapes"]]
+    # a goal is None where a figure it needs is missing (skipped or failed): not measured is not met
+    vs_static = out["shapes"][0]["ours_vs_hf_static"]
+    out["goal_1p5x_hf_static_on_the_batch"] = None if vs_static is None else vs_static >= 1.5
+    out["never_below_hf_dynamic"] = None if None in vs_dynamic else all(r >= 1.0 for r in vs_dynamic)
+
+
+def rollout_more(check: Check, folder: Path, out: dict) -> None:
+    """The rest of the table: static-cache `generate` at the other two shapes, and `TorchRollout` (the
+    eager engine) at all three, against ours as the `rollout` part measured it."""
+    _rollout_shapes(check, folder, out, lambda i: ("torch_eager",) if i == 0 else ("hf_static", "torch_eager"),
+                    "rollout_more")
+    ours = {r["shape"]: r.get("ours") for r in (check.results.get("rollout") or {}).get("shapes", [])}
+    for row in out["shapes"]:
+        with_ours = {**row, "ours": ours.get(row["shape"])}
+        row["ours_vs_torch_eager"] = _ratio(with_ours, "ours", "torch_eager")
+        if "hf_static" in row:
+            row["ours_vs_hf_static"] = _ratio(with_ours, "ours", "hf_static")
+
+
+# -- 4. update ---------------------------------------------------------------------------------
+def _update_step(policy, ledger, batch: int, seq: int, fused: bool, model_flops: dict) -> dict:
+    from bench.losses import sft_loss
+
+    ids = torch.randint(3, 259, (batch, seq))
+    mask = torch.ones_like(ids)
+    completion = mask.clone()
+    completion[:, : seq // 4] = 0  # a prompt quarter: logits on the completion only, as in RL
+
+    def step():
+        lp = policy.logprobs(ids, mask, keep=seq - seq // 4)
+        policy.step(sft_loss(lp, completion.to(policy.device)), 1e-6)
+
+    first = _timed(step)  # kernels, allocator, compilation
+    before = ledger.counted_flops
+    seconds = _timed(step, 3)
+    charged = (ledger.counted_flops - before) / 3
+    # MFU counts the model's FLOPs, the eager step's charge: not the fused head's recomputation
+    flops = model_flops.setdefault((batch, seq), charged)
+    row = {"batch": batch, "seq": seq, "fused_and_compiled": fused, "first_step_s": round(first, 1),
+           "seconds": seconds, "model_flops": flops, "charged_flops": charged, "flop_per_s": flops / seconds,
+           "peak_memory_gb": torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else None}
+    peak = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
+    if peak:
+        row["mfu"] = row["flop_per_s"] / peak
+    return row
+
+
+def update(check: Check, folder: Path, out: dict) -> None:
     """One training step per shape, eager, then fused head + compiled decoder; FLOPs from the ledger."""
     from bench.accounting.ledger import Ledger
-    from bench.losses import sft_loss
     from bench.policy import Policy
 
-    peak = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
-    out, model_flops = [], {}
+    out["peak_bf16_flops"] = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
+    rows, model_flops = out.setdefault("shapes", []), {}
     for fused in (False, True):
+        what = "update_fused_and_compiled" if fused else "update_eager"
         model, tokenizer = _load(folder)
         ledger = Ledger()
         policy = Policy("student", model, tokenizer, ledger=ledger)
         policy.fused_head = policy.compile_body = fused
-        if dry:
+        if check.dry:
             policy.compile_backend = "eager"
         for batch, seq in SIZES["update"]:
-            ids = torch.randint(3, 259, (batch, seq))
-            mask = torch.ones_like(ids)
-            completion = mask.clone()
-            completion[:, : seq // 4] = 0  # a prompt quarter: logits on the completion only, as in RL
-
-            def step():
-                lp = policy.logprobs(ids, mask, keep=seq - seq // 4)
-                policy.step(sft_loss(lp, completion.to(policy.device)), 1e-6)
-
-            first = _timed(step)  # kernels, allocator, compilation
-            before = ledger.counted_flops
-            seconds = _timed(step, 3)
-            charged = (ledger.counted_flops - before) / 3
-            # MFU counts the model's FLOPs, the eager step's charge: not the fused head's recomputation
-            flops = model_flops.setdefault((batch, seq), charged)
-            row = {"batch": batch, "seq": seq, "fused_and_compiled": fused, "first_step_s": round(first, 1),
-                   "seconds": seconds, "model_flops": flops, "charged_flops": charged, "flop_per_s": flops / seconds,
-                   "peak_memory_gb": torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else None}
-            if peak:
-                row["mfu"] = row["flop_per_s"] / peak
-            out.append(row)
-            print(f"  update {json.dumps(row)}", flush=True)
+            if check.fits(what, f"update: {what} at {batch}x{seq}"):
+                rows.append({"batch": batch, "seq": seq, "fused_and_compiled": fused,
+                             **check.measure(f"{what} at {batch}x{seq}", _update_step, policy, ledger, batch, seq,
+                                             fused, model_flops)})
+                print(f"  update {json.dumps(rows[-1], default=str)[:1500]}", flush=True)
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
         del policy, model
-    best = max((r.get("mfu", 0.0) for r in out), default=0.0)
-    return {"peak_bf16_flops": peak, "shapes": out, "best_mfu": best, "goal_40pct": best >= 0.4}
+    measured = [r["mfu"] for r in rows if "mfu" in r]
+    out["best_mfu"] = max(measured) if measured else None
+    out["goal_40pct"] = None if not measured else out["best_mfu"] >= 0.4
 
 
-# -- 3. fused head ------------------------------------------------------------------------------
-def fused(folder: Path, dry: bool) -> dict:
+# -- 2. fused head ------------------------------------------------------------------------------
+def fused(check: Check, folder: Path, out: dict) -> None:
     """Fused and eager log-probs and gradients of the same batch (bf16 on CUDA: within its rounding)."""
     from bench.accounting.ledger import Ledger
     from bench.losses import sft_loss
     from bench.policy import Policy
 
-    ids = torch.randint(3, 259, (4, 256 if not dry else 16))
+    ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
     mask = torch.ones_like(ids)
     got = []
     for on in (False, True):
@@ -226,13 +351,13 @@ def fused(folder: Path, dry: bool) -> dict:
         got.append((lp.detach().float(), grad))
         del policy, model
     (lp0, g0), (lp1, g1) = got
-    return {"max_abs_logprob_diff": float((lp0 - lp1).abs().max()),
-            "grad_rel_diff": float((g0 - g1).norm() / g0.norm()),
-            "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g1, dim=0))}
+    out.update({"max_abs_logprob_diff": float((lp0 - lp1).abs().max()),
+                "grad_rel_diff": float((g0 - g1).norm() / g0.norm()),
+                "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g1, dim=0))})
 
 
-# -- 4. audit -----------------------------------------------------------------------------------
-def audit(folder: Path, dry: bool) -> dict:
+# -- 1. audit -----------------------------------------------------------------------------------
+def audit(check: Check, folder: Path, out: dict) -> None:
     from bench.accounting.audit import audit_model, audited
     from bench.accounting.ledger import Ledger
     from bench.accounting.metering import meter, unmeter
@@ -240,16 +365,17 @@ def audit(folder: Path, dry: bool) -> dict:
 
     model, _ = _load(folder)
     rows = audit_model(model, **SIZES["audit"], fvcore=False)
-    out = {"rows": [{"phase": r.phase, "analytic": r.analytic_flops, "instrumented": r.instrumented_flops,
-                     "charged": r.charged_flops, "rel_diff": r.rel_diff} for r in rows],
-           "within_2pct": all(abs(r.rel_diff) <= 0.02 for r in rows)}
+    out["rows"] = [{"phase": r.phase, "analytic": r.analytic_flops, "instrumented": r.instrumented_flops,
+                    "charged": r.charged_flops, "rel_diff": r.rel_diff} for r in rows]
+    out["within_2pct"] = all(abs(r.rel_diff) <= 0.02 for r in rows)
+    check.save()
     # GraphRollout: its static steps run eagerly under the counter, then the same generation graphed
     # (replays are invisible to the counter, which is why they are charged analytically)
     prompts, runs = _prompts(8, model.config.vocab_size), {}
     for graphs in (False, True):
         ledger = Ledger()
         meter(model, "student", ledger)
-        engine = GraphRollout(static=True, graphs=graphs and not dry)
+        engine = GraphRollout(static=True, graphs=graphs and not check.dry)
         with torch.inference_mode(), (audited(ledger, "student") if not graphs else contextlib.nullcontext()) as result:
             batch = engine.generate(model, prompts, n=4, max_new_tokens=32, eos_id=-1, pad_id=0,
                                     generator=torch.Generator().manual_seed(4))
@@ -260,102 +386,208 @@ def audit(folder: Path, dry: bool) -> dict:
         "eager_steps_instrumented": eager.instrumented_flops, "eager_steps_charged": eager.charged_flops,
         "eager_rel_diff": eager.rel_diff, "graphed_charged": runs[True][2],
         "same_charge": runs[True][2] == runs[False][2], "same_tokens": runs[False][0] == runs[True][0]}
-    return out
 
 
 # -- 5. gpu-small -------------------------------------------------------------------------------
-def gpu_small(_folder: Path, dry: bool) -> dict:
-    """The gpu-small world: its warm-up curve, `bench prepare` and the default run, in this process."""
-    from bench.accounting.ledger import Ledger
-    from bench.evaluation import Evaluator
-    from bench.registry import get_suite
-    from bench.run.config import RunConfig
-    from bench.run.runner import Runner
-    from bench.world.prepare import WARMUP_SUITE, prepare, warm_up
+def _small_profile(dry: bool):
     from bench.world.profiles import PROFILES
 
-    profile, sizes = PROFILES["gpu-small"], SIZES["gpu_small"]
+    profile = PROFILES["gpu-small"]
     if dry:  # the tiny world's small student on the CPU, a few steps
         profile = dataclasses.replace(profile, name="gpu-small-dry", device="cpu", student="tiny-llama",
                                       teacher="tiny-llama", budget_flops=2e10, eval_size=4, max_new_tokens=16,
                                       eval_max_new_tokens=16,
                                       warmup=dataclasses.replace(profile.warmup, student_steps=4, teacher_steps=4))
         PROFILES[profile.name] = profile
-    curve, started = [], time.perf_counter()
+    return profile
+
+
+def _prepare_small(profile) -> dict:
+    """`bench prepare` for the profile (its base only, as `bench prepare` builds an unshipped world)."""
+    from bench.world.prepare import prepare
+
+    start = time.perf_counter()
+    prepare(profile, progress=False, teacher=False)
+    return {"seconds": round(time.perf_counter() - start, 1)}
+
+
+def _run_small(profile) -> dict:
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+
+    runs = Path(os.environ["OPD_BENCH_CACHE"]) / "runs"
+    config = RunConfig(method="opd-multi", suite="math_code", profile=profile.name, runs_dir=runs)
+    start = time.perf_counter()
+    record = Runner(config, progress=False).run()
+    return {"wall_s": round(time.perf_counter() - start, 1), "base_accuracy": record["base_accuracy"],
+            "final_accuracy": record["final_accuracy"], "counted_flops": record["flops"]["counted"],
+            "gain_points": 100 * (record["final_accuracy"] - record["base_accuracy"]),
+            "throughput": record.get("throughput")}
+
+
+def gpu_small(check: Check, _folder: Path, out: dict) -> None:
+    """The gpu-small world from scratch (an empty OPD_BENCH_CACHE, the check's own): `bench prepare`
+    (its base), then the default run, timed."""
+    profile = _small_profile(check.dry)
+    out["profile"] = profile.name
+    if check.fits("prepare", "gpu_small: prepare"):
+        out["prepare"] = check.measure("gpu-small prepare", _prepare_small, profile)
+        if "seconds" in out["prepare"] and check.fits("run", "gpu_small: run"):
+            out["run"] = check.measure("gpu-small run", _run_small, profile)
+    prep, run = out.get("prepare", {}), out.get("run", {})
+    out["goals"] = {"prepare_3min": prep["seconds"] <= 180 if "seconds" in prep else None,
+                    "run_3min": run["wall_s"] <= 180 if "wall_s" in run else None,
+                    "gain_8_points": run["gain_points"] >= 8 if "gain_points" in run else None}
+
+
+def _teacher_small(profile) -> dict:
+    """The external teacher's build (`bench prepare --teacher`), into the prepared base's folder."""
+    from bench.world.prepare import prepare
+
+    prepared = prepare(profile, progress=False, teacher=False)  # the base gpu_small built: found in the cache
+    start = time.perf_counter()
+    info = prepared.ensure_teacher(progress=False)
+    return {"seconds": round(time.perf_counter() - start, 1), "model_hash": info.get("model_hash")}
+
+
+def _curve_small(profile, out: dict) -> None:
+    from bench.accounting.ledger import Ledger
+    from bench.evaluation import Evaluator
+    from bench.registry import get_suite
+    from bench.world.prepare import WARMUP_SUITE, warm_up
+
+    sizes, started = SIZES["curve"], time.perf_counter()
     suite = get_suite(WARMUP_SUITE, profile.warmup.difficulty, profile.task_format)
-    evaluator = Evaluator(suite, sizes["curve_eval"], profile.eval_max_new_tokens)
+    evaluator = Evaluator(suite, sizes["eval"], profile.eval_max_new_tokens)
+    curve = out.setdefault("curve", [])
 
     def on_step(step: int, policy, loss: float) -> None:
-        if step % sizes["curve_every"] == 0:
+        if step % sizes["every"] == 0:
             result = evaluator.evaluate(policy)
             curve.append({"step": step, "loss": round(loss, 4), "greedy": result["domain_accuracy"],
                           "wall_s": round(time.perf_counter() - started, 1)})
             print(f"  gpu-small warm-up {json.dumps(curve[-1])}", flush=True)
 
-    curved = dataclasses.replace(profile, warmup=dataclasses.replace(profile.warmup, student_steps=sizes["curve_steps"]))
+    curved = dataclasses.replace(profile, warmup=dataclasses.replace(profile.warmup, student_steps=sizes["steps"]))
     warm_up(curved, "base", Ledger(), progress=False, on_step=on_step)
-    out = {"profile": profile.name, "curve": curve, "curve_s": round(time.perf_counter() - started, 1)}
-    cached = os.environ.get("OPD_BENCH_CACHE")
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["OPD_BENCH_CACHE"] = cache  # from scratch: nothing cached
-        out["prepare_s"] = _timed(lambda: prepare(profile, progress=False))
-        config = RunConfig(method="opd-multi", suite="math_code", profile=profile.name, runs_dir=Path(cache) / "runs")
-        started = time.perf_counter()
-        record = Runner(config, progress=False).run()
-        out["run"] = {"wall_s": round(time.perf_counter() - started, 1), "base_accuracy": record["base_accuracy"],
-                      "final_accuracy": record["final_accuracy"], "counted_flops": record["flops"]["counted"],
-                      "gain_points": 100 * (record["final_accuracy"] - record["base_accuracy"]),
-                      "throughput": record.get("throughput")}
-    if cached is None:
-        os.environ.pop("OPD_BENCH_CACHE")
-    else:
-        os.environ["OPD_BENCH_CACHE"] = cached
-    out["goals"] = {"prepare_3min": out["prepare_s"] <= 180, "run_3min": out["run"]["wall_s"] <= 180,
-                    "gain_8_points": out["run"]["gain_points"] >= 8}
-    return out
+    out["curve_s"] = round(time.perf_counter() - started, 1)
 
 
-def _part(results: dict, name: str, fn, *args) -> None:
+def gpu_small_more(check: Check, _folder: Path, out: dict) -> None:
+    """The gpu-small teacher's build (after `gpu_small`'s base), and the student's warm-up curve."""
+    profile = _small_profile(check.dry)
+    built = "seconds" in check.results.get("gpu_small", {}).get("prepare", {})
+    if not built and check.fits("prepare", "gpu_small_more: the base, for the teacher"):
+        # run without `gpu_small`: the teacher's folder is the prepared base's, so the base comes first
+        out["base_prepare"] = check.measure("gpu-small prepare", _prepare_small, profile)
+        built = "seconds" in out["base_prepare"]
+    if built and check.fits("teacher", "gpu_small_more: teacher"):
+        out["teacher"] = check.measure("gpu-small teacher", _teacher_small, profile)
+    if check.fits("curve", "gpu_small_more: curve"):
+        check.measure("gpu-small warm-up curve", _curve_small, profile, out)
+
+
+def _part(check: Check, name: str, folder: Path) -> None:
+    """Part `name`, in this process (a part's own process: see `main`)."""
+    out = check.results[name] = {}
     start = time.perf_counter()
-    try:
-        results[name] = fn(*args)
-    except Exception as exc:  # record and go on: the other parts still tell us something
-        results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
-    results[name]["part_s"] = round(time.perf_counter() - start, 1)
-    print(f"[{name}] {json.dumps(results[name], default=str)[:2000]}", flush=True)
-    if DEVICE == "cuda":
-        torch.cuda.empty_cache()
+    failed = check.measure(name, PARTS[name], check, folder, out)  # None, or the error of what raised
+    out.update(failed or {})
+    out["part_s"] = round(time.perf_counter() - start, 1)
+    check.save()
 
 
-PARTS = {"rollout": rollout, "update": update, "fused": fused, "audit": audit, "gpu_small": gpu_small}
+GRACE_S = 60  # how long past the budget's end a part's process may run before it is stopped
+
+
+def _run_part(check: Check, name: str, folder: Path, dry: bool) -> Check:
+    """Part `name` in a process of its own, so that a CUDA error it cannot recover from (a sticky
+    one poisons the process's context) or a crash costs the other parts nothing; it is stopped at the
+    budget's end (plus a minute's grace). Returns the check as the part left it."""
+    if check.left() <= 0:
+        check.results[name] = {"skipped": "no time left"}
+        check.skipped.append(name)
+        check.save()
+    else:
+        command = [sys.executable, __file__, "--child", name, "--folder", str(folder), "--out", str(check.out),
+                   *(["--deadline", repr(check.deadline)] if check.deadline is not None else []),
+                   *(["--dry-run"] if dry else [])]
+        start = time.perf_counter()
+        try:
+            limit = None if check.deadline is None else check.left() + GRACE_S
+            code = subprocess.run(command, timeout=limit).returncode
+        except subprocess.TimeoutExpired:  # the child is killed: what it saved stays
+            code = "stopped at the end of the budget"
+        check = Check.resume(check.out, check.deadline, dry)
+        out = check.results.setdefault(name, {})
+        if code != 0 and "error" not in out:
+            out["error"] = f"the part's process ended: {code}"
+        out.setdefault("part_s", round(time.perf_counter() - start, 1))
+        check.save()
+    print(f"[{name}] {json.dumps(check.results[name], default=str)[:2000]}", flush=True)
+    return check
+
+
+# in the order they run: what the goals need first
+PARTS = {"audit": audit, "fused": fused, "rollout": rollout, "update": update, "gpu_small": gpu_small,
+         "rollout_more": rollout_more, "gpu_small_more": gpu_small_more}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="gpu_check.json")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds for the whole check: what no longer fits is skipped and listed")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU with a 2-layer model: does every part run?")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # one part, in the process `main` started for it
+    parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     global DEVICE, SIZES
-    unknown = set(args.parts.split(",")) - set(PARTS)
+    parts = args.parts.split(",")
+    unknown = set(parts) - set(PARTS)
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}; known: {', '.join(PARTS)}")
+    if args.budget_s is not None and args.budget_s < 0:
+        parser.error(f"--budget-s must be >= 0 seconds, got {args.budget_s}")
     if args.dry_run:
         DEVICE, SIZES = "cpu", DRY_SIZES
     elif not torch.cuda.is_available():
         print("gpu_check: no CUDA device (use --dry-run to try the script on the CPU)", file=sys.stderr)
         return 2
+    if args.child:
+        _part(Check.resume(Path(args.out), args.deadline, args.dry_run), args.child, args.folder)
+        return 0
     import transformers
 
+    if tuple(int(x) for x in transformers.__version__.split(".")[:2]) < (5, 19):  # pyproject.toml's floor
+        print(f"gpu_check: transformers {transformers.__version__} is older than the project's 5.19: its rotary "
+              "embedding has a matmul the ledger does not charge, so the audit will differ a little", flush=True)
+    deadline = None if args.budget_s is None else time.time() + args.budget_s
+    check = Check(Path(args.out).resolve(), deadline, args.dry_run)
     name = torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu (dry run)"
-    results: dict = {"device": name, "torch": torch.__version__, "transformers": transformers.__version__,
-                     "date": time.strftime("%Y-%m-%d"), "peak_bf16_flops": device_peak_flops(name)}
+    check.results.update({"device": name, "torch": torch.__version__, "transformers": transformers.__version__,
+                          "date": time.strftime("%Y-%m-%d"), "peak_bf16_flops": device_peak_flops(name),
+                          "budget_s": args.budget_s})
+    check.save()
+    cached = os.environ.get("OPD_BENCH_CACHE")
     with tempfile.TemporaryDirectory() as tmp:
         folder = build_folder(Path(tmp) / "qwen2-0.5b-shape", DRY if args.dry_run else QWEN2_05B)
-        for part in args.parts.split(","):
-            _part(results, part, PARTS[part], folder, args.dry_run)
-    Path(args.out).write_text(json.dumps(results, indent=2, default=str))
-    print(f"wrote {args.out}")
+        os.environ["OPD_BENCH_CACHE"] = str(Path(tmp) / "cache")  # gpu-small from scratch, shared by the parts
+        try:
+            for part in sorted(parts, key=list(PARTS).index):
+                check = _run_part(check, part, folder, args.dry_run)
+        finally:
+            if cached is None:
+                del os.environ["OPD_BENCH_CACHE"]
+            else:
+                os.environ["OPD_BENCH_CACHE"] = cached
+    left = sorted({label.split(":")[0] for label in check.skipped}, key=list(PARTS).index)
+    check.results["rerun"] = f"--parts {','.join(left)}" if left else None
+    check.save()
+    print(f"wrote {args.out}" + (f"; {len(check.skipped)} skipped for time (listed under \"skipped\"); "
+                                 f"to run them: {check.results['rerun']}" if left else ""))
     return 0
 
 

@@ -1,33 +1,110 @@
 """benchmarks/gpu_check.py --dry-run: every part of the prepared GPU check runs on the CPU (with a
-2-layer model and a few steps), so that device minutes go to measuring, not debugging."""
+2-layer model and a few steps), so that device minutes go to measuring, not debugging; and its time
+budget skips and lists what does not fit, keeping what was measured."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+
+
+def _dry_run(out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     out = tmp_path / "dry.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = _dry_run(out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    parts = ("rollout", "update", "fused", "audit", "gpu_small")
+    parts = ("audit", "fused", "rollout", "update", "gpu_small", "rollout_more", "gpu_small_more")
     assert {p: result[p].get("error") for p in parts} == dict.fromkeys(parts)
-    engines = {"ours", "torch_eager", "hf_dynamic", "hf_static"}
-    for row in result["rollout"]["shapes"]:
-        assert engines <= set(row) and all(row[e]["tokens"] > 0 for e in engines)
-        assert {"ours_vs_hf_static", "ours_vs_hf_dynamic"} <= set(row)
+    assert result["skipped"] == [] and result["rerun"] is None
+    (batch, short), (batch_more, short_more) = result["rollout"]["shapes"], result["rollout_more"]["shapes"]
+    assert [batch["shape"], short["shape"]] == ["4x2x8", "4x2x4"]  # the batch first
+    assert {"ours", "hf_dynamic", "hf_static"} <= set(batch) and "hf_static" not in short
+    assert all(row[e]["tokens"] > 0 for row in (batch, short) for e in ("ours", "hf_dynamic"))
+    assert batch["ours_vs_hf_static"] > 0 and short["ours_vs_hf_dynamic"] > 0 and short["ours_vs_hf_static"] is None
+    assert result["rollout"]["goal_1p5x_hf_static_on_the_batch"] in (True, False)
+    assert result["rollout"]["never_below_hf_dynamic"] in (True, False)
+    assert "hf_static" not in batch_more and short_more["hf_static"]["tokens"] > 0
+    assert short_more["ours_vs_hf_static"] > 0
+    assert all(r["torch_eager"]["tokens"] > 0 and r["ours_vs_torch_eager"] > 0 for r in (batch_more, short_more))
     assert {r["fused_and_compiled"] for r in result["update"]["shapes"]} == {False, True}
     assert result["fused"]["max_abs_logprob_diff"] < 1e-5 and result["fused"]["grad_rel_diff"] < 1e-5
     audit = result["audit"]
     assert audit["within_2pct"] and audit["graph_rollout"]["eager_rel_diff"] == 0
     assert audit["graph_rollout"]["same_charge"] and audit["graph_rollout"]["same_tokens"]
-    small = result["gpu_small"]
-    assert small["curve"] and small["run"]["counted_flops"] > 0 and set(small["goals"]) == {
-        "prepare_3min", "run_3min", "gain_8_points"}
+    small, more = result["gpu_small"], result["gpu_small_more"]
+    assert small["prepare"]["seconds"] > 0 and small["run"]["counted_flops"] > 0
+    assert set(small["goals"]) == {"prepare_3min", "run_3min", "gain_8_points"}
+    assert None not in small["goals"].values()
+    assert more["teacher"]["model_hash"] and more["curve"] and "base_prepare" not in more
+
+
+def test_a_spent_budget_skips_every_part_and_says_how_to_run_them(tmp_path):
+    out = tmp_path / "dry.json"
+    proc = _dry_run(out, "--budget-s", "0", "--parts", "rollout,audit")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["skipped"] == ["audit", "rollout"]  # in the order they run
+    assert result["rerun"] == "--parts audit,rollout" and "--parts audit,rollout" in proc.stdout
+    assert result["audit"] == {"skipped": "no time left"} and "update" not in result
+
+
+def test_a_measurement_that_does_not_fit_or_fails_is_listed_and_the_rest_kept(tmp_path):
+    module = _module()
+    check = module.Check(tmp_path / "r.json", deadline=time.time() + 60, dry=False)  # costs as on a GPU
+    assert check.fits("ours", "rollout: ours at 1x1x1")  # 30 s of 60
+    assert not check.fits("hf_static", "rollout: hf_static at 1x1x1")  # 120 s
+    assert check.skipped == ["rollout: hf_static at 1x1x1"]
+    check.results["part"] = {"a": check.measure("a", lambda: {"x": 1}), "b": check.measure("b", lambda: 1 / 0)}
+    check.save()
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["part"]["a"] == {"x": 1} and saved["part"]["b"]["error"].startswith("ZeroDivisionError")
+    assert saved["skipped"] == ["rollout: hf_static at 1x1x1"]
+
+
+def test_bad_options_are_one_line_and_exit_2(tmp_path):
+    for args, said in ((["--budget-s", "-1"], "--budget-s must be >= 0"), (["--parts", "nope"], "unknown parts")):
+        proc = _dry_run(tmp_path / "x.json", *args)
+        assert proc.returncode == 2 and said in proc.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_a_part_whose_process_dies_or_overruns_is_recorded_and_the_check_goes_on(tmp_path, monkeypatch):
+    module = _module()
+    check = module.Check(tmp_path / "r.json", deadline=time.time() + 3, dry=True)
+    check.results["rollout"] = {"shapes": ["kept"]}
+    check.save()
+    dies, hangs = tmp_path / "dies", tmp_path / "hangs"
+    dies.write_text("#!/bin/sh\nexit 3\n")
+    hangs.write_text("#!/bin/sh\nexec sleep 60\n")
+    for script in (dies, hangs):
+        script.chmod(0o755)
+    monkeypatch.setattr(module, "GRACE_S", 0)
+    monkeypatch.setattr(sys, "executable", str(dies))  # the part's process: a crash
+    check = module._run_part(check, "audit", tmp_path, dry=True)
+    assert check.results["audit"]["error"] == "the part's process ended: 3"
+    monkeypatch.setattr(sys, "executable", str(hangs))  # a part that runs past the budget
+    start = time.perf_counter()
+    check = module._run_part(check, "fused", tmp_path, dry=True)
+    assert time.perf_counter() - start < 10
+    assert check.results["fused"]["error"] == "the part's process ended: stopped at the end of the budget"
+    check = module._run_part(check, "update", tmp_path, dry=True)  # past the deadline now: not started
+    assert check.results["update"] == {"skipped": "no time left"} and check.skipped == ["update"]
+    assert json.loads((tmp_path / "r.json").read_text())["rollout"] == {"shapes": ["kept"]}
