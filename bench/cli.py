@@ -171,7 +171,7 @@ def run(
     progress: bool = typer.Option(True, help="show the progress bar"),
     model: Optional[str] = typer.Option(None, help="hf profile: the student, a local HF model folder or a hub id in the local HF cache"),
     external: Optional[str] = typer.Option(None, help="hf profile: the external teacher's folder"),
-    teacher: list[str] = typer.Option([], help="hf profile: a named teacher DOMAIN=PATH (repeatable)"),
+    teacher: list[str] = typer.Option([], help="a named teacher NAME=PATH, a local model folder, for ctx.teacher(NAME) (repeatable)"),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
     max_new_tokens: Optional[int] = typer.Option(None, help="generation limit (default: the profile's)"),
     eval_every: float = typer.Option(0.1, help="evaluate at each multiple of this fraction of the budget"),
@@ -606,26 +606,35 @@ def check_adapter(
     suite: str = typer.Option("math_code"),
     budget: Optional[str] = typer.Option(None, help="counted FLOPs of the run (default: the smoke world's 4e11); "
                                                     "a smaller one is quicker but may end before a method's later phases"),
+    set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
+    teacher: list[str] = typer.Option([], help="as bench run's: a named teacher NAME=PATH (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress)"),
 ) -> None:
     """Run a method briefly under the instrumented FLOP counter; fail if any compute went unmetered."""
     from bench.run.conformance import check_adapter as check
 
-    budget_flops = _budget(budget)
+    budget_flops, overrides, teachers = _budget(budget), _overrides(set_), _overrides(teacher)
     if not as_json:
         console.print(f"checking {plugin}: a short run on the smoke world under torch's FLOP counter", highlight=False)
     with _one_line():
-        result = check(plugin, suite=suite, budget_flops=budget_flops, progress=not as_json)
+        result = check(plugin, suite=suite, budget_flops=budget_flops, progress=not as_json, overrides=overrides,
+                       teachers=teachers)
     if as_json:
-        _print_json({**dataclasses.asdict(result), "rel_diff": result.rel_diff, "ok": result.ok})
+        _print_json({**dataclasses.asdict(result), "rel_diff": result.rel_diff, "ok": result.ok,
+                     "unchecked_kinds": result.unchecked_kinds})
         if not result.ok:
             raise typer.Exit(1)
         return
     verdict = "[green]PASS[/green]" if result.ok else "[red]FAIL[/red]"
     console.print(
         f"{verdict} {result.method}: metered {result.metered_flops:.4e} FLOPs, instrumented "
-        f"{result.instrumented_flops:.4e} ({100 * result.rel_diff:+.2f}%), counted {result.steps_flops:.3e}"
+        f"{result.instrumented_flops:.4e} ({100 * result.rel_diff:+.2f}%), counted {result.steps_flops:.3e} "
+        f"({', '.join(f'{kind} {flops:.2e}' for kind, flops in result.counted_by_kind.items())})"
     )
+    if result.unchecked_kinds:
+        console.print(f"[yellow]note[/yellow]: the run took no {' or '.join(result.unchecked_kinds)} step within "
+                      f"{result.budget_flops:.1e} FLOPs, so the check says nothing of that code; a larger --budget, "
+                      "or --set/--teacher that reach it (a teacher that finishes answers, say), would")
     if not result.ok:
         why = "it spent no counted FLOPs" if result.steps_flops <= 0 else "compute outside the ledger"
         _fail(f"{result.method} is not conformant: {why}", code=1)

@@ -21,12 +21,13 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.world import prepare as prep
 from bench.accounting.audit import TOLERANCE
 from bench.accounting.counting import count_flops
+from bench.accounting.ledger import KINDS
 from bench.errors import RunError
 from bench.world.profiles import PROFILES, Profile
 from bench.registry import get_method
@@ -46,6 +47,13 @@ class ConformanceResult:
     instrumented_flops: float  # what FlopCounterMode saw during the run
     budget_flops: float
     steps_flops: float  # counted FLOPs (the method's own work)
+    counted_by_kind: dict[str, float] = field(default_factory=dict)  # rollout, score, update
+
+    @property
+    def unchecked_kinds(self) -> list[str]:
+        """Kinds of work the run never reached: what the check could not see. A method whose teacher
+        never finishes an answer on the smoke world, say, may never take an update within the budget."""
+        return [kind for kind in ("rollout", "update") if not self.counted_by_kind.get(kind)]
 
     @property
     def rel_diff(self) -> float:
@@ -57,16 +65,18 @@ class ConformanceResult:
 
 
 def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | None = None,
-                  progress: bool = False) -> ConformanceResult:
+                  progress: bool = False, overrides: tuple[tuple[str, str], ...] = (),
+                  teachers: tuple[tuple[str, str], ...] = ()) -> ConformanceResult:
     """Run `plugin` briefly under the instrumented counter and compare with its ledger; `progress`:
-    the run's bar (or, without a terminal, a line per evaluation)."""
+    the run's bar (or, without a terminal, a line per evaluation). `overrides` (method config
+    key=value) and `teachers` (NAME=PATH, local model folders) are those of `bench run`."""
     cls = get_method(plugin)
     profile = smoke_profile()
     prep.prepare(profile, progress=progress)  # outside the counter: its cost is booked shared/external
     with tempfile.TemporaryDirectory(prefix="opd-check-") as tmp:
         config = RunConfig(
             method=plugin, suite=suite, profile=profile.name, budget_flops=budget_flops or profile.budget_flops,
-            runs_dir=Path(tmp), eval_every=0.5,
+            runs_dir=Path(tmp), eval_every=0.5, overrides=tuple(overrides), teachers=tuple(teachers),
         )
         runner = Runner(config, progress=progress)
         summary: dict = {}
@@ -83,6 +93,8 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
         instrumented_flops=float(split.total),
         budget_flops=config.budget,
         steps_flops=flops["counted"],
+        counted_by_kind={kind: sum(r["flops"] for r in runner.ledger.rows()
+                                   if r["category"] == "counted" and r["kind"] == kind) for kind in KINDS},
     )
 
 

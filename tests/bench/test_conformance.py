@@ -45,11 +45,35 @@ class Sneaky:
 '''
 
 
+def finishing_teacher() -> tuple[tuple[str, str], ...]:
+    """The worked world's base as a teacher named "finisher": on the smoke world's tasks it ends its
+    answers, which the smoke world's own 30-step teacher never does (sft keeps only finished ones)."""
+    from bench.world.prepare import prepare
+    from bench.world.profiles import PROFILES
+
+    return (("finisher", str(prepare(PROFILES["tiny"], progress=False, teacher=False).folder / "student")),)
+
+
 @pytest.mark.parametrize("method", sorted(builtin_methods()))
 def test_builtin_methods_are_fully_metered(method):
-    result = check_adapter(method)
+    # sft learns only from finished teacher answers: without a teacher that finishes, it never updates
+    options = dict(teachers=finishing_teacher(), overrides=(("teacher", "finisher"),)) if method == "sft" else {}
+    result = check_adapter(method, **options)
     assert result.steps_flops > 0
     assert result.ok, f"{method}: instrumented {result.instrumented_flops:.4e} vs metered {result.metered_flops:.4e}"
+    assert result.unchecked_kinds == [], f"{method} never reached: {result.unchecked_kinds}"  # rollouts and updates
+
+
+def test_a_check_that_never_updates_says_so():
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    # the smoke world's own teacher never finishes an answer, so sft samples but never updates
+    out = CliRunner().invoke(app, ["check-adapter", "sft", "--budget", str(QUICK)])
+    assert out.exit_code == 0 and "PASS sft" in out.output, out.output
+    assert "rollout " in out.output and "update 0.00e+00" in out.output
+    assert "note: the run took no update step" in " ".join(out.output.split())
 
 
 def test_hidden_compute_fails_the_check(tmp_path):
@@ -87,3 +111,17 @@ def test_a_bad_budget_is_one_line_before_any_run(budget):
     out = CliRunner().invoke(app, ["check-adapter", "grpo", "--budget", budget])
     assert out.exit_code == 2
     assert "--budget must be" in (out.stderr or out.output) and "checking" not in out.output
+
+
+@pytest.mark.parametrize("args, said", [(["--set", "lr"], "expected key=value, got 'lr'"),
+                                        (["--teacher", "finisher"], "expected key=value, got 'finisher'"),
+                                        (["--set", "nope=1"], "unknown sft config key 'nope'")])
+def test_bad_overrides_and_teachers_are_one_line(args, said):
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    out = CliRunner().invoke(app, ["check-adapter", "sft", "--budget", str(QUICK), *args])
+    assert out.exit_code == 2, out.output
+    message = (out.stderr or out.output).strip().splitlines()
+    assert said in message[-1] and [m.startswith("error:") for m in message].count(True) == 1
