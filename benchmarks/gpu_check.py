@@ -24,7 +24,7 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
    prepare` (the base) and the default run (`opd-multi` on `math_code`), timed.
    Goals: prepare <= 3 min, the run <= 3 min and >= 8 points above its base.
 6. `rollout_more`: static-cache `generate` at the short and long shapes, and `TorchRollout` (the
-   eager engine) at all three, against ours.
+   eager engine) at all three, against ours measured again in the same process.
 7. `gpu_small_more`: the gpu-small external teacher's build, timed, and the student's warm-up curve
    (greedy accuracy per domain every 100 steps, for the base-choosing rule of docs/world.md).
 
@@ -176,6 +176,63 @@ class Check:
         tmp.replace(self.out)
 
 
+# -- 1. audit -----------------------------------------------------------------------------------
+def audit(check: Check, folder: Path, out: dict) -> None:
+    from bench.accounting.audit import audit_model, audited
+    from bench.accounting.ledger import Ledger
+    from bench.accounting.metering import meter, unmeter
+    from bench.rollout.graphs import GraphRollout
+
+    model, _ = _load(folder)
+    rows = audit_model(model, **SIZES["audit"], fvcore=False)
+    out["rows"] = [{"phase": r.phase, "analytic": r.analytic_flops, "instrumented": r.instrumented_flops,
+                    "charged": r.charged_flops, "rel_diff": r.rel_diff} for r in rows]
+    out["within_2pct"] = all(abs(r.rel_diff) <= 0.02 for r in rows)
+    check.save()
+    # GraphRollout: its static steps run eagerly under the counter, then the same generation graphed
+    # (replays are invisible to the counter, which is why they are charged analytically)
+    prompts, runs = _prompts(8, model.config.vocab_size), {}
+    for graphs in (False, True):
+        ledger = Ledger()
+        meter(model, "student", ledger)
+        engine = GraphRollout(static=True, graphs=graphs and not check.dry)
+        with torch.inference_mode(), (audited(ledger, "student") if not graphs else contextlib.nullcontext()) as result:
+            batch = engine.generate(model, prompts, n=4, max_new_tokens=32, eos_id=-1, pad_id=0,
+                                    generator=torch.Generator().manual_seed(4))
+        unmeter(model)
+        runs[graphs] = (batch.completion_ids, result, ledger.counted_flops)
+    eager = runs[False][1]
+    out["graph_rollout"] = {
+        "eager_steps_instrumented": eager.instrumented_flops, "eager_steps_charged": eager.charged_flops,
+        "eager_rel_diff": eager.rel_diff, "graphed_charged": runs[True][2],
+        "same_charge": runs[True][2] == runs[False][2], "same_tokens": runs[False][0] == runs[True][0]}
+
+
+# -- 2. fused head ------------------------------------------------------------------------------
+def fused(check: Check, folder: Path, out: dict) -> None:
+    """Fused and eager log-probs and gradients of the same batch (bf16 on CUDA: within its rounding)."""
+    from bench.accounting.ledger import Ledger
+    from bench.losses import sft_loss
+    from bench.policy import Policy
+
+    ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
+    mask = torch.ones_like(ids)
+    got = []
+    for on in (False, True):
+        model, tokenizer = _load(folder)
+        policy = Policy("student", model, tokenizer, ledger=Ledger())
+        policy.fused_head, policy.compile_body = on, False
+        lp = policy.logprobs(ids, mask, keep=ids.shape[1] // 2)
+        sft_loss(lp, mask.to(policy.device)).backward()
+        grad = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
+        got.append((lp.detach().float(), grad))
+        del policy, model
+    (lp0, g0), (lp1, g1) = got
+    out.update({"max_abs_logprob_diff": float((lp0 - lp1).abs().max()),
+                "grad_rel_diff": float((g0 - g1).norm() / g0.norm()),
+                "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g1, dim=0))})
+
+
 # -- 3. rollout ---------------------------------------------------------------------------------
 def _ours(model, prompts, n, new, engine):
     """Our engines never stop early here (EOS -1): every row generates `new` tokens, as in `generate`."""
@@ -262,15 +319,13 @@ def rollout(check: Check, folder: Path, out: dict) -> None:
 
 def rollout_more(check: Check, folder: Path, out: dict) -> None:
     """The rest of the table: static-cache `generate` at the other two shapes, and `TorchRollout` (the
-    eager engine) at all three, against ours as the `rollout` part measured it."""
-    _rollout_shapes(check, folder, out, lambda i: ("torch_eager",) if i == 0 else ("hf_static", "torch_eager"),
-                    "rollout_more")
-    ours = {r["shape"]: r.get("ours") for r in (check.results.get("rollout") or {}).get("shapes", [])}
+    eager engine) at all three, each against ours measured again beside it (ratios within a process)."""
+    _rollout_shapes(check, folder, out, lambda i: ("ours", "torch_eager") if i == 0 else
+                    ("ours", "hf_static", "torch_eager"), "rollout_more")
     for row in out["shapes"]:
-        with_ours = {**row, "ours": ours.get(row["shape"])}
-        row["ours_vs_torch_eager"] = _ratio(with_ours, "ours", "torch_eager")
+        row["ours_vs_torch_eager"] = _ratio(row, "ours", "torch_eager")
         if "hf_static" in row:
-            row["ours_vs_hf_static"] = _ratio(with_ours, "ours", "hf_static")
+            row["ours_vs_hf_static"] = _ratio(row, "ours", "hf_static")
 
 
 # -- 4. update ---------------------------------------------------------------------------------
@@ -329,63 +384,6 @@ def update(check: Check, folder: Path, out: dict) -> None:
     measured = [r["mfu"] for r in rows if "mfu" in r]
     out["best_mfu"] = max(measured) if measured else None
     out["goal_40pct"] = None if not measured else out["best_mfu"] >= 0.4
-
-
-# -- 2. fused head ------------------------------------------------------------------------------
-def fused(check: Check, folder: Path, out: dict) -> None:
-    """Fused and eager log-probs and gradients of the same batch (bf16 on CUDA: within its rounding)."""
-    from bench.accounting.ledger import Ledger
-    from bench.losses import sft_loss
-    from bench.policy import Policy
-
-    ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
-    mask = torch.ones_like(ids)
-    got = []
-    for on in (False, True):
-        model, tokenizer = _load(folder)
-        policy = Policy("student", model, tokenizer, ledger=Ledger())
-        policy.fused_head, policy.compile_body = on, False
-        lp = policy.logprobs(ids, mask, keep=ids.shape[1] // 2)
-        sft_loss(lp, mask.to(policy.device)).backward()
-        grad = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
-        got.append((lp.detach().float(), grad))
-        del policy, model
-    (lp0, g0), (lp1, g1) = got
-    out.update({"max_abs_logprob_diff": float((lp0 - lp1).abs().max()),
-                "grad_rel_diff": float((g0 - g1).norm() / g0.norm()),
-                "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g1, dim=0))})
-
-
-# -- 1. audit -----------------------------------------------------------------------------------
-def audit(check: Check, folder: Path, out: dict) -> None:
-    from bench.accounting.audit import audit_model, audited
-    from bench.accounting.ledger import Ledger
-    from bench.accounting.metering import meter, unmeter
-    from bench.rollout.graphs import GraphRollout
-
-    model, _ = _load(folder)
-    rows = audit_model(model, **SIZES["audit"], fvcore=False)
-    out["rows"] = [{"phase": r.phase, "analytic": r.analytic_flops, "instrumented": r.instrumented_flops,
-                    "charged": r.charged_flops, "rel_diff": r.rel_diff} for r in rows]
-    out["within_2pct"] = all(abs(r.rel_diff) <= 0.02 for r in rows)
-    check.save()
-    # GraphRollout: its static steps run eagerly under the counter, then the same generation graphed
-    # (replays are invisible to the counter, which is why they are charged analytically)
-    prompts, runs = _prompts(8, model.config.vocab_size), {}
-    for graphs in (False, True):
-        ledger = Ledger()
-        meter(model, "student", ledger)
-        engine = GraphRollout(static=True, graphs=graphs and not check.dry)
-        with torch.inference_mode(), (audited(ledger, "student") if not graphs else contextlib.nullcontext()) as result:
-            batch = engine.generate(model, prompts, n=4, max_new_tokens=32, eos_id=-1, pad_id=0,
-                                    generator=torch.Generator().manual_seed(4))
-        unmeter(model)
-        runs[graphs] = (batch.completion_ids, result, ledger.counted_flops)
-    eager = runs[False][1]
-    out["graph_rollout"] = {
-        "eager_steps_instrumented": eager.instrumented_flops, "eager_steps_charged": eager.charged_flops,
-        "eager_rel_diff": eager.rel_diff, "graphed_charged": runs[True][2],
-        "same_charge": runs[True][2] == runs[False][2], "same_tokens": runs[False][0] == runs[True][0]}
 
 
 # -- 5. gpu-small -------------------------------------------------------------------------------

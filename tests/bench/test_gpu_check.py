@@ -43,6 +43,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert result["rollout"]["goal_1p5x_hf_static_on_the_batch"] in (True, False)
     assert result["rollout"]["never_below_hf_dynamic"] in (True, False)
     assert "hf_static" not in batch_more and short_more["hf_static"]["tokens"] > 0
+    assert batch_more["ours"]["tokens"] > 0 and short_more["ours"]["tokens"] > 0  # measured again, beside them
     assert short_more["ours_vs_hf_static"] > 0
     assert all(r["torch_eager"]["tokens"] > 0 and r["ours_vs_torch_eager"] > 0 for r in (batch_more, short_more))
     assert {r["fused_and_compiled"] for r in result["update"]["shapes"]} == {False, True}
