@@ -485,6 +485,89 @@ def gpu_small_more(check: Check, _folder: Path, out: dict) -> None:
         check.measure("gpu-small warm-up curve", _curve_small, profile, out)
 
 
+# -- the table --------------------------------------------------------------------------------------
+def merge(files: list[Path]) -> dict:
+    """Several runs' results as one (a second call that ran the parts the first had no time for):
+    a later file's part replaces an earlier one's unless it was skipped there."""
+    merged: dict = {}
+    for path in files:
+        results = json.loads(Path(path).read_text())
+        for key, value in results.items():
+            if key in PARTS and (not isinstance(value, dict) or "skipped" in value) and key in merged:
+                continue
+            merged[key] = value
+    return merged
+
+
+def _x(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.2f}x"
+
+
+def _shape_rows(results: dict, part: str) -> dict[str, dict]:
+    return {r["shape"]: r for r in (results.get(part) or {}).get("shapes", [])}
+
+
+def _tps(row: dict, name: str) -> str:
+    value = row.get(name) or {}
+    return f"{value['tokens_per_s']:,.0f}" if "tokens_per_s" in value else value.get("error", "not measured")
+
+
+def _met(goal: bool | None) -> str:
+    return {True: "met", False: "**not met**", None: "not measured"}[goal]
+
+
+def table(results: dict) -> str:
+    """The check's figures as the markdown table the docs report: ratios, what each is of, and the goal."""
+    missing = "not measured" + (f" (skipped for time; `{results['rerun']}`)" if results.get("rerun") else "")
+    lines = [f"{results.get('date')}, {results.get('device')}, torch {results.get('torch')}, transformers "
+             f"{results.get('transformers')} (`python benchmarks/gpu_check.py`):", "",
+             "| figure | measured | goal |", "| --- | --- | --- |"]
+    rollout, more = _shape_rows(results, "rollout"), _shape_rows(results, "rollout_more")
+    for shape, row in rollout.items():
+        extra = more.get(shape, {})
+        static = row.get("ours_vs_hf_static") or extra.get("ours_vs_hf_static")
+        static_row = row if row.get("ours_vs_hf_static") else extra
+        lines.append(f"| rollout {shape} (prompts x samples x new tokens), tokens/s | ours {_tps(row, 'ours')}; "
+                     f"`generate` dynamic cache {_tps(row, 'hf_dynamic')} (ours {_x(row.get('ours_vs_hf_dynamic'))}); "
+                     f"static cache, compiled, {_tps(static_row, 'hf_static')} (ours {_x(static)}); "
+                     f"`TorchRollout` {_tps(extra, 'torch_eager')} (ours {_x(extra.get('ours_vs_torch_eager'))}) | "
+                     + ("ours >= 1.5x static cache: " + _met(None if static is None else static >= 1.5) + "; "
+                        if shape == next(iter(rollout)) else "")
+                     + "ours >= dynamic cache: "
+                     + _met(None if row.get("ours_vs_hf_dynamic") is None else row["ours_vs_hf_dynamic"] >= 1) + " |")
+    if not rollout:
+        lines.append(f"| rollout tokens/s | {missing} | |")
+    update = results.get("update") or {}
+    for row in update.get("shapes", []):
+        how = "fused head + compiled decoder" if row["fused_and_compiled"] else "eager"
+        got = (f"{100 * row['mfu']:.1f}% MFU ({row['flop_per_s'] / 1e12:.0f} TFLOP/s, first step "
+               f"{row['first_step_s']} s)" if "mfu" in row else row.get("error", "no known peak for this device"))
+        lines.append(f"| update {row['batch']} x {row['seq']} tokens, {how} | {got} | 40% |")
+    if not update.get("shapes"):
+        lines.append(f"| update MFU | {missing} | 40% |")
+    fused = results.get("fused") or {}
+    lines.append("| fused head against eager, bf16 | " + (
+        f"log-probs within {fused['max_abs_logprob_diff']:.2g}; gradients' relative difference "
+        f"{fused['grad_rel_diff']:.2g}, cosine {fused['grad_cosine']:.6f}" if "grad_cosine" in fused
+        else fused.get("error", missing)) + " | within bf16 rounding |")
+    audit = results.get("audit") or {}
+    graph = audit.get("graph_rollout") or {}
+    lines.append("| FLOP ledger against torch's counter on CUDA | " + (
+        ", ".join(f"{r['phase']} {100 * r['rel_diff']:+.3f}%" for r in audit["rows"])
+        + (f"; graph replays charged {graph['graphed_charged']:.4g} = the same steps run eagerly "
+           f"({100 * graph['eager_rel_diff']:+.3f}% against the counter), same tokens: {graph['same_tokens']}"
+           if graph else "") if "rows" in audit else audit.get("error", missing)) + " | exact |")
+    small = results.get("gpu_small") or {}
+    prep, run = small.get("prepare") or {}, small.get("run") or {}
+    lines.append("| `gpu-small`: `bench prepare`, then `bench run --method opd-multi --suite math_code` | " + (
+        f"prepare {prep['seconds']:.0f} s" if "seconds" in prep else f"prepare: {prep.get('error', missing)}")
+        + ("; " + (f"run {run['wall_s']:.0f} s, {100 * run['base_accuracy']:.1f}% -> "
+                   f"{100 * run['final_accuracy']:.1f}% ({run['gain_points']:+.1f} points)"
+                   if "wall_s" in run else f"run: {run.get('error', missing)}"))
+        + " | 180 s each, +8 points |")
+    return "\n".join(lines)
+
+
 def _part(check: Check, name: str, folder: Path) -> None:
     """Part `name`, in this process (a part's own process: see `main`)."""
     out = check.results[name] = {}
@@ -538,10 +621,18 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=None,
                         help="seconds for the whole check: what no longer fits is skipped and listed")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU with a 2-layer model: does every part run?")
+    parser.add_argument("--table", nargs="+", type=Path, metavar="JSON",
+                        help="print the markdown table of earlier results (several: merged, later parts first)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # one part, in the process `main` started for it
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.table:
+        unreadable = [str(f) for f in args.table if not f.is_file()]
+        if unreadable:
+            parser.error(f"no results file {', '.join(unreadable)}")
+        print(table(merge(args.table)))
+        return 0
     global DEVICE, SIZES
     parts = args.parts.split(",")
     unknown = set(parts) - set(PARTS)

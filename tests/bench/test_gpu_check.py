@@ -56,6 +56,12 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert set(small["goals"]) == {"prepare_3min", "run_3min", "gain_8_points"}
     assert None not in small["goals"].values()
     assert more["teacher"]["model_hash"] and more["curve"] and "base_prepare" not in more
+    # the table the docs report, from the results file
+    text = _module().table(json.loads(out.read_text()))
+    assert text.startswith(f"{result['date']}, cpu (dry run), torch {result['torch']}")
+    assert "| rollout 4x2x8 (prompts x samples x new tokens), tokens/s | ours " in text
+    assert "not measured" not in text and "error" not in text
+    assert "graph replays charged" in text and "prepare " in text and " points) |" in text
 
 
 def test_a_spent_budget_skips_every_part_and_says_how_to_run_them(tmp_path):
@@ -109,3 +115,27 @@ def test_a_part_whose_process_dies_or_overruns_is_recorded_and_the_check_goes_on
     check = module._run_part(check, "update", tmp_path, dry=True)  # past the deadline now: not started
     assert check.results["update"] == {"skipped": "no time left"} and check.skipped == ["update"]
     assert json.loads((tmp_path / "r.json").read_text())["rollout"] == {"shapes": ["kept"]}
+
+
+def test_results_of_two_calls_merge_into_one_table(tmp_path):
+    module = _module()
+    first = {"date": "d1", "device": "gpu", "audit": {"error": "RuntimeError: boom"},
+             "update": {"shapes": [{"batch": 16, "seq": 1024, "fused_and_compiled": False, "mfu": 0.3,
+                                    "flop_per_s": 3e14, "first_step_s": 1.0}]},
+             "gpu_small": {"skipped": "no time left"}, "rerun": "--parts gpu_small"}
+    second = {"date": "d2", "device": "gpu", "update": {"skipped": "no time left"},
+              "gpu_small": {"prepare": {"seconds": 100.0}, "run": {"error": "OutOfMemoryError: x"}}, "rerun": None}
+    files = []
+    for i, results in enumerate((first, second)):
+        files.append(tmp_path / f"{i}.json")
+        files[-1].write_text(json.dumps(results))
+    merged = module.merge(files)
+    assert merged["update"] == first["update"] and merged["gpu_small"] == second["gpu_small"]  # skipped: kept
+    assert merged["date"] == "d2" and merged["rerun"] is None
+    text = module.table(merged)
+    assert "| update 16 x 1024 tokens, eager | 30.0% MFU (300 TFLOP/s, first step 1.0 s) | 40% |" in text
+    assert "RuntimeError: boom" in text and "prepare 100 s; run: OutOfMemoryError: x" in text
+    assert "| rollout tokens/s | not measured | |" in text
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--table", str(files[0]), str(tmp_path / "none.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no results file" in proc.stderr
