@@ -48,6 +48,7 @@ class ConformanceResult:
     budget_flops: float
     steps_flops: float  # counted FLOPs (the method's own work)
     counted_by_kind: dict[str, float] = field(default_factory=dict)  # rollout, score, update
+    counted_by_phase: dict[str, float] = field(default_factory=dict)  # the method's phases the run reached
 
     @property
     def unchecked_kinds(self) -> list[str]:
@@ -95,6 +96,7 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
         steps_flops=flops["counted"],
         counted_by_kind={kind: sum(r["flops"] for r in runner.ledger.rows()
                                    if r["category"] == "counted" and r["kind"] == kind) for kind in KINDS},
+        counted_by_phase=runner.ledger.by_phase("counted"),
     )
 
 

@@ -10,6 +10,10 @@ from bench.registry import builtin_methods
 
 # A quarter of the smoke world's budget: a few GRPO steps, each with its hidden forward pass.
 QUICK = 1e11
+# Methods whose distillation the check reaches within the smoke world's budget (recover's comes after
+# its GRPO stages reach their target, which they do not within it; its step is methods/distill.py's,
+# which these reach).
+DISTILLS = ("opd-external", "opd-multi", "self-grpo")
 
 SNEAKY = '''
 from dataclasses import dataclass
@@ -62,6 +66,8 @@ def test_builtin_methods_are_fully_metered(method):
     assert result.steps_flops > 0
     assert result.ok, f"{method}: instrumented {result.instrumented_flops:.4e} vs metered {result.metered_flops:.4e}"
     assert result.unchecked_kinds == [], f"{method} never reached: {result.unchecked_kinds}"  # rollouts and updates
+    if method in DISTILLS:  # their distillation, not only the GRPO or sampling before it
+        assert result.counted_by_phase.get("distill", 0) > 0, f"{method}: phases {result.counted_by_phase}"
 
 
 def test_a_check_that_never_updates_says_so():
