@@ -3,13 +3,15 @@ log-probs as TorchRollout, greedy and sampled, and a charge per step that the FL
 
 On CUDA the same step is captured as a graph and replayed; replays run no hooks, which is why each
 is charged analytically, and this file proves that charge equal to the instrumented count of the
-step it replays (benchmarks/gpu_check.py repeats the comparison on a GPU).
+step it replays (benchmarks/gpu_check.py repeats the comparison on a GPU). It also proves, op by op,
+that the step can be captured: no host synchronisation and no host tensor made inside it.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from bench.accounting.audit import audited
@@ -121,3 +123,47 @@ def test_models_of_two_layouts_keep_their_own_buffers(stopper):
     for model in (stopper, teacher, stopper):
         _same(wide.generate(model, prompts, **args), TorchRollout().generate(model, prompts, **args))
     assert len(wide._buffers) == 2
+
+
+class _Ops(TorchDispatchMode):
+    """Every aten op run inside the block, with whether it made a tensor from host data or moved one
+    between devices (what a CUDA-graph capture refuses or silently bakes in)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name in ("_to_copy", "to") and kwargs.get("device") not in (None, args[0].device):
+            name += ":device"  # a copy to another device (the CPU, say): a sync the step must not make
+        self.names.append(name)
+        return func(*args, **kwargs)
+
+
+# What stops a capture or makes a replay wrong: a host sync (reading a value, a shape that depends on
+# data) or a tensor made from host memory inside the step.
+NOT_CAPTURABLE = {"_local_scalar_dense", "item", "is_nonzero", "nonzero", "masked_select", "unique",
+                  "_unique2", "equal", "lift_fresh", "_to_copy:device", "to:device", "_assert_async"}
+
+
+@pytest.mark.parametrize("sampling", [dict(greedy=True), dict(temperature=1.0), dict(temperature=0.7, top_p=0.8)])
+def test_the_static_step_is_capturable(stopper, sampling, monkeypatch):
+    """On the CPU no graph is captured, so this proves what capture needs of each step on CUDA: no
+    host synchronisation, no data-dependent shape, no host tensor made inside it."""
+    import bench.rollout.graphs as graphs
+
+    seen, step = [], graphs._static_step
+
+    def watched(*args, **kwargs):
+        with _Ops() as ops:
+            step(*args, **kwargs)
+        seen.append(ops.names)
+
+    monkeypatch.setattr(graphs, "_static_step", watched)
+    GraphRollout(static=True, graphs=False, key_bucket=8).generate(
+        stopper, _prompts(SMALL_VOCAB), n=3, max_new_tokens=12, eos_id=1, pad_id=0,
+        generator=torch.Generator().manual_seed(6), **sampling)
+    assert len(seen) > 5 and all({"linear", "matmul", "softmax", "index_copy_"} <= set(ops) for ops in seen)
+    assert {name for ops in seen for name in ops} & NOT_CAPTURABLE == set()
