@@ -631,8 +631,8 @@ def check_adapter(
         f"{result.instrumented_flops:.4e} ({100 * result.rel_diff:+.2f}%), counted {result.steps_flops:.3e} "
         f"({', '.join(f'{kind} {flops:.2e}' for kind, flops in result.counted_by_kind.items())})"
     )
-    console.print("phases reached: " + ", ".join(f"{phase} {flops:.2e}" for phase, flops in result.counted_by_phase.items()),
-                  highlight=False)
+    phases = ", ".join(f"{phase} {flops:.2e}" for phase, flops in result.counted_by_phase.items())
+    console.print(f"phases reached: {phases}", highlight=False)
     if result.unchecked_kinds:
         console.print(f"[yellow]note[/yellow]: the run took no {' or '.join(result.unchecked_kinds)} step within "
                       f"{result.budget_flops:.1e} FLOPs, so the check says nothing of that code; a larger --budget, "
