@@ -660,18 +660,11 @@ def main() -> int:
                           "date": time.strftime("%Y-%m-%d"), "peak_bf16_flops": device_peak_flops(name),
                           "budget_s": args.budget_s})
     check.save()
-    cached = os.environ.get("OPD_BENCH_CACHE")
     with tempfile.TemporaryDirectory() as tmp:
         folder = build_folder(Path(tmp) / "qwen2-0.5b-shape", DRY if args.dry_run else QWEN2_05B)
-        os.environ["OPD_BENCH_CACHE"] = str(Path(tmp) / "cache")  # gpu-small from scratch, shared by the parts
-        try:
-            for part in sorted(parts, key=list(PARTS).index):
-                check = _run_part(check, part, folder, args.dry_run)
-        finally:
-            if cached is None:
-                del os.environ["OPD_BENCH_CACHE"]
-            else:
-                os.environ["OPD_BENCH_CACHE"] = cached
+        os.environ["OPD_BENCH_CACHE"] = str(Path(tmp) / "cache")  # for the parts: gpu-small from scratch, shared
+        for part in sorted(parts, key=list(PARTS).index):
+            check = _run_part(check, part, folder, args.dry_run)
     left = sorted({label.split(":")[0] for label in check.skipped}, key=list(PARTS).index)
     check.results["rerun"] = f"--parts {','.join(left)}" if left else None
     check.save()

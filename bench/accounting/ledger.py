@@ -217,6 +217,14 @@ class Ledger:
                 out[k.phase] = out.get(k.phase, 0.0) + e.flops
         return out
 
+    def by_kind(self, category: str = "counted") -> dict[str, float]:
+        """FLOPs of `category` per kind (rollout, score, update), every kind present."""
+        out = dict.fromkeys(KINDS, 0.0)
+        for k, e in self._totals.items():
+            if k.category == category:
+                out[k.kind] += e.flops
+        return out
+
     @property
     def counted_flops(self) -> float:
         return self.total("counted")

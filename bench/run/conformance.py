@@ -27,7 +27,6 @@ from pathlib import Path
 from bench.world import prepare as prep
 from bench.accounting.audit import TOLERANCE
 from bench.accounting.counting import count_flops
-from bench.accounting.ledger import KINDS
 from bench.errors import RunError
 from bench.world.profiles import PROFILES, Profile
 from bench.registry import get_method
@@ -94,8 +93,7 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
         instrumented_flops=float(split.total),
         budget_flops=config.budget,
         steps_flops=flops["counted"],
-        counted_by_kind={kind: sum(r["flops"] for r in runner.ledger.rows()
-                                   if r["category"] == "counted" and r["kind"] == kind) for kind in KINDS},
+        counted_by_kind=runner.ledger.by_kind("counted"),
         counted_by_phase=runner.ledger.by_phase("counted"),
     )
 

@@ -49,6 +49,9 @@ def test_categories_and_totals():
     assert ledger.total(phase_prefix="expert:") == 300.0
     assert ledger.total("eval") == 7.0
     assert set(ledger.by_category()) == set(CATEGORIES)
+    assert ledger.by_kind() == {"rollout": 150.0, "score": 0.0, "update": 300.0}
+    assert ledger.by_kind("eval") == {"rollout": 0.0, "score": 7.0, "update": 0.0}
+    assert list(ledger.by_kind()) == list(KINDS)
 
 
 def test_context_nesting_restores_outer_values():
