@@ -329,7 +329,7 @@ def rollout_more(check: Check, folder: Path, out: dict) -> None:
 
 
 # -- 4. update ---------------------------------------------------------------------------------
-def _update_step(policy, ledger, batch: int, seq: int, fused: bool, model_flops: dict) -> dict:
+def _update_step(policy, ledger, batch: int, seq: int, model_flops: dict, peak: float | None) -> dict:
     from bench.losses import sft_loss
 
     ids = torch.randint(3, 259, (batch, seq))
@@ -347,10 +347,9 @@ def _update_step(policy, ledger, batch: int, seq: int, fused: bool, model_flops:
     charged = (ledger.counted_flops - before) / 3
     # MFU counts the model's FLOPs, the eager step's charge: not the fused head's recomputation
     flops = model_flops.setdefault((batch, seq), charged)
-    row = {"batch": batch, "seq": seq, "fused_and_compiled": fused, "first_step_s": round(first, 1),
-           "seconds": seconds, "model_flops": flops, "charged_flops": charged, "flop_per_s": flops / seconds,
+    row = {"first_step_s": round(first, 1), "seconds": seconds, "model_flops": flops, "charged_flops": charged,
+           "flop_per_s": flops / seconds,
            "peak_memory_gb": torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else None}
-    peak = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
     if peak:
         row["mfu"] = row["flop_per_s"] / peak
     return row
@@ -361,7 +360,7 @@ def update(check: Check, folder: Path, out: dict) -> None:
     from bench.accounting.ledger import Ledger
     from bench.policy import Policy
 
-    out["peak_bf16_flops"] = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
+    peak = out["peak_bf16_flops"] = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
     rows, model_flops = out.setdefault("shapes", []), {}
     for fused in (False, True):
         what = "update_fused_and_compiled" if fused else "update_eager"
@@ -375,7 +374,7 @@ def update(check: Check, folder: Path, out: dict) -> None:
             if check.fits(what, f"update: {what} at {batch}x{seq}"):
                 rows.append({"batch": batch, "seq": seq, "fused_and_compiled": fused,
                              **check.measure(f"{what} at {batch}x{seq}", _update_step, policy, ledger, batch, seq,
-                                             fused, model_flops)})
+                                             model_flops, peak)})
                 print(f"  update {json.dumps(rows[-1], default=str)[:1500]}", flush=True)
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
@@ -404,9 +403,7 @@ def _prepare_small(profile) -> dict:
     """`bench prepare` for the profile (its base only, as `bench prepare` builds an unshipped world)."""
     from bench.world.prepare import prepare
 
-    start = time.perf_counter()
-    prepare(profile, progress=False, teacher=False)
-    return {"seconds": round(time.perf_counter() - start, 1)}
+    return {"seconds": round(_timed(lambda: prepare(profile, progress=False, teacher=False)), 1)}
 
 
 def _run_small(profile) -> dict:
