@@ -11,7 +11,8 @@ know, it is `TorchRollout` exactly. On CUDA, for Llama-style decoders (`GRAPH_TY
 - a decode step (embedding, every layer, the LM head and sampling on the GPU) runs on static shapes:
   the running rows padded up to a row bucket (a power of two) and the keys attended up to a key
   bucket (a multiple of `key_bucket`), masked where they are padding or not written yet. Each
-  (model, rows, keys) step is captured as a CUDA graph on first use and replayed after;
+  (model, rows, keys) step runs eagerly on its first use, is captured as a CUDA graph then (a
+  capture runs nothing) and is replayed after;
 - finished rows are compacted (the last running rows move into their slots), so the batch shrinks
   into smaller row buckets without recompiling anything; sampling draws the same uniforms in the
   same order as `TorchRollout`, so the two engines sample the same tokens from the same logits.
@@ -164,7 +165,7 @@ class GraphRollout(TorchRollout):
                                                 device=generator.device if generator else static.device)
         options = {k: sampling[k] for k in ("temperature", "top_p", "greedy")}
         if self.graphs if self.graphs is not None else static.device.type == "cuda":
-            self._graph(model, static, rows, keys, options).replay()
+            self._graphed_step(model, static, rows, keys, options)
         else:
             _static_step(model, static, rows, keys, options)
         spec = getattr(model, "flop_spec", None) or FlopSpec.from_config(model.config)
@@ -174,25 +175,34 @@ class GraphRollout(TorchRollout):
         static.positions[:alive] += 1
         return static.next_tokens[:alive].clone(), static.next_logprobs[:alive].clone()
 
-    def _graph(self, model: torch.nn.Module, static: _Static, rows: int, keys: int, options: dict):
-        """The captured step for (model, rows, keys, sampling options), captured on first use."""
+    def _graphed_step(self, model: torch.nn.Module, static: _Static, rows: int, keys: int, options: dict) -> None:
+        """One static step as a graph replay; on the first use of (model, rows, keys, sampling options),
+        the step itself, run eagerly, then its capture for later calls (`_capture`)."""
         key = (_Static.layout(model), id(model), rows, keys, tuple(sorted(options.items())))
         found = self._captured.get(key)
         if found is not None and found[1]() is model:
-            return found[0]
-        # Warm-up on a side stream, then capture. Each run writes the same keys, values and outputs for
-        # the same inputs, so running the step here too leaves the state as one step would.
+            found[0].replay()
+        else:
+            self._captured[key] = (self._capture(lambda: _static_step(model, static, rows, keys, options)),
+                                   weakref.ref(model))
+
+    def _capture(self, step):
+        """Run `step` once eagerly on a side stream, then record it as a CUDA graph; returns the graph.
+
+        The eager run is the call's own step: its outputs are this step's, and it is the warm-up a
+        capture needs (lazy initialisation, kernel choice). A capture records kernels without running
+        them, so the first use of a graph computes the step once, as every later replay does: the
+        engine computes nothing that the ledger's one charge per step does not count.
+        """
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            for _ in range(2):
-                _static_step(model, static, rows, keys, options)
+            step()
         torch.cuda.current_stream().wait_stream(stream)
         self._pool = self._pool or torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            _static_step(model, static, rows, keys, options)
-        self._captured[key] = (graph, weakref.ref(model))
+            step()
         return graph
 
 

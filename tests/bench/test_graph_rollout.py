@@ -4,7 +4,9 @@ log-probs as TorchRollout, greedy and sampled, and a charge per step that the FL
 On CUDA the same step is captured as a graph and replayed; replays run no hooks, which is why each
 is charged analytically, and this file proves that charge equal to the instrumented count of the
 step it replays (benchmarks/gpu_check.py repeats the comparison on a GPU). It also proves, op by op,
-that the step can be captured: no host synchronisation and no host tensor made inside it.
+that the step can be captured: no host synchronisation and no host tensor made inside it. With the
+capture stood in for on the CPU, it checks the graphed path's bookkeeping: each step computed once
+and charged once, first uses included, and captures reused across calls.
 """
 
 from __future__ import annotations
@@ -84,6 +86,55 @@ def test_each_static_step_is_charged_what_the_flop_counter_counts(stopper):
     finally:
         unmeter(stopper)
     assert result.charged_flops > exact.counted_flops
+
+
+class _Replayed:
+    """What a captured graph does when replayed: the step it recorded, run again."""
+
+    def __init__(self, step) -> None:
+        self.step = step
+
+    def replay(self) -> None:
+        self.step()
+
+
+class _CpuCapture(GraphRollout):
+    """GraphRollout's capture bookkeeping on the CPU: `_capture`'s contract without CUDA, i.e. the
+    step run once eagerly (the call's own step) and a graph that runs it on each replay."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.captures = 0
+
+    def _capture(self, step):
+        self.captures += 1
+        step()
+        return _Replayed(step)
+
+
+def test_a_first_use_computes_its_step_once_and_replays_reuse_the_capture(stopper, monkeypatch):
+    """The graphed path (graphs=True, capture stood in for on the CPU): the static step is computed
+    exactly once per step the ledger charges, captures included (a capture's warm-up is the step
+    itself), one capture per (rows, keys) bucket, none new when a second call reuses the buckets,
+    and the tokens are TorchRollout's."""
+    from bench.rollout import graphs
+
+    runs, charges = [], []
+    step, charge = graphs._static_step, graphs.charge_outside
+    monkeypatch.setattr(graphs, "_static_step", lambda *a: (runs.append(a[2:4]), step(*a))[1])
+    monkeypatch.setattr(graphs, "charge_outside", lambda *a, **k: (charges.append(k["flops"]), charge(*a, **k))[1])
+    engine = _CpuCapture(static=True, graphs=True, key_bucket=4)
+    prompts, args = _prompts(SMALL_VOCAB), dict(n=3, max_new_tokens=14, eos_id=1, pad_id=0)
+    for call in range(2):
+        ours = engine.generate(stopper, prompts, generator=torch.Generator().manual_seed(7), **args)
+        _same(ours, TorchRollout().generate(stopper, prompts, generator=torch.Generator().manual_seed(7), **args))
+        assert len(runs) == len(charges) > 0  # every step computed is charged, once
+        if call == 0:
+            captured = engine.captures
+            assert captured == len(set(runs)) >= 3  # one per (rows, keys) bucket; rows finished: several
+        runs.clear()
+        charges.clear()
+    assert engine.captures == captured  # the second call found every bucket captured
 
 
 def test_one_engine_serves_calls_of_growing_size(stopper):
