@@ -69,6 +69,27 @@ def test_policy_logprobs_fused_equal_eager_in_fp32(keep):
         torch.testing.assert_close(g_fused[name], g_eager[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_policy_logprobs_fused_equal_eager_in_bf16():
+    """The GPU's dtype, on the CPU: bf16 weights and hidden states, the head's logits in fp32 a chunk at
+    a time against the eager bf16 logits cast to fp32; within torch.testing's bf16 tolerance (measured
+    here: log-probs within 5e-7, gradients equal to 1e-4 of their norm)."""
+    batch = update.supervised_batch(_policy(), PROMPTS, TARGETS)
+    results = []
+    for fused in (False, True):
+        policy = _policy()
+        policy._model.to(torch.bfloat16)
+        policy.fused_head = fused
+        lp = policy.logprobs(batch.input_ids, batch.attention_mask)
+        sft_loss(lp, batch.completion_mask).backward()
+        results.append((lp.detach(), {n: p.grad.float() for n, p in policy._model.named_parameters()}))
+    (lp_eager, g_eager), (lp_fused, g_fused) = results
+    assert lp_fused.dtype == torch.float32
+    torch.testing.assert_close(lp_fused, lp_eager, rtol=1.6e-2, atol=1e-5)
+    for name in g_eager:
+        assert float(g_eager[name].norm()) > 0, name  # every parameter gets a gradient to compare
+        assert float((g_fused[name] - g_eager[name]).norm()) <= 1.6e-2 * float(g_eager[name].norm()), name
+
+
 def test_a_fused_update_is_charged_every_flop_it_runs():
     """FlopCounterMode over a whole update: the fused head's backward recomputes the head, one more
     LM-head forward over every position, and that is exactly what the ledger charges beyond the eager
