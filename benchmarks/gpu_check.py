@@ -67,7 +67,8 @@ TEMPLATE = (
 QWEN2_05B = dict(vocab_size=151936, hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
                  num_key_value_heads=2, intermediate_size=4864, max_position_embeddings=32768,
                  rope_theta=1e6, tie_word_embeddings=True)
-# `--dry-run`: the same script on this CPU with a 2-layer model of the same family, to check it runs.
+# `--dry-run`: the same script on this CPU with a 2-layer model of the same family, in bf16 as on the
+# GPU, to check it runs.
 DRY = dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
            intermediate_size=128, max_position_embeddings=4096, tie_word_embeddings=True)
 SIZES = {"audit": dict(batch=4, seq_len=512, gen_prompt=64, gen_tokens=64),
@@ -99,7 +100,7 @@ def build_folder(dest: Path, shape: dict, seed: int = 0) -> Path:
 def _load(folder: Path):
     from bench.world.models import load_model
 
-    return load_model(folder, device=DEVICE, dtype=torch.bfloat16 if DEVICE == "cuda" else torch.float32)
+    return load_model(folder, device=DEVICE, dtype=torch.bfloat16)  # the dry run too: the dtype the GPU runs
 
 
 def _sync() -> None:
