@@ -182,7 +182,8 @@ class GraphRollout(TorchRollout):
         found = self._captured.get(key)
         if found is not None and found[1]() is model:
             found[0].replay()
-        else:
+        else:  # graphs of models since freed (snapshots, experts) go: they are never replayed again
+            self._captured = {k: v for k, v in self._captured.items() if v[1]() is not None}
             self._captured[key] = (self._capture(lambda: _static_step(model, static, rows, keys, options)),
                                    weakref.ref(model))
 

@@ -152,6 +152,24 @@ def test_a_first_use_computes_its_step_once_and_replays_reuse_the_capture(stoppe
     assert engine.captures == captured  # the second call found every bucket captured
 
 
+def test_graphs_of_freed_models_are_dropped(stopper):
+    """A snapshot or an expert that is freed takes its captured graphs with it at the next capture."""
+    import copy
+    import gc
+
+    engine = _CpuCapture(static=True, graphs=True, key_bucket=4)
+    prompts, args = _prompts(SMALL_VOCAB), dict(n=2, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
+    snapshot = copy.deepcopy(stopper)
+    engine.generate(snapshot, prompts, **args)
+    assert engine._captured and all(ref() is snapshot for _, ref in engine._captured.values())
+    for graph, _ in engine._captured.values():
+        graph.step = None  # unlike the stand-in's, a CUDA graph keeps no reference to the model
+    del snapshot
+    gc.collect()
+    engine.generate(stopper, prompts, **args)
+    assert engine._captured and all(ref() is stopper for _, ref in engine._captured.values())
+
+
 def test_one_engine_serves_calls_of_growing_size(stopper):
     """The static buffers grow when a call needs more rows or keys, and keep serving smaller calls."""
     engine = GraphRollout(static=True, graphs=False, key_bucket=4)
