@@ -170,6 +170,9 @@ class Policy:
         training = torch.is_grad_enabled()
         with contextlib.ExitStack() as stack:
             if training and self.compiles_body:
+                # in training mode, as `step` leaves the model, from the first update on (a model loaded
+                # for evaluation starts in eval mode): the compiled decoder is traced once, not per mode
+                self._model.train()
                 stack.enter_context(_swapped(self._model, self._model.base_model_prefix, self._compiled_body()))
             if not (training and self.fuses_head):
                 logits = self._model(**call).logits  # [B, kept, V]

@@ -108,6 +108,24 @@ def test_a_fused_update_is_charged_every_flop_it_runs():
     assert charged[True] - charged[False] == recompute
 
 
+def test_updates_of_one_shape_compile_the_decoder_once():
+    """A model loaded for evaluation (eval mode, as `from_pretrained` leaves it) runs its compiled
+    decoder in training mode from the first update on: it is traced once, not again at the second
+    update, after `step` set training mode (a recompilation there would land inside a benchmark's
+    timed steps, and costs a minute on a 0.5B model)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    policy = _policy()
+    policy._model.eval()
+    policy.compile_body, policy.compile_backend = True, "eager"
+    batch = update.supervised_batch(policy, PROMPTS, TARGETS)
+    for _ in range(3):
+        policy.step(sft_loss(policy.logprobs(batch.input_ids, batch.attention_mask), batch.completion_mask), 1e-4)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
 def test_the_compiled_decoder_gives_the_same_logprobs_and_recompiles_a_few_times():
     """Batches of five shapes through the compiled decoder (the `eager` backend: dynamo's tracing and
     guards without code generation): eager log-probs, and shapes go dynamic after one recompilation."""
