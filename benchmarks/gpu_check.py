@@ -27,6 +27,10 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
    eager engine) at all three, against ours measured again in the same process.
 7. `gpu_small_more`: the gpu-small external teacher's build, timed, and the student's warm-up curve
    (greedy accuracy per domain every 100 steps, for the base-choosing rule of docs/world.md).
+8. `profile`: where the time goes, so that the next optimisation starts from a profile: one call of
+   ours (the batch's prompts, 64 new tokens) and one fused, compiled update step (16 x 1024), each
+   under `torch.profiler` after a call of the same shape: the device's busy time against the wall
+   time, and the ops that take the most device time and the most host time.
 
 Device time is short, so the parts run in that order (what the goals need first) under an optional
 time budget (`--budget-s`): a measurement whose expected cost (`COST_S`) no longer fits is skipped
@@ -73,10 +77,10 @@ DRY = dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_he
            intermediate_size=128, max_position_embeddings=4096, tie_word_embeddings=True)
 SIZES = {"audit": dict(batch=4, seq_len=512, gen_prompt=64, gen_tokens=64),
          "rollout": ((64, 8, 256), (64, 8, 16), (16, 8, 1024)), "update": ((16, 1024), (16, 2048)),
-         "curve": dict(steps=1000, every=100, eval=200)}
+         "curve": dict(steps=1000, every=100, eval=200), "profile": dict(new=64, update=(16, 1024))}
 DRY_SIZES = {"audit": dict(batch=2, seq_len=32, gen_prompt=8, gen_tokens=8),
              "rollout": ((4, 2, 8), (4, 2, 4)), "update": ((2, 32),),
-             "curve": dict(steps=4, every=2, eval=4)}
+             "curve": dict(steps=4, every=2, eval=4), "profile": dict(new=8, update=(2, 32))}
 DEVICE = "cuda"
 
 
@@ -130,7 +134,8 @@ def _prompts(count: int, vocab: int) -> list[list[int]]:
 # `generate`, and gpu-small's from its goals (3 minutes each). A measurement that no longer fits in what
 # is left of `--budget-s` is skipped.
 COST_S = {"ours": 30, "hf_dynamic": 45, "hf_static": 120, "torch_eager": 45, "update_eager": 20,
-          "update_fused_and_compiled": 100, "prepare": 180, "run": 180, "teacher": 150, "curve": 150}
+          "update_fused_and_compiled": 100, "prepare": 180, "run": 180, "teacher": 150, "curve": 150,
+          "profile_rollout": 30, "profile_update": 100}
 
 
 class Check:
@@ -330,7 +335,8 @@ def rollout_more(check: Check, folder: Path, out: dict) -> None:
 
 
 # -- 4. update ---------------------------------------------------------------------------------
-def _update_step(policy, ledger, batch: int, seq: int, model_flops: dict, peak: float | None) -> dict:
+def _update_fn(policy, batch: int, seq: int):
+    """One training step of `policy` on a random batch of `batch` x `seq` tokens, as a function."""
     from bench.losses import sft_loss
 
     ids = torch.randint(3, 259, (batch, seq))
@@ -342,13 +348,26 @@ def _update_step(policy, ledger, batch: int, seq: int, model_flops: dict, peak: 
         lp = policy.logprobs(ids, mask, keep=seq - seq // 4)
         policy.step(sft_loss(lp, completion.to(policy.device)), 1e-6)
 
+    return step
+
+
+def _graphs_compiled() -> int:
+    """Graphs dynamo has compiled in this process so far."""
+    import torch._dynamo.utils
+
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+def _update_step(policy, ledger, batch: int, seq: int, model_flops: dict, peak: float | None) -> dict:
+    step = _update_fn(policy, batch, seq)
     first = _timed(step)  # kernels, allocator, compilation
-    before = ledger.counted_flops
+    before, compiled = ledger.counted_flops, _graphs_compiled()
     seconds = _timed(step, 3)
     charged = (ledger.counted_flops - before) / 3
     # MFU counts the model's FLOPs, the eager step's charge: not the fused head's recomputation
     flops = model_flops.setdefault((batch, seq), charged)
     row = {"first_step_s": round(first, 1), "seconds": seconds, "model_flops": flops, "charged_flops": charged,
+           "compiled_while_timed": _graphs_compiled() - compiled,  # 0, or the timing holds a compilation
            "flop_per_s": flops / seconds,
            "peak_memory_gb": torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else None}
     if peak:
@@ -356,21 +375,27 @@ def _update_step(policy, ledger, batch: int, seq: int, model_flops: dict, peak: 
     return row
 
 
-def update(check: Check, folder: Path, out: dict) -> None:
-    """One training step per shape, eager, then fused head + compiled decoder; FLOPs from the ledger."""
+def _update_policy(folder: Path, fused: bool, dry: bool):
+    """The model as a trainable policy, eager or with the fused head and compiled decoder, and its ledger."""
     from bench.accounting.ledger import Ledger
     from bench.policy import Policy
 
+    model, tokenizer = _load(folder)
+    ledger = Ledger()
+    policy = Policy("student", model, tokenizer, ledger=ledger)
+    policy.fused_head = policy.compile_body = fused
+    if dry:
+        policy.compile_backend = "eager"
+    return policy, ledger
+
+
+def update(check: Check, folder: Path, out: dict) -> None:
+    """One training step per shape, eager, then fused head + compiled decoder; FLOPs from the ledger."""
     peak = out["peak_bf16_flops"] = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
     rows, model_flops = out.setdefault("shapes", []), {}
     for fused in (False, True):
         what = "update_fused_and_compiled" if fused else "update_eager"
-        model, tokenizer = _load(folder)
-        ledger = Ledger()
-        policy = Policy("student", model, tokenizer, ledger=ledger)
-        policy.fused_head = policy.compile_body = fused
-        if check.dry:
-            policy.compile_backend = "eager"
+        policy, ledger = _update_policy(folder, fused, check.dry)
         for batch, seq in SIZES["update"]:
             if check.fits(what, f"update: {what} at {batch}x{seq}"):
                 rows.append({"batch": batch, "seq": seq, "fused_and_compiled": fused,
@@ -380,7 +405,7 @@ def update(check: Check, folder: Path, out: dict) -> None:
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-        del policy, model
+        del policy
     measured = [r["mfu"] for r in rows if "mfu" in r]
     out["best_mfu"] = max(measured) if measured else None
     out["goal_40pct"] = None if not measured else out["best_mfu"] >= 0.4
@@ -483,6 +508,61 @@ def gpu_small_more(check: Check, _folder: Path, out: dict) -> None:
         check.measure("gpu-small warm-up curve", _curve_small, profile, out)
 
 
+# -- 8. profile ---------------------------------------------------------------------------------
+PROFILE_TOP = 25  # ops kept per ranking
+
+
+def _profiled(fn) -> dict:
+    """fn() once under torch.profiler: its wall time (the profiler's overhead included), the device's
+    busy time (the sum of the ops' self device time) and the ops that take the most device and host time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
+    _sync()
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        fn()
+        _sync()
+        wall = time.perf_counter() - start
+    ops = [{"op": e.key, "calls": e.count,
+            "self_device_ms": (getattr(e, "self_device_time_total", 0) or 0) / 1e3,
+            "self_host_ms": e.self_cpu_time_total / 1e3} for e in prof.key_averages()]
+    busy = sum(op["self_device_ms"] for op in ops) / 1e3
+    ranked = lambda key: sorted(ops, key=lambda op: -op[key])[:PROFILE_TOP]  # noqa: E731
+    return {"wall_s": wall, "device_busy_s": busy, "device_busy_share": busy / wall if DEVICE == "cuda" else None,
+            "by_device": ranked("self_device_ms"), "by_host": ranked("self_host_ms")}
+
+
+def profile_part(check: Check, folder: Path, out: dict) -> None:
+    """One call of ours and one fused, compiled update step under the profiler, each after an unprofiled
+    call of the same shape (graph capture, compilation)."""
+    from bench.rollout.graphs import GraphRollout
+
+    sizes = SIZES["profile"]
+    if check.fits("profile_rollout", "profile: rollout"):
+        model, _ = _load(folder)
+        (count, n, _), new = SIZES["rollout"][0], sizes["new"]
+        prompts, engine = _prompts(count, model.config.vocab_size), GraphRollout(static=True, graphs=not check.dry)
+
+        @torch.inference_mode()
+        def call():
+            return _ours(model, prompts, n, new, engine)
+
+        call()
+        out["rollout"] = {"shape": f"{count}x{n}x{new}", "decode_steps": new - 1,
+                          **check.measure("profile: rollout", _profiled, call)}
+        del engine, model
+    if check.fits("profile_update", "profile: update"):
+        batch, seq = sizes["update"]
+        policy, _ = _update_policy(folder, True, check.dry)
+        step = _update_fn(policy, batch, seq)
+        step()
+        compiled = _graphs_compiled()
+        out["update"] = {"shape": f"{batch}x{seq}", "fused_and_compiled": True,
+                         **check.measure("profile: update", _profiled, step)}
+        out["update"]["compiled_while_profiled"] = _graphs_compiled() - compiled
+
+
 # -- the table --------------------------------------------------------------------------------------
 def merge(files: list[Path]) -> dict:
     """Several runs' results as one (a second call that ran the parts the first had no time for):
@@ -563,7 +643,22 @@ def table(results: dict) -> str:
                    f"{100 * run['final_accuracy']:.1f}% ({run['gain_points']:+.1f} points)"
                    if "wall_s" in run else f"run: {run.get('error', missing)}"))
         + " | 180 s each, +8 points |")
+    prof = results.get("profile") or {}
+    lines.append("| where the time goes (`torch.profiler`) | " + ("; ".join(
+        _profile_text(name, prof[name]) for name in ("rollout", "update") if name in prof) or missing) + " | |")
     return "\n".join(lines)
+
+
+def _profile_text(name: str, run: dict) -> str:
+    """One profiled call in a few words: the device's busy share of the wall time and the three ops
+    that take the most device time (on the CPU of a dry run: host time)."""
+    if "wall_s" not in run:
+        return f"{name}: {run.get('error', 'not measured')}"
+    share = run["device_busy_share"]
+    where = "host" if share is None else "device"
+    top = ", ".join(f"`{op['op']}` {op[f'self_{where}_ms']:.1f} ms" for op in run[f"by_{where}"][:3])
+    busy = "" if share is None else f"device busy {100 * share:.0f}% of "
+    return f"{name} {run['shape']}: {busy}{run['wall_s']:.2f} s; most {where} time: {top}"
 
 
 def _part(check: Check, name: str, folder: Path) -> None:
@@ -609,7 +704,7 @@ def _run_part(check: Check, name: str, folder: Path, dry: bool) -> Check:
 
 # in the order they run: what the goals need first
 PARTS = {"audit": audit, "fused": fused, "rollout": rollout, "update": update, "gpu_small": gpu_small,
-         "rollout_more": rollout_more, "gpu_small_more": gpu_small_more}
+         "rollout_more": rollout_more, "gpu_small_more": gpu_small_more, "profile": profile_part}
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     proc = _dry_run(out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    parts = ("audit", "fused", "rollout", "update", "gpu_small", "rollout_more", "gpu_small_more")
+    parts = ("audit", "fused", "rollout", "update", "gpu_small", "rollout_more", "gpu_small_more", "profile")
     assert {p: result[p].get("error") for p in parts} == dict.fromkeys(parts)
     assert result["skipped"] == [] and result["rerun"] is None
     (batch, short), (batch_more, short_more) = result["rollout"]["shapes"], result["rollout_more"]["shapes"]
@@ -47,6 +47,10 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert short_more["ours_vs_hf_static"] > 0
     assert all(r["torch_eager"]["tokens"] > 0 and r["ours_vs_torch_eager"] > 0 for r in (batch_more, short_more))
     assert {r["fused_and_compiled"] for r in result["update"]["shapes"]} == {False, True}
+    assert [r["compiled_while_timed"] for r in result["update"]["shapes"]] == [0, 0]  # compiled before the clock
+    profiled = result["profile"]
+    assert profiled["rollout"]["wall_s"] > 0 and profiled["update"]["compiled_while_profiled"] == 0
+    assert {op["op"] for op in profiled["update"]["by_host"]} & {"aten::mm", "aten::addmm", "aten::bmm"}
     assert result["fused"]["max_abs_logprob_diff"] < 1e-5 and result["fused"]["grad_rel_diff"] < 1e-5
     audit = result["audit"]
     assert audit["within_2pct"] and audit["graph_rollout"]["eager_rel_diff"] == 0
@@ -62,6 +66,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert "| rollout 4x2x8 (prompts x samples x new tokens), tokens/s | ours " in text
     assert "not measured" not in text and "error" not in text
     assert "graph replays charged" in text and "prepare " in text and " points) |" in text
+    assert "rollout 4x2x8: " in text and "update 2x32: " in text and "most host time: `aten::" in text
 
 
 def test_a_spent_budget_skips_every_part_and_says_how_to_run_them(tmp_path):
