@@ -121,6 +121,13 @@ def _timed(fn, repeats: int = 1) -> float:
     return (time.perf_counter() - start) / repeats
 
 
+def _graphs_compiled() -> int:
+    """Graphs dynamo has compiled in this process so far."""
+    import torch._dynamo.utils
+
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
 def _prompts(count: int, vocab: int) -> list[list[int]]:
     gen = torch.Generator().manual_seed(0)
     return [torch.randint(3, min(vocab, 259), (int(torch.randint(32, 64, (1,), generator=gen)),), generator=gen).tolist()
@@ -277,10 +284,11 @@ def _engines(model, dry: bool) -> dict:
 def _tokens_per_s(fn, name: str, prompts: list, n: int, new: int) -> dict:
     first = _timed(lambda: fn(prompts, n, new if name in SHAPED_WARMUP else min(new, WARM_NEW)))
     _sync()
-    start = time.perf_counter()
+    compiled, start = _graphs_compiled(), time.perf_counter()
     tokens = fn(prompts, n, new)
     _sync()
-    return {"tokens": tokens, "first_call_s": round(first, 2), "tokens_per_s": tokens / (time.perf_counter() - start)}
+    return {"tokens": tokens, "first_call_s": round(first, 2), "tokens_per_s": tokens / (time.perf_counter() - start),
+            "compiled_while_timed": _graphs_compiled() - compiled}
 
 
 def _rollout_shapes(check: Check, folder: Path, out: dict, engines_at, part: str) -> None:
@@ -349,13 +357,6 @@ def _update_fn(policy, batch: int, seq: int):
         policy.step(sft_loss(lp, completion.to(policy.device)), 1e-6)
 
     return step
-
-
-def _graphs_compiled() -> int:
-    """Graphs dynamo has compiled in this process so far."""
-    import torch._dynamo.utils
-
-    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
 def _update_step(policy, ledger, batch: int, seq: int, model_flops: dict, peak: float | None) -> dict:
@@ -587,7 +588,10 @@ def _shape_rows(results: dict, part: str) -> dict[str, dict]:
 
 def _tps(row: dict, name: str) -> str:
     value = row.get(name) or {}
-    return f"{value['tokens_per_s']:,.0f}" if "tokens_per_s" in value else value.get("error", "not measured")
+    if "tokens_per_s" not in value:
+        return value.get("error", "not measured")
+    return f"{value['tokens_per_s']:,.0f}" + (" (timed with a compilation in it)" if value.get("compiled_while_timed")
+                                               else "")
 
 
 def _met(goal: bool | None) -> str:
@@ -619,7 +623,9 @@ def table(results: dict) -> str:
     for row in update.get("shapes", []):
         how = "fused head + compiled decoder" if row["fused_and_compiled"] else "eager"
         got = (f"{100 * row['mfu']:.1f}% MFU ({row['flop_per_s'] / 1e12:.0f} TFLOP/s, first step "
-               f"{row['first_step_s']} s)" if "mfu" in row else row.get("error", "no known peak for this device"))
+               f"{row['first_step_s']} s" + ("; timed with a compilation in it" if row.get("compiled_while_timed")
+                                             else "") + ")"
+               if "mfu" in row else row.get("error", "no known peak for this device"))
         lines.append(f"| update {row['batch']} x {row['seq']} tokens, {how} | {got} | 40% |")
     if not update.get("shapes"):
         lines.append(f"| update MFU | {missing} | 40% |")

@@ -48,6 +48,9 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert all(r["torch_eager"]["tokens"] > 0 and r["ours_vs_torch_eager"] > 0 for r in (batch_more, short_more))
     assert {r["fused_and_compiled"] for r in result["update"]["shapes"]} == {False, True}
     assert [r["compiled_while_timed"] for r in result["update"]["shapes"]] == [0, 0]  # compiled before the clock
+    timed = [r[e] for part in ("rollout", "rollout_more") for r in result[part]["shapes"] for e in r if e in
+             ("ours", "hf_dynamic", "hf_static", "torch_eager")]
+    assert len(timed) == 10 and all(t["compiled_while_timed"] == 0 for t in timed)
     profiled = result["profile"]
     assert profiled["rollout"]["wall_s"] > 0 and profiled["update"]["compiled_while_profiled"] == 0
     assert {op["op"] for op in profiled["update"]["by_host"]} & {"aten::mm", "aten::addmm", "aten::bmm"}
