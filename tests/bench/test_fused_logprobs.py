@@ -48,21 +48,26 @@ def test_the_fused_head_gives_token_logprobs_values_and_gradients(chunk):
     assert rows == [14]  # the backward recomputed the head once over every row
 
 
-@pytest.mark.parametrize("keep", [None, 4])
-def test_policy_logprobs_fused_equal_eager_in_fp32(keep):
-    """The metered policy's log-probs and parameter gradients, fused head or not (tied embeddings: the
-    head's gradient lands on the embedding)."""
+def _eager_and_fused(dtype: torch.dtype, keep: int | None = None) -> list[tuple[torch.Tensor, dict]]:
+    """The metered policy's log-probs and parameter gradients (as fp32), eager head then fused head."""
     batch = update.supervised_batch(_policy(), PROMPTS, TARGETS)
     results = []
     for fused in (False, True):
         policy = _policy()
         assert fused_head_supported(policy._model) and policy._model.config.tie_word_embeddings
+        policy._model.to(dtype)
         policy.fused_head = fused
         lp = policy.logprobs(batch.input_ids, batch.attention_mask, keep=keep)
         sft_loss(lp, batch.completion_mask).backward()
-        grads = {n: p.grad.clone() for n, p in policy._model.named_parameters()}
-        results.append((lp.detach(), grads))
-    (lp_eager, g_eager), (lp_fused, g_fused) = results
+        results.append((lp.detach(), {n: p.grad.float() for n, p in policy._model.named_parameters()}))
+    return results
+
+
+@pytest.mark.parametrize("keep", [None, 4])
+def test_policy_logprobs_fused_equal_eager_in_fp32(keep):
+    """The metered policy's log-probs and parameter gradients, fused head or not (tied embeddings: the
+    head's gradient lands on the embedding)."""
+    (lp_eager, g_eager), (lp_fused, g_fused) = _eager_and_fused(torch.float32, keep)
     torch.testing.assert_close(lp_fused, lp_eager, rtol=1e-5, atol=1e-6)
     assert g_eager.keys() == g_fused.keys()
     for name in g_eager:
@@ -73,16 +78,7 @@ def test_policy_logprobs_fused_equal_eager_in_bf16():
     """The GPU's dtype, on the CPU: bf16 weights and hidden states, the head's logits in fp32 a chunk at
     a time against the eager bf16 logits cast to fp32; within torch.testing's bf16 tolerance (measured
     here: log-probs within 5e-7, gradients equal to 1e-4 of their norm)."""
-    batch = update.supervised_batch(_policy(), PROMPTS, TARGETS)
-    results = []
-    for fused in (False, True):
-        policy = _policy()
-        policy._model.to(torch.bfloat16)
-        policy.fused_head = fused
-        lp = policy.logprobs(batch.input_ids, batch.attention_mask)
-        sft_loss(lp, batch.completion_mask).backward()
-        results.append((lp.detach(), {n: p.grad.float() for n, p in policy._model.named_parameters()}))
-    (lp_eager, g_eager), (lp_fused, g_fused) = results
+    (lp_eager, g_eager), (lp_fused, g_fused) = _eager_and_fused(torch.bfloat16)
     assert lp_fused.dtype == torch.float32
     torch.testing.assert_close(lp_fused, lp_eager, rtol=1.6e-2, atol=1e-5)
     for name in g_eager:
