@@ -520,6 +520,7 @@ def _profiled(fn) -> dict:
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
     _sync()
+    compiled = _graphs_compiled()
     with profile(activities=activities) as prof:
         start = time.perf_counter()
         fn()
@@ -531,6 +532,7 @@ def _profiled(fn) -> dict:
     busy = sum(op["self_device_ms"] for op in ops) / 1e3
     ranked = lambda key: sorted(ops, key=lambda op: -op[key])[:PROFILE_TOP]  # noqa: E731
     return {"wall_s": wall, "device_busy_s": busy, "device_busy_share": busy / wall if DEVICE == "cuda" else None,
+            "compiled_while_profiled": _graphs_compiled() - compiled,
             "by_device": ranked("self_device_ms"), "by_host": ranked("self_host_ms")}
 
 
@@ -558,10 +560,8 @@ def profile_part(check: Check, folder: Path, out: dict) -> None:
         policy, _ = _update_policy(folder, True, check.dry)
         step = _update_fn(policy, batch, seq)
         step()
-        compiled = _graphs_compiled()
         out["update"] = {"shape": f"{batch}x{seq}", "fused_and_compiled": True,
                          **check.measure("profile: update", _profiled, step)}
-        out["update"]["compiled_while_profiled"] = _graphs_compiled() - compiled
 
 
 # -- the table --------------------------------------------------------------------------------------
@@ -586,12 +586,16 @@ def _shape_rows(results: dict, part: str) -> dict[str, dict]:
     return {r["shape"]: r for r in (results.get(part) or {}).get("shapes", [])}
 
 
+def _compiled_note(measured: dict) -> str:
+    """What the table adds to a timing that holds a compilation (none should)."""
+    return " (timed with a compilation in it)" if measured.get("compiled_while_timed") else ""
+
+
 def _tps(row: dict, name: str) -> str:
     value = row.get(name) or {}
     if "tokens_per_s" not in value:
         return value.get("error", "not measured")
-    return f"{value['tokens_per_s']:,.0f}" + (" (timed with a compilation in it)" if value.get("compiled_while_timed")
-                                               else "")
+    return f"{value['tokens_per_s']:,.0f}{_compiled_note(value)}"
 
 
 def _met(goal: bool | None) -> str:
@@ -623,8 +627,7 @@ def table(results: dict) -> str:
     for row in update.get("shapes", []):
         how = "fused head + compiled decoder" if row["fused_and_compiled"] else "eager"
         got = (f"{100 * row['mfu']:.1f}% MFU ({row['flop_per_s'] / 1e12:.0f} TFLOP/s, first step "
-               f"{row['first_step_s']} s" + ("; timed with a compilation in it" if row.get("compiled_while_timed")
-                                             else "") + ")"
+               f"{row['first_step_s']} s){_compiled_note(row)}"
                if "mfu" in row else row.get("error", "no known peak for this device"))
         lines.append(f"| update {row['batch']} x {row['seq']} tokens, {how} | {got} | 40% |")
     if not update.get("shapes"):
