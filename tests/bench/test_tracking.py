@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from typer.testing import CliRunner
 
@@ -67,7 +69,7 @@ def _wandb_records(run_dir):
             pos += 32768 - pos % 32768
             continue
         _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if length == 0 and kind == 0:
+        if length == 0 and kind == 0 or pos + 7 + length > len(data):  # the end, or a chunk still being written
             break
         chunk += data[pos + 7:pos + 7 + length]
         pos += 7 + length
@@ -92,7 +94,13 @@ def test_wandb_offline_mirrors_the_curve_the_trace_and_the_ledger(fast_profile, 
     summary = Runner(config, progress=False).run()
     run_dir = tmp_path / summary["run_id"]
     assert (run_dir / "tensorboard").is_dir()  # both trackers at once
+    # wandb's service process writes the file; on a loaded machine its last writes can trail
+    # `run.finish()`, so read until the run's closing `exit` record is there (at most a minute)
+    deadline = time.monotonic() + 60
     records = _wandb_records(run_dir)
+    while "exit" not in {r.WhichOneof("record_type") for r in records} and time.monotonic() < deadline:
+        time.sleep(0.5)
+        records = _wandb_records(run_dir)
 
     (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run.display_name == summary["run_id"]
