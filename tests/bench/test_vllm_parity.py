@@ -141,6 +141,25 @@ def test_flops_are_charged_as_torch_charges_them(folder, vllm, prompts):
 
 
 @needs_vllm
+def test_engine_start_up_runs_no_forward_on_a_cpu(folder):
+    """Only generation is charged, so building an engine must compute nothing: on a CPU it is eager with a
+    fixed KV cache, and vLLM then skips its warm-up pass (without `enforce_eager` it runs one, 32 module
+    calls here). A global forward hook sees every module vLLM runs; a generation proves it sees them."""
+    model, _ = load_model(folder)
+    backend = VLLMRollout(kv_cache_gib=0.5)  # other settings than the module's: a new engine
+    calls: list[str] = []
+    hook = torch.nn.modules.module.register_module_forward_hook(lambda m, args, out: calls.append(type(m).__name__))
+    try:
+        backend._engine(model)
+        started = list(calls)
+        _greedy(backend, model, [[5, 6, 7]], eos_id=-1, n=1)
+    finally:
+        hook.remove()
+    assert started == []
+    assert len(calls) > len(started)  # the hook does see the modules vLLM runs
+
+
+@needs_vllm
 def test_sampled_flops_share_one_prefill_per_prompt(folder, vllm, prompts):
     """n samples: one prefill per prompt (last logit only), then one single-token step per token fed."""
     model, _ = load_model(folder)
