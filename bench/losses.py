@@ -26,55 +26,79 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tenso
 
 
 class _LinearTokenLogprobs(torch.autograd.Function):
-    """log_softmax(hidden @ weight^T)[target] per row, `chunk` rows at a time (see `linear_token_logprobs`)."""
+    """log_softmax(hidden @ weight^T)[target] per row, at most `max_logits` logits alive at a time (see
+    `linear_token_logprobs`)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk, on_recompute):  # [N, d], [V, d], [N] -> [N] fp32
+    def forward(ctx, hidden, weight, targets, max_logits, on_recompute):  # [N, d], [V, d], [N] -> [N] fp32
         out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(out)
+        chunk = max(1, max_logits // weight.shape[0])  # rows at a time, every vocabulary column each
         for start in range(0, hidden.shape[0], chunk):
             rows = slice(start, start + chunk)
-            logits = (hidden[rows] @ weight.T).float()  # [c, V]: the only logits alive at a time
+            logits = (hidden[rows] @ weight.T).float()  # [c, V]
             lse[rows] = torch.logsumexp(logits, dim=-1)
             out[rows] = logits.gather(1, targets[rows, None]).squeeze(1) - lse[rows]
         ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.chunk, ctx.on_recompute = chunk, on_recompute
+        ctx.max_logits, ctx.on_recompute = max_logits, on_recompute
         return out
 
     @staticmethod
     def backward(ctx, grad):  # grad [N] -> [N, d], [V, d]
         hidden, weight, targets, lse = ctx.saved_tensors
         want_hidden, want_weight = ctx.needs_input_grad[:2]
-        grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_weight else None
-        for start in range(0, hidden.shape[0], ctx.chunk):
-            rows = slice(start, start + ctx.chunk)
-            g = grad[rows].float()[:, None]  # [c, 1]
-            logits = (hidden[rows] @ weight.T).float()  # recomputed: [c, V]
-            # d out / d logits = onehot(target) - softmax, scaled by the incoming gradient
-            dlogits = -torch.exp(logits - lse[rows, None]) * g
-            dlogits.scatter_add_(1, targets[rows, None], g)
+        grad_weight = torch.empty_like(weight) if want_weight else None
+        g = grad.float()[:, None]  # [N, 1]
+        # A slice of vocabulary columns at a time, every row each: each slice's rows of the weight's
+        # gradient are one matmul over all N rows, written once. Slicing rows instead would add a
+        # [V, d] partial into the weight's gradient per slice, 4 passes over V x d whatever the
+        # slice's size (docs/gpu.md). The hidden states' gradient is summed over the slices in fp32;
+        # with one slice it is the eager path's one matmul.
+        width = max(1, ctx.max_logits // hidden.shape[0])
+        sliced = width < weight.shape[0]
+        grad_hidden = None
+        if want_hidden and sliced:
+            accumulate = torch.promote_types(hidden.dtype, torch.float32)
+            grad_hidden = torch.zeros(hidden.shape, dtype=accumulate, device=hidden.device)
+        for start in range(0, weight.shape[0], width):
+            part = weight[start:start + width]  # [c, d]
+            # d out / d logits = g (onehot(target) - softmax), from the recomputed logits [N, c]
+            dlogits = (hidden @ part.T).float().sub_(lse[:, None]).exp_().mul_(-g)
+            local = targets - start
+            inside = ((local >= 0) & (local < part.shape[0]))[:, None]  # [N, 1]: the target is in this slice
+            dlogits.scatter_add_(1, local.clamp(0, part.shape[0] - 1)[:, None], g * inside)
             dlogits = dlogits.to(weight.dtype)
-            if want_hidden:
-                grad_hidden[rows] = dlogits @ weight
+            if want_hidden and sliced:
+                grad_hidden.add_(_mm_accumulating(dlogits, part))  # each slice's part in fp32, not rounded
+            elif want_hidden:
+                grad_hidden = dlogits @ part
             if want_weight:
-                grad_weight += (dlogits.T @ hidden[rows]).float()
+                grad_weight[start:start + width] = dlogits.T @ hidden
         if ctx.on_recompute is not None:
             ctx.on_recompute(hidden.shape[0])
-        return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None, None
+        return None if grad_hidden is None else grad_hidden.to(hidden.dtype), grad_weight, None, None, None
 
 
-def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *, chunk: int,
+def _mm_accumulating(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b with a result of at least fp32: a bf16 or fp16 product is not rounded to its inputs' dtype
+    (on CUDA cuBLAS's GEMM with an fp32 output, elsewhere an fp32 matmul of the same values)."""
+    if a.dtype in (torch.bfloat16, torch.float16):
+        return torch.mm(a, b, out_dtype=torch.float32) if a.is_cuda else a.float() @ b.float()
+    return a @ b
+
+
+def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *, max_logits: int,
                           on_recompute: Callable[[int], None] | None = None) -> torch.Tensor:
     """log softmax(hidden @ weight^T)[targets] without materialising every logit: the LM head and the
-    log-softmax fused, `chunk` rows at a time, in fp32 as `token_logprobs` computes them.
+    log-softmax fused, in fp32 as `token_logprobs` computes them, at most `max_logits` logits alive at a
+    time (the forward takes slices of rows, the backward slices of the vocabulary).
 
     hidden [N, d] (model dtype), weight [V, d] (the LM head), targets [N] int64 -> [N] float32, with
-    gradients to hidden and weight. The backward recomputes each chunk's logits (one more LM-head
-    forward over the N rows, which `on_recompute(N)` is told of so that it can be charged), rather than
-    keep N x V fp32 logits alive: 7.8 GB for 64 rows of 200 tokens under a 152k vocabulary.
+    gradients to hidden and weight. The backward recomputes the logits (one more LM-head forward
+    over the N rows, which `on_recompute(N)` is told of so that it can be charged), rather than keep
+    N x V fp32 logits alive: 7.8 GB for 64 rows of 200 tokens under a 152k vocabulary.
     """
-    return _LinearTokenLogprobs.apply(hidden, weight, targets, chunk, on_recompute)
+    return _LinearTokenLogprobs.apply(hidden, weight, targets, max_logits, on_recompute)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

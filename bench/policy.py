@@ -23,7 +23,10 @@ from bench.losses import linear_token_logprobs, token_logprobs
 # Architectures whose logits are exactly lm_head(final hidden state): no soft-capping or scaling, so
 # the LM head can be fused with the log-softmax (`Policy.logprobs`).
 FUSED_HEAD_TYPES = ("llama", "qwen2", "qwen3", "mistral")
-LOGIT_CHUNK = 2**25  # logits (rows x vocabulary) alive at a time in the fused head: 128 MiB in fp32
+# Logits alive at a time in the fused head (512 MiB in fp32). The backward's slices each cost a pass
+# over the [tokens, hidden] gradient besides their matmuls: 28 slices at 16 x 1536 completion tokens
+# of Qwen2-0.5B, a few percent of the head's backward (docs/gpu.md).
+LOGIT_CHUNK = 2**27
 COMPILE_MIN_PARAMS = 10**8
 
 
@@ -95,6 +98,7 @@ class Policy:
         self.fused_head: bool | None = None
         self.compile_body: bool | None = None
         self.compile_backend = "inductor"
+        self.max_logits = LOGIT_CHUNK  # logits alive at a time in the fused head
         self._compiled: torch.nn.Module | None = None
         meter(self._model, self.name, self._ledger)
         if not self._trainable:
@@ -220,9 +224,8 @@ class Policy:
             self._ledger.charge(model=self.name, flops=per_row * rows, tokens=0, kind="update",
                                 phase=phase, category=category)
 
-        chunk = max(1, LOGIT_CHUNK // weight.shape[0])
-        out = linear_token_logprobs(hidden.reshape(-1, dim), weight, targets.reshape(-1), chunk=chunk,
-                                    on_recompute=charge)
+        out = linear_token_logprobs(hidden.reshape(-1, dim), weight, targets.reshape(-1),
+                                    max_logits=self.max_logits, on_recompute=charge)
         return F.pad(out.view(batch, positions)[:, :-1], (1, 0))  # [B, S], as token_logprobs
 
     # -- training -------------------------------------------------------------------------------

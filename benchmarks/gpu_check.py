@@ -223,27 +223,36 @@ def audit(check: Check, folder: Path, out: dict) -> None:
 
 # -- 2. fused head ------------------------------------------------------------------------------
 def fused(check: Check, folder: Path, out: dict) -> None:
-    """Fused and eager log-probs and gradients of the same batch (bf16 on CUDA: within its rounding)."""
+    """Fused and eager log-probs and gradients of the same batch (bf16 on CUDA: within its rounding),
+    the fused head at `Policy`'s logit budget (one slice here) and at one that cuts its backward into
+    8 slices of the vocabulary, as the update's shapes are cut."""
     from bench.accounting.ledger import Ledger
     from bench.losses import sft_loss
     from bench.policy import Policy
 
     ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
-    mask = torch.ones_like(ids)
+    mask, keep = torch.ones_like(ids), ids.shape[1] // 2
     got = []
-    for on in (False, True):
+    for on, slices in ((False, None), (True, None), (True, 8)):
         model, tokenizer = _load(folder)
         policy = Policy("student", model, tokenizer, ledger=Ledger())
         policy.fused_head, policy.compile_body = on, False
-        lp = policy.logprobs(ids, mask, keep=ids.shape[1] // 2)
+        if slices:
+            policy.max_logits = ids.shape[0] * keep * model.config.vocab_size // slices
+        lp = policy.logprobs(ids, mask, keep=keep)
         sft_loss(lp, mask.to(policy.device)).backward()
         grad = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
         got.append((lp.detach().float(), grad))
         del policy, model
-    (lp0, g0), (lp1, g1) = got
-    out.update({"max_abs_logprob_diff": float((lp0 - lp1).abs().max()),
-                "grad_rel_diff": float((g0 - g1).norm() / g0.norm()),
-                "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g1, dim=0))})
+    (lp0, g0), *fused_runs = got
+
+    def against_eager(lp: torch.Tensor, g: torch.Tensor) -> dict:
+        return {"max_abs_logprob_diff": float((lp0 - lp).abs().max()),
+                "grad_rel_diff": float((g0 - g).norm() / g0.norm()),
+                "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g, dim=0))}
+
+    out.update(against_eager(*fused_runs[0]))
+    out["sliced"] = {"slices": 8, **against_eager(*fused_runs[1])}
 
 
 # -- 3. rollout ---------------------------------------------------------------------------------
@@ -633,10 +642,13 @@ def table(results: dict) -> str:
     if not update.get("shapes"):
         lines.append(f"| update MFU | {missing} | 40% |")
     fused = results.get("fused") or {}
-    lines.append("| fused head against eager, bf16 | " + (
-        f"log-probs within {fused['max_abs_logprob_diff']:.2g}; gradients' relative difference "
-        f"{fused['grad_rel_diff']:.2g}, cosine {fused['grad_cosine']:.6f}" if "grad_cosine" in fused
-        else fused.get("error", missing)) + " | within bf16 rounding |")
+    for name, got in (("fused head against eager, bf16", fused),
+                      ("fused head in 8 slices against eager, bf16",
+                       fused.get("sliced") or {"error": fused.get("error", missing)})):
+        lines.append(f"| {name} | " + (
+            f"log-probs within {got['max_abs_logprob_diff']:.2g}; gradients' relative difference "
+            f"{got['grad_rel_diff']:.2g}, cosine {got['grad_cosine']:.6f}" if "grad_cosine" in got
+            else got.get("error", missing)) + " | within bf16 rounding |")
     audit = results.get("audit") or {}
     graph = audit.get("graph_rollout") or {}
     lines.append("| FLOP ledger against torch's counter on CUDA | " + (

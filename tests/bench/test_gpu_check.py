@@ -56,6 +56,8 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert profiled["rollout"]["compiled_while_profiled"] == profiled["update"]["compiled_while_profiled"] == 0
     assert {op["op"] for op in profiled["update"]["by_host"]} & {"aten::mm", "aten::addmm", "aten::bmm"}
     assert result["fused"]["max_abs_logprob_diff"] < 1e-5 and result["fused"]["grad_rel_diff"] < 1e-5
+    sliced = result["fused"]["sliced"]
+    assert sliced["slices"] == 8 and sliced["max_abs_logprob_diff"] < 1e-5 and sliced["grad_rel_diff"] < 1.6e-2
     audit = result["audit"]
     assert audit["within_2pct"] and audit["graph_rollout"]["eager_rel_diff"] == 0
     assert audit["graph_rollout"]["same_charge"] and audit["graph_rollout"]["same_tokens"]
