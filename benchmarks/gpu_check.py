@@ -232,13 +232,14 @@ def fused(check: Check, folder: Path, out: dict) -> None:
 
     ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
     mask, keep = torch.ones_like(ids), ids.shape[1] // 2
-    got = []
+    got, rows = [], ids.shape[0] * (keep + 1)  # the positions that get logits
     for on, slices in ((False, None), (True, None), (True, 8)):
         model, tokenizer = _load(folder)
+        vocab = model.config.vocab_size
         policy = Policy("student", model, tokenizer, ledger=Ledger())
         policy.fused_head, policy.compile_body = on, False
         if slices:
-            policy.max_logits = ids.shape[0] * keep * model.config.vocab_size // slices
+            policy.max_logits = rows * vocab // slices
         lp = policy.logprobs(ids, mask, keep=keep)
         sft_loss(lp, mask.to(policy.device)).backward()
         grad = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
@@ -252,7 +253,8 @@ def fused(check: Check, folder: Path, out: dict) -> None:
                 "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g, dim=0))}
 
     out.update(against_eager(*fused_runs[0]))
-    out["sliced"] = {"slices": 8, **against_eager(*fused_runs[1])}
+    width = max(1, rows * vocab // 8 // rows)  # the backward's columns a slice
+    out["sliced"] = {"slices": -(-vocab // width), **against_eager(*fused_runs[1])}
 
 
 # -- 3. rollout ---------------------------------------------------------------------------------
@@ -643,7 +645,7 @@ def table(results: dict) -> str:
         lines.append(f"| update MFU | {missing} | 40% |")
     fused = results.get("fused") or {}
     for name, got in (("fused head against eager, bf16", fused),
-                      ("fused head in 8 slices against eager, bf16",
+                      (f"fused head in {(fused.get('sliced') or {}).get('slices', 8)} slices against eager, bf16",
                        fused.get("sliced") or {"error": fused.get("error", missing)})):
         lines.append(f"| {name} | " + (
             f"log-probs within {got['max_abs_logprob_diff']:.2g}; gradients' relative difference "
