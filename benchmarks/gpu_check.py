@@ -233,13 +233,14 @@ def fused(check: Check, folder: Path, out: dict) -> None:
     ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
     mask, keep = torch.ones_like(ids), ids.shape[1] // 2
     got, rows = [], ids.shape[0] * (keep + 1)  # the positions that get logits
-    for on, slices in ((False, None), (True, None), (True, 8)):
+    for on, sliced in ((False, False), (True, False), (True, True)):
         model, tokenizer = _load(folder)
         vocab = model.config.vocab_size
+        budget = rows * vocab // 8  # the backward in 8 slices of the vocabulary
         policy = Policy("student", model, tokenizer, ledger=Ledger())
         policy.fused_head, policy.compile_body = on, False
-        if slices:
-            policy.max_logits = rows * vocab // slices
+        if sliced:
+            policy.max_logits = budget
         lp = policy.logprobs(ids, mask, keep=keep)
         sft_loss(lp, mask.to(policy.device)).backward()
         grad = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
@@ -253,7 +254,7 @@ def fused(check: Check, folder: Path, out: dict) -> None:
                 "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g, dim=0))}
 
     out.update(against_eager(*fused_runs[0]))
-    width = max(1, rows * vocab // 8 // rows)  # the backward's columns a slice
+    width = max(1, budget // rows)  # the backward's columns a slice, as `linear_token_logprobs` takes them
     out["sliced"] = {"slices": -(-vocab // width), **against_eager(*fused_runs[1])}
 
 
