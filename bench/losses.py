@@ -54,7 +54,7 @@ class _LinearTokenLogprobs(torch.autograd.Function):
         # [V, d] partial into the weight's gradient per slice, 4 passes over V x d whatever the
         # slice's size (docs/gpu.md). The hidden states' gradient is summed over the slices in fp32;
         # with one slice it is the eager path's one matmul.
-        width = max(1, ctx.max_logits // hidden.shape[0])
+        width = vocab_slice_width(hidden.shape[0], ctx.max_logits)
         sliced = width < weight.shape[0]
         grad_hidden = None
         if want_hidden and sliced:
@@ -77,6 +77,11 @@ class _LinearTokenLogprobs(torch.autograd.Function):
         if ctx.on_recompute is not None:
             ctx.on_recompute(hidden.shape[0])
         return None if grad_hidden is None else grad_hidden.to(hidden.dtype), grad_weight, None, None, None
+
+
+def vocab_slice_width(rows: int, max_logits: int) -> int:
+    """The vocabulary columns `linear_token_logprobs`'s backward takes at a time, over `rows` rows."""
+    return max(1, max_logits // rows)
 
 
 def _mm_accumulating(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

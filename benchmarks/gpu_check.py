@@ -227,7 +227,7 @@ def fused(check: Check, folder: Path, out: dict) -> None:
     the fused head at `Policy`'s logit budget (one slice here) and at one that cuts its backward into
     8 slices of the vocabulary, as the update's shapes are cut."""
     from bench.accounting.ledger import Ledger
-    from bench.losses import sft_loss
+    from bench.losses import sft_loss, vocab_slice_width
     from bench.policy import Policy
 
     ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
@@ -254,8 +254,7 @@ def fused(check: Check, folder: Path, out: dict) -> None:
                 "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g, dim=0))}
 
     out.update(against_eager(*fused_runs[0]))
-    width = max(1, budget // rows)  # the backward's columns a slice, as `linear_token_logprobs` takes them
-    out["sliced"] = {"slices": -(-vocab // width), **against_eager(*fused_runs[1])}
+    out["sliced"] = {"slices": -(-vocab // vocab_slice_width(rows, budget)), **against_eager(*fused_runs[1])}
 
 
 # -- 3. rollout ---------------------------------------------------------------------------------
