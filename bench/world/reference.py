@@ -106,9 +106,25 @@ def cpu_model() -> str | None:
 
 
 def cpu_signature() -> str:
-    """The processor, torch's vectorised-kernel level and torch's version: what a base's bytes depend on."""
+    """The processor, torch's vectorised-kernel level and torch's version: what a base's bytes depend on.
+
+    A virtual machine may name any Intel generation "Intel(R) Xeon(R) Processor", so a processor with
+    AMX tiles (Sapphire Rapids and later), where math libraries may choose other kernels, says so.
+    """
     import torch
 
     model = cpu_model() or "unknown"
-    return f"{model} / {torch.backends.cpu.get_cpu_capability()} / torch {torch.__version__}"
+    level = torch.backends.cpu.get_cpu_capability() + (" AMX" if "amx_tile" in _cpu_flags() else "")
+    return f"{model} / {level} / torch {torch.__version__}"
+
+
+def _cpu_flags() -> set[str]:
+    """The processor's feature flags from /proc/cpuinfo (Linux), empty where there are none."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
