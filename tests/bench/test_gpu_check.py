@@ -55,7 +55,10 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert profiled["rollout"]["wall_s"] > 0
     assert profiled["rollout"]["compiled_while_profiled"] == profiled["update"]["compiled_while_profiled"] == 0
     assert {op["op"] for op in profiled["update"]["by_host"]} & {"aten::mm", "aten::addmm", "aten::bmm"}
-    assert result["fused"]["max_abs_logprob_diff"] < 1e-5 and result["fused"]["grad_rel_diff"] < 1e-5
+    # bf16, as on the GPU: the fused head's probabilities come from its own log-sum-exp, so now and then
+    # one of its logit gradients rounds to another bf16 value than eager's (1 batch in 8 here, 5e-5 of
+    # the gradient's norm), with one slice as with 8; both are held to bf16's tolerance
+    assert result["fused"]["max_abs_logprob_diff"] < 1e-5 and result["fused"]["grad_rel_diff"] < 1.6e-2
     sliced = result["fused"]["sliced"]
     assert sliced["slices"] == 8 and sliced["max_abs_logprob_diff"] < 1e-5 and sliced["grad_rel_diff"] < 1.6e-2
     audit = result["audit"]
