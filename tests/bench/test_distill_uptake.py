@@ -1,4 +1,4 @@
-"""benchmarks/distill_uptake.py end to end on the direct-smoke world: its per-prompt answers are those
+"""benchmarks/distill_uptake.py end to end, briefly, on the direct world: its per-prompt answers are those
 the run's own held-out evaluations scored, and a second call reads what the first wrote."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "distill_uptake.py"
-ARGS = ["--profile", "direct-smoke", "--steps", "3", "--every", "2", "--expert-flops", "5e10", "--eval-size", "50",
+ARGS = ["--profile", "direct", "--steps", "3", "--every", "2", "--expert-flops", "5e10", "--eval-size", "50",
         "--seeds", "0"]
 
 
