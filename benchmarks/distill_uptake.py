@@ -65,19 +65,18 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
         texts = evaluator.completions(policy, problems)[0]
         return texts, runner.suite.score_many(problems, texts)
 
-    prepared = prepare(runner.profile, progress=False, teacher=False)  # the run's base, its hash checked
+    base_model = prepare(runner.profile, progress=False, teacher=False).load_student()  # its hash checked
+    base, base_ok = answers(base_model)
     expert_state = checkpoint.load(runner.dir).context["policy_states"][f"expert:{args.domain}"]["model"]
-    expert, expert_ok = answers(prepared.load_student(), expert_state)
-    base, base_ok = answers(prepared.load_student())
-    student, student_ok = answers(load_model(runner.dir / "final"))
+    expert, expert_ok = answers(base_model, expert_state)
     steps = [s for s in summary["steps"] if s.get("phase") == "distill"]
     start = max(s["flops"] for s in summary["steps"] if s.get("phase") != "distill")  # the experts' end
     curve = []
     for point in summary["curve"]:
         if point["flops"] >= start:
-            right = answers(load_model(runner.dir / point["model_dir"]))[1]
+            student, student_ok = answers(load_model(runner.dir / point["model_dir"]))  # the last: the final student
             curve.append({"steps": sum(s["flops"] <= point["flops"] for s in steps), "accuracy": point["accuracy"],
-                          "right": "".join("1" if r else "0" for r in right)})
+                          "right": "".join("1" if r else "0" for r in student_ok)})
     return {
         "seed": seed, "profile": args.profile, "domain": args.domain, "schedule": args.steps, "steps": len(steps),
         "expert_flops": start, "distill_flops": steps[-1]["flops"] - start,
@@ -89,15 +88,19 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict:
     }
 
 
+def groups(prompts: list[dict]) -> tuple[list[int], list[int], list[int]]:
+    """The indices of the prompts the expert gained on the base, of those it lost, and of those both
+    get right."""
+    return ([i for i, p in enumerate(prompts) if p["expert"] and not p["base"]],
+            [i for i, p in enumerate(prompts) if p["base"] and not p["expert"]],
+            [i for i, p in enumerate(prompts) if p["base"] and p["expert"]])
+
+
 def changed(record: dict, point: dict) -> tuple[float, float, float]:
-    """Of the held-out prompts the expert gained on the base, of those it lost, and of those both get
-    right, the shares (%) the student at this curve point gets right."""
-    prompts = record["prompts"]
-    chosen = ([i for i, p in enumerate(prompts) if p["expert"] and not p["base"]],
-              [i for i, p in enumerate(prompts) if p["base"] and not p["expert"]],
-              [i for i, p in enumerate(prompts) if p["base"] and p["expert"]])
+    """Of the prompts the expert gained, lost and kept (`groups`), the shares (%) the student at this
+    curve point gets right."""
     return tuple(100 * sum(point["right"][i] == "1" for i in part) / len(part) if part else float("nan")
-                 for part in chosen)
+                 for part in groups(record["prompts"]))
 
 
 def describe(record: dict) -> str:
@@ -110,8 +113,7 @@ def describe(record: dict) -> str:
 
     kl = record["reverse_kl"]
     third = max(1, len(kl) // 3)
-    lost = sum(p["base"] and not p["expert"] for p in prompts)
-    gained = sum(p["expert"] and not p["base"] for p in prompts)
+    gained, lost, _ = (len(part) for part in groups(prompts))
     return (f"seed {record['seed']}: base {share('base'):.1f}%, expert {share('expert'):.1f}% "
             f"(+{gained} / -{lost} of {n} prompts against the base), student after {record['steps']} steps "
             f"{share('student'):.1f}%; the expert's answer: base {share('base_is_expert'):.1f}%, student "
