@@ -1,0 +1,239 @@
+"""opd-multi given its whole budget: does distilling on to the budget change claim 1? (docs/world.md)
+
+    python benchmarks/full_budget.py OUT_DIR [--seeds 0,1,2] [--suite math_code] [--profile tiny]
+        [--budget FLOPS] [--jobs 2] [--reference leaderboard/records]
+
+Per seed, two `bench run`s into OUT_DIR/runs, each on one torch thread, `--jobs` at a time (a run
+already complete there is kept, an interrupted one resumed): joint GRPO, and opd-multi with its
+experts one after another and distillation's convergence rules off (`--set distill.steps=1000000`),
+so that only the budget ends distillation. Then, from the records alone: claim 1's metrics as the
+findings page computes them (savings at each target with their intervals, the verdict, final
+accuracy minus joint GRPO's at opd-multi's spend); per seed, where the world's KL rule would have
+stopped distillation (replayed on the step trace: it reads each step's reverse KL and draws
+nothing, so up to there the run is the default method's) and the accuracy there, read off the curve
+as the report reads every curve; and, with `--reference`, the reference opd-multi records of the
+same seeds beside them. Writes OUT_DIR/full_budget.json and OUT_DIR/full_budget.png (each seed's
+curves with the replayed stop and the target) and prints a table. Logs: OUT_DIR/logs/<run_id>.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bench  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch loads)
+
+ARM = ("--phase-executor", "sequential", "--set", "distill.steps=1000000")
+
+
+def commands(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    """(run id, `bench run` arguments) of every run of the study."""
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+
+    out = []
+    for seed in args.seeds:
+        for method, extra in (("grpo-joint", ()), ("opd-multi", ARM)):
+            cmd = ["run", "--method", method, "--suite", args.suite, "--profile", args.profile,
+                   "--seed", str(seed), "--runs", str(args.out / "runs"), *extra]
+            if args.budget:
+                cmd += ["--budget", args.budget]
+            config = RunConfig(method=method, suite=args.suite, profile=args.profile, seed=seed,
+                               budget_flops=float(args.budget) if args.budget else None, runs_dir=args.out / "runs")
+            out.append((Runner.run_id_for(config), cmd))
+    return out
+
+
+def run_missing(args: argparse.Namespace) -> None:
+    """Run (or resume) every run whose record is not in OUT_DIR/runs yet, `--jobs` at a time."""
+    todo = []
+    for run_id, cmd in commands(args):
+        run_dir = args.out / "runs" / run_id
+        if (run_dir / "summary.json").is_file():
+            continue
+        todo.append((run_id, cmd + (["--resume"] if (run_dir / "config.json").is_file() else [])))
+    if not todo:
+        return
+    (args.out / "logs").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    bench_cli = [sys.executable, "-m", "bench.cli"]
+    print(f"{len(todo)} runs to make, {args.jobs} at a time; logs in {args.out / 'logs'}", flush=True)
+
+    def one(item: tuple[str, list[str]]) -> tuple[str, int]:
+        run_id, cmd = item
+        with open(args.out / "logs" / f"{run_id}.log", "a") as log:
+            rc = subprocess.run(bench_cli + cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        print(f"  {run_id}: {'done' if rc == 0 else f'failed (exit {rc}; see its log)'}", flush=True)
+        return run_id, rc
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        failed = [run_id for run_id, rc in pool.map(one, todo) if rc]
+    if failed:
+        sys.exit(f"full_budget: {len(failed)} runs failed: {', '.join(failed)}")
+
+
+def replay_kl_rule(record: dict) -> dict | None:
+    """Where the KL rule of the record's own config would have stopped distillation, or None.
+
+    `reward_rule`: whether that config also has the accuracy rule on. The trace does not keep the
+    per-domain hits it reads, so it is not replayed, and the default would then stop here or sooner.
+    """
+    distill = record["method_config"]["distill"]
+    threshold, patience = distill["kl_threshold"], distill["patience"]
+    low = 0
+    for i, step in enumerate(s for s in record["steps"] if s["phase"] == "distill"):
+        low = low + 1 if step["reverse_kl"] < threshold else 0
+        if low >= patience:
+            return {"distill_steps": i + 1, "flops": step["flops"], "kl_threshold": threshold, "patience": patience,
+                    "reward_rule": bool(distill["use_reward_rule"])}
+    return None
+
+
+def accuracy_at(record: dict, flops: float) -> float:
+    """The record's held-out accuracy at `flops`, linear between its evaluations."""
+    import numpy as np
+
+    points = sorted((p["flops"], p["accuracy"]) for p in record["curve"])
+    return float(np.interp(flops, [f for f, _ in points], [a for _, a in points]))
+
+
+def analyse(args: argparse.Namespace) -> dict:
+    from reports.boards import build_boards
+    from reports.findings import claim_savings
+    from reports.records import load_many, to_frames
+
+    records, bad = load_many([args.out / "runs"])
+    if bad:
+        sys.exit(f"full_budget: unreadable records: {bad}")
+    boards = [b for b in build_boards(to_frames(records)) if b.key.suite == args.suite]
+    if len(boards) != 1:
+        sys.exit(f"full_budget: expected one {args.suite} board in {args.out / 'runs'}, found {len(boards)}")
+    board = boards[0]
+    opd, ref = board.method("opd-multi"), board.method("grpo-joint")
+
+    def est(e) -> dict:
+        return {"value": e.value, "low": e.low, "high": e.high, "stat": e.stat}
+
+    claim = claim_savings(boards)
+    by_seed: dict[int, dict] = {}
+    reference = {}
+    if args.reference:
+        ref_records, _ = load_many([args.reference])
+        reference = {r["seed"]: r for r in ref_records if r["method"] == "opd-multi" and r["suite"] == args.suite
+                     and r["profile"] == args.profile and r["difficulty"] == records[0]["difficulty"]}
+    for r in sorted(records, key=lambda r: (r["seed"], r["method"])):
+        row = by_seed.setdefault(r["seed"], {})
+        row[r["method"]] = {"final_accuracy": r["final_accuracy"], "counted_flops": r["flops"]["counted"]}
+        if r["method"] == "opd-multi":
+            stop = replay_kl_rule(r)
+            if stop is not None:
+                stop["accuracy"] = accuracy_at(r, stop["flops"])
+            row["kl_rule_stop"] = stop
+            row["distill_start_flops"] = min(s["flops"] for s in r["steps"] if s["phase"] == "distill") \
+                if any(s["phase"] == "distill" for s in r["steps"]) else None
+            if r["seed"] in reference:
+                rr = reference[r["seed"]]
+                row["reference_record"] = {"final_accuracy": rr["final_accuracy"],
+                                           "counted_flops": rr["flops"]["counted"],
+                                           "cpu": rr["provenance"]["hardware"].get("cpu")}
+    return {
+        "suite": args.suite, "profile": args.profile, "budget_flops": board.key.budget_flops,
+        "cpu": records[0]["provenance"]["hardware"].get("cpu"),
+        "targets": board.targets,
+        "claim_rows": [{"measure": row.measure, "estimate": est(row.estimate), "verdict": row.verdict,
+                        "note": row.note, "decides": row.decides} for row in claim.rows],
+        "verdict": claim.verdict,
+        "final_accuracy": {"opd-multi": est(opd.final_accuracy), "grpo-joint": est(ref.final_accuracy)},
+        "minus_reference_at_spend": est(opd.relative.minus_reference_at_spend),
+        "counted_flops": {"opd-multi": est(opd.counted_flops), "grpo-joint": est(ref.counted_flops)},
+        "seeds": by_seed,
+        "_curves": {(r["method"], r["seed"]): sorted((p["flops"], p["accuracy"]) for p in r["curve"])
+                    for r in records},
+    }
+
+
+def describe(result: dict) -> str:
+    def pct(e: dict) -> str:
+        if e["value"] is None:
+            return "never"
+        if e["low"] is None:
+            return f"{100 * e['value']:.1f}"
+        return f"{100 * e['value']:.1f} [{100 * e['low']:.1f}, {100 * e['high']:.1f}]"
+
+    lines = [f"{result['suite']} on {result['profile']} ({result['cpu']}), budget {result['budget_flops']:.1e}",
+             f"claim 1 verdict: {result['verdict']}"]
+    for row in result["claim_rows"]:
+        lines.append(f"  {row['measure']}: {pct(row['estimate'])}%  {row['verdict']}  {row['note']}")
+    lines.append(f"  final accuracy: opd-multi {pct(result['final_accuracy']['opd-multi'])}%, "
+                 f"grpo-joint {pct(result['final_accuracy']['grpo-joint'])}%; opd-multi minus grpo-joint at "
+                 f"opd-multi's spend {pct(result['minus_reference_at_spend'])} points")
+    lines.append("seed  grpo-joint  opd-multi (FLOPs)      KL rule would stop at        reference record")
+    for seed, row in sorted(result["seeds"].items()):
+        g, o, stop = row.get("grpo-joint"), row.get("opd-multi"), row.get("kl_rule_stop")
+        gj = f"{100 * g['final_accuracy']:.1f}%" if g else "-"
+        om = f"{100 * o['final_accuracy']:.1f}% ({o['counted_flops']:.2e})" if o else "-"
+        st = (f"step {stop['distill_steps']}, {stop['flops']:.2e}: {100 * stop['accuracy']:.1f}%"
+              + (" (or sooner: the accuracy rule is on)" if stop["reward_rule"] else "") if stop else "never")
+        rr = row.get("reference_record")
+        ref = f"{100 * rr['final_accuracy']:.1f}% at {rr['counted_flops']:.2e}" if rr else "-"
+        lines.append(f"{seed:>4}  {gj:>10}  {om:>20}  {st:>27}  {ref}")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = sorted(result["seeds"])
+    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.4), sharey=True, squeeze=False)
+    tau = result["targets"].get(0.9)
+    for ax, seed in zip(axes[0], seeds):
+        for method, colour in (("grpo-joint", "#1f77b4"), ("opd-multi", "#d62728")):
+            curve = result["_curves"].get((method, seed))
+            if curve:
+                label = method if method == "grpo-joint" else "opd-multi, distilling to the budget"
+                ax.plot([f for f, _ in curve], [100 * a for _, a in curve], color=colour, label=label)
+        stop = result["seeds"][seed].get("kl_rule_stop")
+        if stop:
+            ax.axvline(stop["flops"], color="#d62728", linestyle=":", label="where the KL rule stops it")
+        if tau is not None:
+            ax.axhline(100 * tau, color="grey", linestyle="--", linewidth=0.8, label="τ₀.₉")
+        ax.set_title(f"seed {seed}")
+        ax.set_xlabel("counted training FLOPs")
+    axes[0][0].set_ylabel(f"held-out accuracy, {result['suite']} (%)")
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seeds", default="0,1,2", type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--suite", default="math_code")
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--budget", default=None, help="counted training FLOPs (default: the profile's)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="a folder of records whose opd-multi runs of the same seeds are shown beside")
+    args = parser.parse_args()
+    run_missing(args)
+    result = analyse(args)
+    print(describe(result))
+    plot(result, args.out / "full_budget.png")
+    result.pop("_curves")
+    (args.out / "full_budget.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""benchmarks/full_budget.py end to end on direct-smoke: its opd-multi arm (distillation's rules off) is
+the default method's run, value for value, up to the step where the replayed KL rule says the default
+stops; and a second call makes no run and prints the same read-out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "full_budget.py"
+ARGS = ["--profile", "direct-smoke", "--seeds", "0", "--jobs", "2"]
+
+
+def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
+    run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS], cwd=ROOT, capture_output=True,
+                         text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((tmp_path / "full_budget.json").read_text())
+    stop = result["seeds"]["0"]["kl_rule_stop"]
+    assert stop is not None and stop["kl_threshold"] > 0 and stop["patience"] >= 1
+    # this world also has the accuracy rule, which the trace cannot replay: the default here is run
+    # with the KL rule alone, as on the worked world
+    assert stop["reward_rule"]
+
+    default_runs = tmp_path / "default"
+    default = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "run", "--method", "opd-multi", "--suite", "math_code", "--profile",
+         "direct-smoke", "--seed", "0", "--phase-executor", "sequential", "--set", "distill.use_reward_rule=false",
+         "--runs", str(default_runs)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert default.returncode == 0, default.stderr[-3000:]
+    d = json.loads((default_runs / "opd-multi__math_code-easy__direct-smoke__s0" / "summary.json").read_text())
+    arm = json.loads((tmp_path / "runs" / "opd-multi__math_code-easy__direct-smoke__s0" / "summary.json").read_text())
+    # the default stopped by its KL rule, at the step and FLOPs the replay names...
+    assert d["method_metrics"]["distill_stop_flops"] > 0
+    assert sum(s["phase"] == "distill" for s in d["steps"]) == stop["distill_steps"]
+    assert d["steps"][-1]["flops"] == stop["flops"]
+    # ...and every step until then is the arm's, which went on to the budget
+    assert d["steps"] == arm["steps"][: len(d["steps"])]
+    assert len(arm["steps"]) > len(d["steps"]) and arm["flops"]["counted"] >= arm["budget_flops"]
+    assert d["flops"]["counted"] < arm["budget_flops"]
+    # the accuracy read at the stop lies between the arm's two evaluations around it
+    before = max((p for p in arm["curve"] if p["flops"] <= stop["flops"]), key=lambda p: p["flops"])
+    after = min((p for p in arm["curve"] if p["flops"] >= stop["flops"]), key=lambda p: p["flops"])
+    assert min(before["accuracy"], after["accuracy"]) <= stop["accuracy"] <= max(before["accuracy"], after["accuracy"])
+
+    assert set(result["seeds"]["0"]) >= {"grpo-joint", "opd-multi", "kl_rule_stop"}
+    assert result["seeds"]["0"]["opd-multi"]["final_accuracy"] == arm["final_accuracy"]
+    assert (tmp_path / "full_budget.png").stat().st_size > 10_000
+
+    again = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode == 0 and again.stdout == run.stdout.split("\n", 3)[-1], again.stderr[-3000:]
