@@ -12,7 +12,8 @@ accuracy minus joint GRPO's at opd-multi's spend); per seed, where the world's K
 stopped distillation (replayed on the step trace: it reads each step's reverse KL and draws
 nothing, so up to there the run is the default method's) and the accuracy there, read off the curve
 as the report reads every curve; and, with `--reference`, the reference opd-multi records of the
-same seeds beside them. Writes OUT_DIR/full_budget.json and OUT_DIR/full_budget.png (each seed's
+same seeds beside them; and, to say why, each expert's held-out accuracy on its own domain, from
+the run's last checkpoint. Writes OUT_DIR/full_budget.json and OUT_DIR/full_budget.png (each seed's
 curves with the replayed stop and the target) and prints a table. Logs: OUT_DIR/logs/<run_id>.log.
 """
 
@@ -96,6 +97,44 @@ def replay_kl_rule(record: dict) -> dict | None:
     return None
 
 
+def expert_accuracy(args: argparse.Namespace, record: dict) -> dict[str, float]:
+    """Each opd-multi expert's greedy held-out accuracy on its own domain (the prompts the run scores),
+    from the run's last checkpoint; kept in OUT_DIR/experts.json, so a second call reads it."""
+    cache_path = args.out / "experts.json"
+    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    if record["run_id"] in cache:
+        return {d: cache[record["run_id"]][d] for d in record["domains"]}
+    import torch
+
+    from bench.accounting.ledger import Ledger
+    from bench.evaluation import Evaluator
+    from bench.policy import Policy
+    from bench.run import checkpoint
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+    from bench.world.prepare import prepare
+
+    torch.set_num_threads(1)
+    config = RunConfig(method="opd-multi", suite=record["suite"], difficulty=record["difficulty"],
+                       profile=record["profile"], seed=record["seed"], runs_dir=args.out / "runs")
+    runner = Runner(config, progress=False)
+    saved = checkpoint.load(runner.dir)
+    if saved is None or not saved.trace["phase_steps"].get("distill"):  # the experts are final once it distils
+        sys.exit(f"full_budget: {runner.dir} has no checkpoint taken after its experts were trained")
+    states = saved.context["policy_states"]
+    model, tokenizer = prepare(runner.profile, progress=False, teacher=False).load_student()  # its hash checked
+    ledger = Ledger(args.out / "experts-eval-ledger.jsonl")
+    accuracy = {}
+    for domain in record["domains"]:
+        model.load_state_dict(states[f"expert:{domain}"]["model"])
+        evaluator = Evaluator(runner.suite, record["eval_size"], runner.profile.eval_max_new_tokens, domains=[domain])
+        policy = Policy(f"expert:{domain}", model, tokenizer, ledger=ledger, trainable=False)
+        accuracy[domain] = evaluator.evaluate(policy)["accuracy"]
+    cache[record["run_id"]] = accuracy
+    cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
+    return accuracy
+
+
 def accuracy_at(record: dict, flops: float) -> float:
     """The record's held-out accuracy at `flops`, linear between its evaluations."""
     import numpy as np
@@ -136,6 +175,8 @@ def analyse(args: argparse.Namespace) -> dict:
             if stop is not None:
                 stop["accuracy"] = accuracy_at(r, stop["flops"])
             row["kl_rule_stop"] = stop
+            row["expert_accuracy"] = expert_accuracy(args, r)
+            row["expert_steps"] = {d: sum(s["phase"] == f"expert:{d}" for s in r["steps"]) for d in r["domains"]}
             row["distill_start_flops"] = min(s["flops"] for s in r["steps"] if s["phase"] == "distill") \
                 if any(s["phase"] == "distill" for s in r["steps"]) else None
             if r["seed"] in reference:
@@ -174,7 +215,8 @@ def describe(result: dict) -> str:
     lines.append(f"  final accuracy: opd-multi {pct(result['final_accuracy']['opd-multi'])}%, "
                  f"grpo-joint {pct(result['final_accuracy']['grpo-joint'])}%; opd-multi minus grpo-joint at "
                  f"opd-multi's spend {pct(result['minus_reference_at_spend'])} points")
-    lines.append("seed  grpo-joint  opd-multi (FLOPs)      KL rule would stop at        reference record")
+    lines.append("seed  grpo-joint  opd-multi (FLOPs)      KL rule would stop at        reference record"
+                 "       experts on their own domain (GRPO steps)")
     for seed, row in sorted(result["seeds"].items()):
         g, o, stop = row.get("grpo-joint"), row.get("opd-multi"), row.get("kl_rule_stop")
         gj = f"{100 * g['final_accuracy']:.1f}%" if g else "-"
@@ -183,7 +225,9 @@ def describe(result: dict) -> str:
               + (" (or sooner: the accuracy rule is on)" if stop["reward_rule"] else "") if stop else "never")
         rr = row.get("reference_record")
         ref = f"{100 * rr['final_accuracy']:.1f}% at {rr['counted_flops']:.2e}" if rr else "-"
-        lines.append(f"{seed:>4}  {gj:>10}  {om:>20}  {st:>27}  {ref}")
+        experts = ", ".join(f"{d} {100 * a:.1f}% ({row['expert_steps'][d]})"
+                            for d, a in row.get("expert_accuracy", {}).items())
+        lines.append(f"{seed:>4}  {gj:>10}  {om:>20}  {st:>27}  {ref:<21}  {experts}")
     return "\n".join(lines)
 
 
@@ -206,7 +250,7 @@ def plot(result: dict, path: Path) -> None:
         if stop:
             ax.axvline(stop["flops"], color="#d62728", linestyle=":", label="where the KL rule stops it")
         if tau is not None:
-            ax.axhline(100 * tau, color="grey", linestyle="--", linewidth=0.8, label="τ₀.₉")
+            ax.axhline(100 * tau, color="grey", linestyle="--", linewidth=0.8, label="target τ0.9")
         ax.set_title(f"seed {seed}")
         ax.set_xlabel("counted training FLOPs")
     axes[0][0].set_ylabel(f"held-out accuracy, {result['suite']} (%)")

@@ -1,6 +1,6 @@
 """benchmarks/full_budget.py end to end on direct-smoke: its opd-multi arm (distillation's rules off) is
 the default method's run, value for value, up to the step where the replayed KL rule says the default
-stops; and a second call makes no run and prints the same read-out."""
+stops; and a second call makes no run, evaluates no expert again and prints the same read-out."""
 
 from __future__ import annotations
 
@@ -50,6 +50,9 @@ def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
 
     assert set(result["seeds"]["0"]) >= {"grpo-joint", "opd-multi", "kl_rule_stop"}
     assert result["seeds"]["0"]["opd-multi"]["final_accuracy"] == arm["final_accuracy"]
+    experts = result["seeds"]["0"]["expert_accuracy"]
+    assert set(experts) == {"math", "code"} and all(0 <= a <= 1 for a in experts.values())
+    assert json.loads((tmp_path / "experts.json").read_text()) == {arm["run_id"]: experts}
     assert (tmp_path / "full_budget.png").stat().st_size > 10_000
 
     again = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS], cwd=ROOT, capture_output=True,
