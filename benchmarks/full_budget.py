@@ -1,20 +1,22 @@
 """opd-multi given its whole budget: does distilling on to the budget change claim 1? (docs/world.md)
 
-    python benchmarks/full_budget.py OUT_DIR [--seeds 0,1,2] [--suite math_code] [--profile tiny]
-        [--budget FLOPS] [--jobs 2] [--reference leaderboard/records]
+    python benchmarks/full_budget.py OUT_DIR [--arm to-budget|whole-share] [--seeds 0,1,2]
+        [--suite math_code] [--profile tiny] [--budget FLOPS] [--jobs 2] [--reference leaderboard/records]
 
-Per seed, two `bench run`s into OUT_DIR/runs, each on one torch thread, `--jobs` at a time (a run
-already complete there is kept, an interrupted one resumed): joint GRPO, and opd-multi with its
-experts one after another and distillation's convergence rules off (`--set distill.steps=1000000`),
-so that only the budget ends distillation. Then, from the records alone: claim 1's metrics as the
+Per seed, two `bench run`s, each on one torch thread, `--jobs` at a time (a run already complete is
+kept, an interrupted one resumed): joint GRPO into OUT_DIR/runs, and opd-multi into
+OUT_DIR/runs-<arm>, with its experts one after another and distillation's convergence rules off
+(`--set distill.steps=1000000`), so that only the budget ends distillation. With `--arm
+whole-share` its experts' stopping rule is off too (`--set expert_patience=0`): each trains for its
+whole share of the budget, 90% split evenly by domain, and distillation has the rest. Then, from the records alone: claim 1's metrics as the
 findings page computes them (savings at each target with their intervals, the verdict, final
 accuracy minus joint GRPO's at opd-multi's spend); per seed, where the world's KL rule would have
 stopped distillation (replayed on the step trace: it reads each step's reverse KL and draws
 nothing, so up to there the run is the default method's) and the accuracy there, read off the curve
 as the report reads every curve; and, with `--reference`, the reference opd-multi records of the
 same seeds beside them; and, to say why, each expert's held-out accuracy on its own domain, from
-the run's last checkpoint. Writes OUT_DIR/full_budget.json and OUT_DIR/full_budget.png (each seed's
-curves with the replayed stop and the target) and prints a table. Logs: OUT_DIR/logs/<run_id>.log.
+the run's last checkpoint. Writes OUT_DIR/full_budget-<arm>.json and OUT_DIR/full_budget-<arm>.png
+(each seed's curves with the replayed stop and the target) and prints a table. Logs: OUT_DIR/logs/<run_id>.log.
 """
 
 from __future__ import annotations
@@ -31,35 +33,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch loads)
 
-ARM = ("--phase-executor", "sequential", "--set", "distill.steps=1000000")
+ARMS = {"to-budget": ("--phase-executor", "sequential", "--set", "distill.steps=1000000"),
+        "whole-share": ("--phase-executor", "sequential", "--set", "distill.steps=1000000",
+                        "--set", "expert_patience=0")}
+
+
+ARM_LABELS = {"to-budget": "opd-multi, distilling to the budget",
+              "whole-share": "opd-multi, experts' whole share, then distilling"}
+
+
+def runs_dir(args: argparse.Namespace, method: str) -> Path:
+    """Where the study keeps `method`'s runs: joint GRPO's serve every arm."""
+    return args.out / ("runs" if method == "grpo-joint" else f"runs-{args.arm}")
 
 
 def commands(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
-    """(run id, `bench run` arguments) of every run of the study."""
+    """(run directory, `bench run` arguments) of every run of the study."""
     from bench.run.config import RunConfig
     from bench.run.runner import Runner
 
     out = []
     for seed in args.seeds:
-        for method, extra in (("grpo-joint", ()), ("opd-multi", ARM)):
+        for method, extra in (("grpo-joint", ()), ("opd-multi", ARMS[args.arm])):
             cmd = ["run", "--method", method, "--suite", args.suite, "--profile", args.profile,
-                   "--seed", str(seed), "--runs", str(args.out / "runs"), *extra]
+                   "--seed", str(seed), "--runs", str(runs_dir(args, method)), *extra]
             if args.budget:
                 cmd += ["--budget", args.budget]
             config = RunConfig(method=method, suite=args.suite, profile=args.profile, seed=seed,
-                               budget_flops=float(args.budget) if args.budget else None, runs_dir=args.out / "runs")
-            out.append((Runner.run_id_for(config), cmd))
+                               budget_flops=float(args.budget) if args.budget else None,
+                               runs_dir=runs_dir(args, method))
+            out.append((runs_dir(args, method) / Runner.run_id_for(config), cmd))
     return out
 
 
 def run_missing(args: argparse.Namespace) -> None:
     """Run (or resume) every run whose record is not in OUT_DIR/runs yet, `--jobs` at a time."""
     todo = []
-    for run_id, cmd in commands(args):
-        run_dir = args.out / "runs" / run_id
+    for run_dir, cmd in commands(args):
         if (run_dir / "summary.json").is_file():
             continue
-        todo.append((run_id, cmd + (["--resume"] if (run_dir / "config.json").is_file() else [])))
+        todo.append((run_dir.name, cmd + (["--resume"] if (run_dir / "config.json").is_file() else [])))
     if not todo:
         return
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
@@ -102,8 +115,9 @@ def expert_accuracy(args: argparse.Namespace, record: dict) -> dict[str, float]:
     from the run's last checkpoint; kept in OUT_DIR/experts.json, so a second call reads it."""
     cache_path = args.out / "experts.json"
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
-    if record["run_id"] in cache:
-        return {d: cache[record["run_id"]][d] for d in record["domains"]}
+    key = f"{args.arm}/{record['run_id']}"
+    if key in cache:
+        return {d: cache[key][d] for d in record["domains"]}
     import torch
 
     from bench.accounting.ledger import Ledger
@@ -116,7 +130,7 @@ def expert_accuracy(args: argparse.Namespace, record: dict) -> dict[str, float]:
 
     torch.set_num_threads(1)
     config = RunConfig(method="opd-multi", suite=record["suite"], difficulty=record["difficulty"],
-                       profile=record["profile"], seed=record["seed"], runs_dir=args.out / "runs")
+                       profile=record["profile"], seed=record["seed"], runs_dir=runs_dir(args, "opd-multi"))
     runner = Runner(config, progress=False)
     saved = checkpoint.load(runner.dir)
     if saved is None or not saved.trace["phase_steps"].get("distill"):  # the experts are final once it distils
@@ -130,7 +144,7 @@ def expert_accuracy(args: argparse.Namespace, record: dict) -> dict[str, float]:
         evaluator = Evaluator(runner.suite, record["eval_size"], runner.profile.eval_max_new_tokens, domains=[domain])
         policy = Policy(f"expert:{domain}", model, tokenizer, ledger=ledger, trainable=False)
         accuracy[domain] = evaluator.evaluate(policy)["accuracy"]
-    cache[record["run_id"]] = accuracy
+    cache[key] = accuracy
     cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
     return accuracy
 
@@ -148,12 +162,16 @@ def analyse(args: argparse.Namespace) -> dict:
     from reports.findings import claim_savings
     from reports.records import load_many, to_frames
 
-    records, bad = load_many([args.out / "runs"])
+    records, bad = [], []
+    for method in ("grpo-joint", "opd-multi"):
+        found, unreadable = load_many([runs_dir(args, method)])
+        records += [r for r in found if r["method"] == method]
+        bad += unreadable
     if bad:
         sys.exit(f"full_budget: unreadable records: {bad}")
     boards = [b for b in build_boards(to_frames(records)) if b.key.suite == args.suite]
     if len(boards) != 1:
-        sys.exit(f"full_budget: expected one {args.suite} board in {args.out / 'runs'}, found {len(boards)}")
+        sys.exit(f"full_budget: expected one {args.suite} board in {args.out}, found {len(boards)}")
     board = boards[0]
     opd, ref = board.method("opd-multi"), board.method("grpo-joint")
 
@@ -185,7 +203,7 @@ def analyse(args: argparse.Namespace) -> dict:
                                            "counted_flops": rr["flops"]["counted"],
                                            "cpu": rr["provenance"]["hardware"].get("cpu")}
     return {
-        "suite": args.suite, "profile": args.profile, "budget_flops": board.key.budget_flops,
+        "arm": args.arm, "suite": args.suite, "profile": args.profile, "budget_flops": board.key.budget_flops,
         "cpu": records[0]["provenance"]["hardware"].get("cpu"),
         "targets": board.targets,
         "claim_rows": [{"measure": row.measure, "estimate": est(row.estimate), "verdict": row.verdict,
@@ -208,7 +226,8 @@ def describe(result: dict) -> str:
             return f"{100 * e['value']:.1f}"
         return f"{100 * e['value']:.1f} [{100 * e['low']:.1f}, {100 * e['high']:.1f}]"
 
-    lines = [f"{result['suite']} on {result['profile']} ({result['cpu']}), budget {result['budget_flops']:.1e}",
+    lines = [f"{ARM_LABELS[result['arm']]}: {result['suite']} on {result['profile']} ({result['cpu']}), "
+             f"budget {result['budget_flops']:.1e}",
              f"claim 1 verdict: {result['verdict']}"]
     for row in result["claim_rows"]:
         lines.append(f"  {row['measure']}: {pct(row['estimate'])}%  {row['verdict']}  {row['note']}")
@@ -244,7 +263,7 @@ def plot(result: dict, path: Path) -> None:
         for method, colour in (("grpo-joint", "#1f77b4"), ("opd-multi", "#d62728")):
             curve = result["_curves"].get((method, seed))
             if curve:
-                label = method if method == "grpo-joint" else "opd-multi, distilling to the budget"
+                label = method if method == "grpo-joint" else ARM_LABELS[result["arm"]]
                 ax.plot([f for f, _ in curve], [100 * a for _, a in curve], color=colour, label=label)
         stop = result["seeds"][seed].get("kl_rule_stop")
         if stop:
@@ -263,6 +282,8 @@ def plot(result: dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path)
+    parser.add_argument("--arm", choices=sorted(ARMS), default="to-budget",
+                        help="to-budget: distillation's rules off; whole-share: the experts' too")
     parser.add_argument("--seeds", default="0,1,2", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--suite", default="math_code")
     parser.add_argument("--profile", default="tiny")
@@ -274,9 +295,9 @@ def main() -> None:
     run_missing(args)
     result = analyse(args)
     print(describe(result))
-    plot(result, args.out / "full_budget.png")
+    plot(result, args.out / f"full_budget-{args.arm}.png")
     result.pop("_curves")
-    (args.out / "full_budget.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    (args.out / f"full_budget-{args.arm}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

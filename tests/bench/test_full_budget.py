@@ -19,7 +19,7 @@ def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
     run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS], cwd=ROOT, capture_output=True,
                          text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads((tmp_path / "full_budget.json").read_text())
+    result = json.loads((tmp_path / "full_budget-to-budget.json").read_text())
     stop = result["seeds"]["0"]["kl_rule_stop"]
     assert stop is not None and stop["kl_threshold"] > 0 and stop["patience"] >= 1
     # this world also has the accuracy rule, which the trace cannot replay: the default here is run
@@ -34,7 +34,7 @@ def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert default.returncode == 0, default.stderr[-3000:]
     d = json.loads((default_runs / "opd-multi__math_code-easy__direct-smoke__s0" / "summary.json").read_text())
-    arm = json.loads((tmp_path / "runs" / "opd-multi__math_code-easy__direct-smoke__s0" / "summary.json").read_text())
+    arm = json.loads((tmp_path / "runs-to-budget" / "opd-multi__math_code-easy__direct-smoke__s0" / "summary.json").read_text())
     # the default stopped by its KL rule, at the step and FLOPs the replay names...
     assert d["method_metrics"]["distill_stop_flops"] > 0
     assert sum(s["phase"] == "distill" for s in d["steps"]) == stop["distill_steps"]
@@ -52,8 +52,8 @@ def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
     assert result["seeds"]["0"]["opd-multi"]["final_accuracy"] == arm["final_accuracy"]
     experts = result["seeds"]["0"]["expert_accuracy"]
     assert set(experts) == {"math", "code"} and all(0 <= a <= 1 for a in experts.values())
-    assert json.loads((tmp_path / "experts.json").read_text()) == {arm["run_id"]: experts}
-    assert (tmp_path / "full_budget.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "experts.json").read_text()) == {f"to-budget/{arm['run_id']}": experts}
+    assert (tmp_path / "full_budget-to-budget.png").stat().st_size > 10_000
 
     again = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
