@@ -4,19 +4,25 @@
         [--suite math_code] [--profile tiny] [--budget FLOPS] [--jobs 2] [--reference leaderboard/records]
 
 Per seed, two `bench run`s, each on one torch thread, `--jobs` at a time (a run already complete is
-kept, an interrupted one resumed): joint GRPO into OUT_DIR/runs, and opd-multi into
-OUT_DIR/runs-<arm>, with its experts one after another and distillation's convergence rules off
-(`--set distill.steps=1000000`), so that only the budget ends distillation. With `--arm
-whole-share` its experts' stopping rule is off too (`--set expert_patience=0`): each trains for its
-whole share of the budget, 90% split evenly by domain, and distillation has the rest. Then, from the records alone: claim 1's metrics as the
-findings page computes them (savings at each target with their intervals, the verdict, final
-accuracy minus joint GRPO's at opd-multi's spend); per seed, where the world's KL rule would have
-stopped distillation (replayed on the step trace: it reads each step's reverse KL and draws
-nothing, so up to there the run is the default method's) and the accuracy there, read off the curve
-as the report reads every curve; and, with `--reference`, the reference opd-multi records of the
-same seeds beside them; and, to say why, each expert's held-out accuracy on its own domain, from
-the run's last checkpoint. Writes OUT_DIR/full_budget-<arm>.json and OUT_DIR/full_budget-<arm>.png
-(each seed's curves with the replayed stop and the target) and prints a table. Logs: OUT_DIR/logs/<run_id>.log.
+kept, an interrupted one resumed): joint GRPO into OUT_DIR/runs, shared by both arms, and opd-multi
+into OUT_DIR/runs-<arm>. The opd-multi arm trains its experts one after another and has
+distillation's convergence rules off (`--set distill.steps=1000000`), so that only the budget ends
+distillation; with `--arm whole-share` the experts' stopping rule is off too (`--set
+expert_patience=0`): each trains for its whole share of the budget (90%, split evenly by domain) and
+distillation has the rest.
+
+Then, from the records alone:
+- claim 1's metrics as the findings page computes them: savings at each target with their
+  intervals, the verdict, final accuracy minus joint GRPO's at opd-multi's spend;
+- per seed, where the world's KL rule would have stopped distillation, replayed on the step trace
+  (the rule reads each step's reverse KL and draws nothing, so up to there the run is the method's
+  default run), and the accuracy there, read off the curve as the report reads every curve;
+- with `--reference`, the reference opd-multi records of the same seeds;
+- to say why, each expert's held-out accuracy on its own domain, from the run's last checkpoint.
+
+Writes OUT_DIR/full_budget-<arm>.json and OUT_DIR/full_budget-<arm>.png (each seed's curves with the
+replayed stop, the target and its experts' mean) and prints a table. Logs:
+OUT_DIR/logs/<runs folder>/<run_id>.log.
 """
 
 from __future__ import annotations
@@ -36,8 +42,6 @@ import bench  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch loads)
 ARMS = {"to-budget": ("--phase-executor", "sequential", "--set", "distill.steps=1000000"),
         "whole-share": ("--phase-executor", "sequential", "--set", "distill.steps=1000000",
                         "--set", "expert_patience=0")}
-
-
 ARM_LABELS = {"to-budget": "opd-multi, distilling to the budget",
               "whole-share": "opd-multi, experts' whole share, then distilling"}
 
@@ -47,7 +51,7 @@ def runs_dir(args: argparse.Namespace, method: str) -> Path:
     return args.out / ("runs" if method == "grpo-joint" else f"runs-{args.arm}")
 
 
-def commands(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+def commands(args: argparse.Namespace) -> list[tuple[Path, list[str]]]:
     """(run directory, `bench run` arguments) of every run of the study."""
     from bench.run.config import RunConfig
     from bench.run.runner import Runner
@@ -67,24 +71,26 @@ def commands(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
 
 
 def run_missing(args: argparse.Namespace) -> None:
-    """Run (or resume) every run whose record is not in OUT_DIR/runs yet, `--jobs` at a time."""
+    """Run (or resume) every run of the study that has no record yet, `--jobs` at a time."""
     todo = []
     for run_dir, cmd in commands(args):
         if (run_dir / "summary.json").is_file():
             continue
-        todo.append((run_dir.name, cmd + (["--resume"] if (run_dir / "config.json").is_file() else [])))
+        todo.append((run_dir, cmd + (["--resume"] if (run_dir / "config.json").is_file() else [])))
     if not todo:
         return
-    (args.out / "logs").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     bench_cli = [sys.executable, "-m", "bench.cli"]
     print(f"{len(todo)} runs to make, {args.jobs} at a time; logs in {args.out / 'logs'}", flush=True)
 
-    def one(item: tuple[str, list[str]]) -> tuple[str, int]:
-        run_id, cmd = item
-        with open(args.out / "logs" / f"{run_id}.log", "a") as log:
+    def one(item: tuple[Path, list[str]]) -> tuple[str, int]:
+        run_dir, cmd = item
+        log_path = args.out / "logs" / run_dir.parent.name / f"{run_dir.name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a") as log:
             rc = subprocess.run(bench_cli + cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-        print(f"  {run_id}: {'done' if rc == 0 else f'failed (exit {rc}; see its log)'}", flush=True)
+        run_id = f"{run_dir.parent.name}/{run_dir.name}"
+        print(f"  {run_id}: {'done' if rc == 0 else f'failed (exit {rc}; see {log_path})'}", flush=True)
         return run_id, rc
 
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -133,7 +139,9 @@ def expert_accuracy(args: argparse.Namespace, record: dict) -> dict[str, float]:
                        profile=record["profile"], seed=record["seed"], runs_dir=runs_dir(args, "opd-multi"))
     runner = Runner(config, progress=False)
     saved = checkpoint.load(runner.dir)
-    if saved is None or not saved.trace["phase_steps"].get("distill"):  # the experts are final once it distils
+    # the experts are final in a checkpoint taken after every one of their steps
+    steps = {f"expert:{d}": sum(s["phase"] == f"expert:{d}" for s in record["steps"]) for d in record["domains"]}
+    if saved is None or any(saved.trace["phase_steps"].get(phase, 0) != n for phase, n in steps.items()):
         sys.exit(f"full_budget: {runner.dir} has no checkpoint taken after its experts were trained")
     states = saved.context["policy_states"]
     model, tokenizer = prepare(runner.profile, progress=False, teacher=False).load_student()  # its hash checked
@@ -187,7 +195,8 @@ def analyse(args: argparse.Namespace) -> dict:
                      and r["profile"] == args.profile and r["difficulty"] == records[0]["difficulty"]}
     for r in sorted(records, key=lambda r: (r["seed"], r["method"])):
         row = by_seed.setdefault(r["seed"], {})
-        row[r["method"]] = {"final_accuracy": r["final_accuracy"], "counted_flops": r["flops"]["counted"]}
+        row[r["method"]] = {"final_accuracy": r["final_accuracy"], "counted_flops": r["flops"]["counted"],
+                            "domain_accuracy": r["final_domain_accuracy"]}
         if r["method"] == "opd-multi":
             stop = replay_kl_rule(r)
             if stop is not None:
@@ -195,8 +204,6 @@ def analyse(args: argparse.Namespace) -> dict:
             row["kl_rule_stop"] = stop
             row["expert_accuracy"] = expert_accuracy(args, r)
             row["expert_steps"] = {d: sum(s["phase"] == f"expert:{d}" for s in r["steps"]) for d in r["domains"]}
-            row["distill_start_flops"] = min(s["flops"] for s in r["steps"] if s["phase"] == "distill") \
-                if any(s["phase"] == "distill" for s in r["steps"]) else None
             if r["seed"] in reference:
                 rr = reference[r["seed"]]
                 row["reference_record"] = {"final_accuracy": rr["final_accuracy"],
@@ -235,7 +242,7 @@ def describe(result: dict) -> str:
                  f"grpo-joint {pct(result['final_accuracy']['grpo-joint'])}%; opd-multi minus grpo-joint at "
                  f"opd-multi's spend {pct(result['minus_reference_at_spend'])} points")
     lines.append("seed  grpo-joint  opd-multi (FLOPs)      KL rule would stop at        reference record"
-                 "       experts on their own domain (GRPO steps)")
+                 "       experts on their own domain (GRPO steps; joint GRPO there)")
     for seed, row in sorted(result["seeds"].items()):
         g, o, stop = row.get("grpo-joint"), row.get("opd-multi"), row.get("kl_rule_stop")
         gj = f"{100 * g['final_accuracy']:.1f}%" if g else "-"
@@ -244,7 +251,8 @@ def describe(result: dict) -> str:
               + (" (or sooner: the accuracy rule is on)" if stop["reward_rule"] else "") if stop else "never")
         rr = row.get("reference_record")
         ref = f"{100 * rr['final_accuracy']:.1f}% at {rr['counted_flops']:.2e}" if rr else "-"
-        experts = ", ".join(f"{d} {100 * a:.1f}% ({row['expert_steps'][d]})"
+        experts = ", ".join(f"{d} {100 * a:.1f}% ({row['expert_steps'][d]}"
+                            + (f"; {100 * g['domain_accuracy'][d]:.1f}%)" if g else ")")
                             for d, a in row.get("expert_accuracy", {}).items())
         lines.append(f"{seed:>4}  {gj:>10}  {om:>20}  {st:>27}  {ref:<21}  {experts}")
     return "\n".join(lines)
@@ -268,6 +276,10 @@ def plot(result: dict, path: Path) -> None:
         stop = result["seeds"][seed].get("kl_rule_stop")
         if stop:
             ax.axvline(stop["flops"], color="#d62728", linestyle=":", label="where the KL rule stops it")
+        experts = result["seeds"][seed].get("expert_accuracy")
+        if experts:
+            ax.axhline(100 * sum(experts.values()) / len(experts), color="#d62728", linestyle="--", linewidth=0.8,
+                       label="its experts, each on its own domain (mean)")
         if tau is not None:
             ax.axhline(100 * tau, color="grey", linestyle="--", linewidth=0.8, label="target τ0.9")
         ax.set_title(f"seed {seed}")

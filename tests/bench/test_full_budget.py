@@ -1,6 +1,7 @@
 """benchmarks/full_budget.py end to end on direct-smoke: its opd-multi arm (distillation's rules off) is
 the default method's run, value for value, up to the step where the replayed KL rule says the default
-stops; and a second call makes no run, evaluates no expert again and prints the same read-out."""
+stops; a second call makes no run, evaluates no expert again and prints the same read-out; and the
+whole-share arm reuses the joint GRPO runs and trains each expert for its whole share."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
          "--runs", str(default_runs)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert default.returncode == 0, default.stderr[-3000:]
-    d = json.loads((default_runs / "opd-multi__math_code-easy__direct-smoke__s0" / "summary.json").read_text())
-    arm = json.loads((tmp_path / "runs-to-budget" / "opd-multi__math_code-easy__direct-smoke__s0" / "summary.json").read_text())
+    run_id = "opd-multi__math_code-easy__direct-smoke__s0"
+    d = json.loads((default_runs / run_id / "summary.json").read_text())
+    arm = json.loads((tmp_path / "runs-to-budget" / run_id / "summary.json").read_text())
     # the default stopped by its KL rule, at the step and FLOPs the replay names...
     assert d["method_metrics"]["distill_stop_flops"] > 0
     assert sum(s["phase"] == "distill" for s in d["steps"]) == stop["distill_steps"]
@@ -58,3 +60,25 @@ def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
     again = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
     assert again.returncode == 0 and again.stdout == run.stdout.split("\n", 3)[-1], again.stderr[-3000:]
+
+
+def test_the_whole_share_arm_trains_each_expert_for_its_share(tmp_path):
+    first = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS], cwd=ROOT, capture_output=True,
+                           text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--arm", "whole-share", *ARGS], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.startswith("1 runs to make")  # joint GRPO's run is the first arm's
+    arm = json.loads((tmp_path / "runs-whole-share" / "opd-multi__math_code-easy__direct-smoke__s0" / "summary.json")
+                     .read_text())
+    assert arm["method_config"]["expert_patience"] == 0 and arm["method_config"]["distill"]["steps"] == 1000000
+    share = 0.9 * arm["budget_flops"] / 2
+    for domain in ("math", "code"):
+        spent = sum(row["flops"] for row in arm["ledger"]
+                    if row["category"] == "counted" and row["phase"] == f"expert:{domain}")
+        assert share <= spent < share + arm["max_step_flops"]
+    assert any(s["phase"] == "distill" for s in arm["steps"]) and arm["flops"]["counted"] >= arm["budget_flops"]
+    result = json.loads((tmp_path / "full_budget-whole-share.json").read_text())
+    assert result["arm"] == "whole-share" and set(result["seeds"]["0"]["expert_accuracy"]) == {"math", "code"}
+    assert (tmp_path / "logs" / "runs-whole-share" / "opd-multi__math_code-easy__direct-smoke__s0.log").is_file()
