@@ -158,11 +158,11 @@ def expert_accuracy(args: argparse.Namespace, record: dict) -> dict[str, float]:
 
 
 def accuracy_at(record: dict, flops: float) -> float:
-    """The record's held-out accuracy at `flops`, linear between its evaluations."""
-    import numpy as np
+    """The record's held-out accuracy at `flops`, read off its curve as the report reads every curve."""
+    from reports.metrics import interpolate_curve
 
     points = sorted((p["flops"], p["accuracy"]) for p in record["curve"])
-    return float(np.interp(flops, [f for f, _ in points], [a for _, a in points]))
+    return float(interpolate_curve([f for f, _ in points], [a for _, a in points], [flops])[0])
 
 
 def analyse(args: argparse.Namespace) -> dict:
