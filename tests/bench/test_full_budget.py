@@ -1,7 +1,8 @@
 """benchmarks/full_budget.py end to end on direct-smoke: its opd-multi arm (distillation's rules off) is
 the default method's run, value for value, up to the step where the replayed KL rule says the default
-stops; a second call makes no run, evaluates no expert again and prints the same read-out; and the
-whole-share arm reuses the joint GRPO runs and trains each expert for its whole share."""
+stops; a second call makes no run, evaluates no expert again and prints the same read-out; the
+whole-share arm reuses the joint GRPO runs and trains each expert for its whole share; and the
+long-distill arm, at twice the budget, is the whole-share run step for step and then distils on."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
     assert again.returncode == 0 and again.stdout == run.stdout.split("\n", 3)[-1], again.stderr[-3000:]
 
 
-def test_the_whole_share_arm_trains_each_expert_for_its_share(tmp_path):
+def test_the_whole_share_arm_trains_each_expert_for_its_share_and_long_distill_extends_it(tmp_path):
     first = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS], cwd=ROOT, capture_output=True,
                            text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -82,3 +83,33 @@ def test_the_whole_share_arm_trains_each_expert_for_its_share(tmp_path):
     result = json.loads((tmp_path / "full_budget-whole-share.json").read_text())
     assert result["arm"] == "whole-share" and set(result["seeds"]["0"]["expert_accuracy"]) == {"math", "code"}
     assert (tmp_path / "logs" / "runs-whole-share" / "opd-multi__math_code-easy__direct-smoke__s0.log").is_file()
+
+    # twice the budget, half the experts' fraction: the same experts, step for step, then distillation on
+    long = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--arm", "long-distill", *ARGS], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert long.returncode == 0, long.stderr[-3000:]
+    assert long.stdout.startswith("1 runs to make")
+    extended = json.loads((tmp_path / "runs-long-distill" / "opd-multi__math_code-easy__direct-smoke__s0"
+                           / "summary.json").read_text())
+    assert extended["budget_flops"] == 2 * arm["budget_flops"] and extended["method_config"]["expert_fraction"] == 0.45
+    assert extended["steps"][: len(arm["steps"])] == arm["steps"] and len(extended["steps"]) > len(arm["steps"])
+    assert extended["flops"]["counted"] >= extended["budget_flops"]
+    result = json.loads((tmp_path / "full_budget-long-distill.json").read_text())
+    seed = result["seeds"]["0"]
+    assert {"arm": "whole-share", "equal_steps": len(arm["steps"]), "their_steps": len(arm["steps"])} \
+        in seed["steps_shared"]
+    assert result["claim_rows"] is None and result["opd_budget_flops"] == 2 * result["budget_flops"]
+    # the FLOPs to each target, read per seed, are the curves' own, and distillation's are those past the experts
+    cost = seed["distillation_cost"]
+    experts_spent = sum(row["flops"] for row in extended["ledger"]
+                        if row["category"] == "counted" and row["phase"].startswith("expert:"))
+    assert cost["expert_flops"] == experts_spent
+    for row in result["matched_accuracy"]:
+        reached = row["seeds"]["0"]
+        if reached["opd-multi"] is not None:
+            assert experts_spent < reached["opd-multi"] <= extended["flops"]["counted"]
+            assert reached["distill_only"] == reached["opd-multi"] - experts_spent
+            assert reached["savings"] == 1 - reached["opd-multi"] / reached["grpo-joint"]
+    for at in cost["at"].values():
+        if at is not None:
+            assert 0 < at["distill_flops"] <= extended["flops"]["counted"] - experts_spent
