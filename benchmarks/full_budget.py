@@ -414,7 +414,7 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     seeds = sorted(result["seeds"])
-    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 4.0), sharey=True, squeeze=False)
     tau = result["targets"].get(0.9)
     for ax, seed in zip(axes[0], seeds):
         for method, colour in (("grpo-joint", "#1f77b4"), ("opd-multi", "#d62728")):
@@ -437,8 +437,9 @@ def plot(result: dict, path: Path) -> None:
         ax.set_title(f"seed {seed}")
         ax.set_xlabel("counted training FLOPs")
     axes[0][0].set_ylabel(f"held-out accuracy, {result['suite']} (%)")
-    axes[0][0].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=3, frameon=False)  # below, clear of the curves
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
