@@ -1,0 +1,240 @@
+"""The read-outs of benchmarks/full_budget.py, from a study's records alone (docs/world.md).
+
+Per opd-multi record: where the KL rule would have stopped distillation (`replay_kl_rule`), and what
+distillation cost to take each share of its experts' gain (`distillation_cost`). Per target, seeds
+paired: each method's FLOPs to it (`matched_accuracy`). Then the printed table (`describe`) and the
+figure (`plot`) of the result that `full_budget.analyse` builds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+GAIN_SHARES = (0.5, 0.75, 0.9)  # the student's share of its experts' gain that distillation's cost is read at
+
+
+def replay_kl_rule(record: dict) -> dict | None:
+    """Where the KL rule of the record's own config would have stopped distillation, or None.
+
+    `reward_rule`: whether that config also has the accuracy rule on. The trace does not keep the
+    per-domain hits it reads, so it is not replayed, and the default would then stop here or sooner.
+    """
+    distill = record["method_config"]["distill"]
+    threshold, patience = distill["kl_threshold"], distill["patience"]
+    low = 0
+    for i, step in enumerate(s for s in record["steps"] if s["phase"] == "distill"):
+        low = low + 1 if step["reverse_kl"] < threshold else 0
+        if low >= patience:
+            return {"distill_steps": i + 1, "flops": step["flops"], "kl_threshold": threshold, "patience": patience,
+                    "reward_rule": bool(distill["use_reward_rule"])}
+    return None
+
+
+def accuracy_at(record: dict, flops: float) -> float:
+    """The record's held-out accuracy at `flops`, read off its curve as the report reads every curve."""
+    from reports.metrics import interpolate_curve
+
+    return float(interpolate_curve(*curve_of(record), [flops])[0])
+
+
+def curve_of(record: dict) -> tuple[list[float], list[float]]:
+    points = sorted((p["flops"], p["accuracy"]) for p in record["curve"])
+    return [f for f, _ in points], [a for _, a in points]
+
+
+def expert_flops(record: dict) -> float:
+    """The counted FLOPs of the record's expert phases."""
+    return sum(float(row["flops"]) for row in record["ledger"]
+               if row["category"] == "counted" and row["phase"].startswith("expert:"))
+
+
+def distillation_cost(record: dict, experts: dict[str, float]) -> dict:
+    """The distillation FLOPs (counted FLOPs past the experts') at which the student's held-out accuracy
+    first reaches base + p x (its experts' mean on their own domains - base), for p in GAIN_SHARES,
+    each also as a share of the experts' FLOPs; and the share of that gain the student ends with."""
+    from reports.metrics import flops_to_target
+
+    flops, accuracy = curve_of(record)
+    spent = expert_flops(record)
+    base, mean = accuracy[0], sum(experts.values()) / len(experts)
+    out = {"expert_flops": spent, "base": base, "experts_mean": mean, "final_gain_share": None, "at": {}}
+    if mean <= base:  # no gain to take
+        return out
+    out["final_gain_share"] = (record["final_accuracy"] - base) / (mean - base)
+    for p in GAIN_SHARES:
+        reached = flops_to_target(flops, accuracy, base + p * (mean - base))
+        out["at"][str(p)] = None if reached is None else {"distill_flops": reached - spent,
+                                                          "share_of_expert_flops": (reached - spent) / spent}
+    return out
+
+
+def matched_accuracy(targets: dict[float, float], joint: dict[int, dict], opd: dict[int, dict]) -> list[dict]:
+    """Per target, seeds paired: each method's counted FLOPs to it, the savings 1 - opd-multi's / joint
+    GRPO's, and opd-multi's distillation FLOPs alone to it; the IQM of the savings with its 95%
+    bootstrap interval where every seed reaches the target."""
+    from reports.metrics import flops_to_target, savings
+    from reports.stats import estimate, rng_for
+
+    rows = []
+    for k, tau in sorted(targets.items()):
+        seeds = {}
+        for seed in sorted(set(joint) & set(opd)):
+            fo = flops_to_target(*curve_of(opd[seed]), tau)
+            fj = flops_to_target(*curve_of(joint[seed]), tau)
+            saved = savings(np.nan if fo is None else fo, np.nan if fj is None else fj)
+            seeds[seed] = {"opd-multi": fo, "grpo-joint": fj, "savings": float(saved) if np.isfinite(saved) else None,
+                           "distill_only": None if fo is None else fo - expert_flops(opd[seed])}
+        reached = all(v["savings"] is not None for v in seeds.values())
+        est = estimate([v["savings"] for v in seeds.values()], rng_for("full_budget", str(k))) if reached else None
+        if est is None:
+            verdict = "does not hold: opd-multi never reaches it on every seed"
+        elif est.high is not None and est.high < 0:
+            verdict = "does not hold"
+        elif est.low is not None and est.low > 0:
+            verdict = "holds"
+        else:
+            verdict = "inconclusive"
+        rows.append({"gain": k, "tau": tau, "seeds": seeds, "verdict": verdict,
+                     "savings": None if est is None else as_dict(est)})
+    return rows
+
+
+def cost_estimates(costs: list[dict]) -> dict[str, dict | None]:
+    """Per share of the gain: the IQM over seeds of distillation's cost as a share of the experts' FLOPs,
+    with its 95% bootstrap interval; None unless every seed takes that share."""
+    from reports.stats import estimate, rng_for
+
+    out = {}
+    for p in map(str, GAIN_SHARES):
+        shares = [c["at"].get(p) and c["at"][p]["share_of_expert_flops"] for c in costs]
+        out[p] = (as_dict(estimate(shares, rng_for("full_budget", "cost", p)))
+                  if shares and all(x is not None for x in shares) else None)
+    return out
+
+
+def as_dict(e) -> dict:
+    """An Estimate as the JSON the study writes."""
+    return {"value": e.value, "low": e.low, "high": e.high, "stat": e.stat}
+
+
+def pct(e: dict, unit: str = "%") -> str:
+    """An estimate of a fraction as a percentage, with its interval where it has one."""
+    if e["value"] is None:
+        return "never"
+    if e["low"] is None:
+        return f"{100 * e['value']:.1f}{unit}"
+    return f"{100 * e['value']:.1f}{unit} [{100 * e['low']:.1f}, {100 * e['high']:.1f}]"
+
+
+def flops_text(x: float | None) -> str:
+    return "never" if x is None else f"{x:.2e}"
+
+
+def describe(result: dict) -> str:
+    """The printed read-out: against joint GRPO, distillation's cost, then one row per seed."""
+    budget = f"budget {result['budget_flops']:.1e}"
+    if result["opd_budget_flops"] != result["budget_flops"]:
+        budget += f" (opd-multi {result['opd_budget_flops']:.1e})"
+    lines = [f"{result['label']}: {result['suite']} on {result['profile']} ({result['cpu']}), {budget}"]
+    lines += describe_against_joint(result) + describe_cost(result)
+    lines.append("seed  grpo-joint  opd-multi (FLOPs)      KL rule would stop at        reference record"
+                 "       experts on their own domain (GRPO steps; joint GRPO there)")
+    for seed, row in sorted(result["seeds"].items()):
+        g, o, stop = row.get("grpo-joint"), row.get("opd-multi"), row.get("kl_rule_stop")
+        gj = f"{100 * g['final_accuracy']:.1f}%" if g else "-"
+        om = f"{100 * o['final_accuracy']:.1f}% ({o['counted_flops']:.2e})" if o else "-"
+        st = (f"step {stop['distill_steps']}, {stop['flops']:.2e}: {100 * stop['accuracy']:.1f}%"
+              + (" (or sooner: the accuracy rule is on)" if stop["reward_rule"] else "") if stop else "never")
+        rr = row.get("reference_record")
+        ref = f"{100 * rr['final_accuracy']:.1f}% at {rr['counted_flops']:.2e}" if rr else "-"
+        experts = ", ".join(f"{d} {100 * a:.1f}% ({row['expert_steps'][d]}"
+                            + (f"; {100 * g['domain_accuracy'][d]:.1f}%)" if g else ")")
+                            for d, a in row.get("expert_accuracy", {}).items())
+        lines.append(f"{seed:>4}  {gj:>10}  {om:>20}  {st:>27}  {ref:<21}  {experts}")
+    return "\n".join(lines)
+
+
+def describe_against_joint(result: dict) -> list[str]:
+    """Claim 1's rows as the findings page reads them where both methods share a budget, else the
+    FLOPs to each target with seeds paired; then both methods' final accuracy."""
+    if result["claim_rows"] is not None:
+        lines = [f"claim 1 verdict: {result['verdict']}"]
+        lines += [f"  {row['measure']}: {pct(row['estimate'])}  {row['verdict']}  {row['note']}"
+                  for row in result["claim_rows"]]
+    else:
+        lines = ["matched accuracy, seeds paired (FLOPs to the target: opd-multi / grpo-joint / opd-multi's "
+                 "distillation alone; savings)"]
+        for row in result["matched_accuracy"]:
+            per_seed = "; ".join(f"s{seed} {flops_text(v['opd-multi'])} / {flops_text(v['grpo-joint'])} / "
+                                 f"{flops_text(v['distill_only'])}" for seed, v in row["seeds"].items())
+            saving = pct(row["savings"]) if row["savings"] else "-"
+            lines.append(f"  τ{row['gain']:g} = {row['tau']:.3f}: savings {saving}  {row['verdict']}  ({per_seed})")
+    final = (f"  final accuracy: opd-multi {pct(result['final_accuracy']['opd-multi'])}, "
+             f"grpo-joint {pct(result['final_accuracy']['grpo-joint'])}")
+    if result["minus_reference_at_spend"] is not None:
+        final += ("; opd-multi minus grpo-joint at opd-multi's spend "
+                  f"{pct(result['minus_reference_at_spend'], ' points')}")
+    return lines + [final]
+
+
+def describe_cost(result: dict) -> list[str]:
+    """Distillation's cost over seeds, then per seed, with the steps each run shares with another arm's."""
+    lines = ["distillation's FLOPs, as a share of the experts', to take each share of the experts' gain over "
+             "the base (IQM over seeds [95% interval], where every seed takes it)"]
+    lines += [f"  {float(p):.0%} of the gain: {pct(e) if e else 'not on every seed'}"
+              for p, e in result["distillation_cost"].items()]
+    for seed, row in sorted(result["seeds"].items()):
+        cost = row.get("distillation_cost")
+        if cost is None:
+            continue
+        shares = ", ".join(f"{float(p):.0%}: " + (f"{at['distill_flops']:.2e} "
+                                                   f"({100 * at['share_of_expert_flops']:.1f}%)" if at else "never")
+                           for p, at in cost["at"].items())
+        ends = "-" if cost["final_gain_share"] is None else f"{100 * cost['final_gain_share']:.0f}%"
+        shared = "".join(f"; first {x['equal_steps']} steps equal the {x['arm']} run's (of its {x['their_steps']})"
+                         for x in row.get("steps_shared", []))
+        lines.append(f"  seed {seed}: experts {cost['expert_flops']:.2e} FLOPs, their mean "
+                     f"{100 * cost['experts_mean']:.1f}% (base {100 * cost['base']:.1f}%); {shares}; ends with {ends} "
+                     f"of the gain{shared}")
+    return lines
+
+
+def plot(result: dict, path: Path) -> None:
+    """Each seed's curves, with where distillation starts, where the KL rule stops it, its experts'
+    mean and the target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = sorted(result["seeds"])
+    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 4.0), sharey=True, squeeze=False)
+    tau = result["targets"].get(0.9)
+    for ax, seed in zip(axes[0], seeds):
+        for method, colour in (("grpo-joint", "#1f77b4"), ("opd-multi", "#d62728")):
+            curve = result["_curves"].get((method, seed))
+            if curve:
+                label = method if method == "grpo-joint" else result["label"]
+                ax.plot([f for f, _ in curve], [100 * a for _, a in curve], color=colour, label=label)
+        stop = result["seeds"][seed].get("kl_rule_stop")
+        if stop:
+            ax.axvline(stop["flops"], color="#d62728", linestyle=":", label="where the KL rule stops it")
+        cost = result["seeds"][seed].get("distillation_cost")
+        if cost:
+            ax.axvline(cost["expert_flops"], color="grey", linestyle=":", linewidth=0.8, label="distillation starts")
+        experts = result["seeds"][seed].get("expert_accuracy")
+        if experts:
+            ax.axhline(100 * sum(experts.values()) / len(experts), color="#d62728", linestyle="--", linewidth=0.8,
+                       label="its experts, each on its own domain (mean)")
+        if tau is not None:
+            ax.axhline(100 * tau, color="grey", linestyle="--", linewidth=0.8, label="target τ0.9")
+        ax.set_title(f"seed {seed}")
+        ax.set_xlabel("counted training FLOPs")
+    axes[0][0].set_ylabel(f"held-out accuracy, {result['suite']} (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=3, frameon=False)  # below, clear of the curves
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
