@@ -39,6 +39,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def commands(args: argparse.Namespace) -> list[tuple[Path, list[str]]]:
     from bench.run.runner import Runner
     from bench.world.profiles import PROFILES
 
-    budget = float(args.budget) if args.budget else PROFILES[args.profile].budget_flops
+    budget = args.budget or PROFILES[args.profile].budget_flops
     out = []
     for seed in args.seeds:
         for method, extra in (("grpo-joint", ()), ("opd-multi", ARMS[args.arm])):
@@ -252,17 +253,37 @@ def analyse(args: argparse.Namespace) -> dict:
     }
 
 
+def positive(kind: type) -> Callable[[str], int | float]:
+    """An argparse type: a number of `kind` above 0."""
+
+    def parse(text: str) -> int | float:
+        value = kind(text)
+        if not value > 0:
+            raise ValueError(text)
+        return value
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def seed_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
 def main() -> None:
+    from bench.world.profiles import PROFILES
+    from tasks.suites import SUITES
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--arm", choices=sorted(ARMS), default="to-budget",
                         help="to-budget: distillation's rules off; whole-share: the experts' too; long-distill: "
                              "whole-share's experts, then distillation to twice the budget")
-    parser.add_argument("--seeds", default="0,1,2", type=lambda s: [int(x) for x in s.split(",")])
-    parser.add_argument("--suite", default="math_code")
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--budget", default=None, help="counted training FLOPs (default: the profile's)")
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--seeds", default="0,1,2", type=seed_list, help="comma-separated, e.g. 0,1,2")
+    parser.add_argument("--suite", default="math_code", choices=sorted(k for k, v in SUITES.items() if len(v) > 1))
+    parser.add_argument("--profile", default="tiny", choices=sorted(PROFILES))
+    parser.add_argument("--budget", default=None, type=positive(float),
+                        help="counted training FLOPs (default: the profile's)")
+    parser.add_argument("--jobs", type=positive(int), default=2)
     parser.add_argument("--reference", type=Path, default=None,
                         help="a folder of records whose opd-multi runs of the same seeds are shown beside")
     args = parser.parse_args()
