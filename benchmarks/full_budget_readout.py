@@ -74,6 +74,7 @@ def matched_accuracy(targets: dict[float, float], joint: dict[int, dict], opd: d
     """Per target, seeds paired: each method's counted FLOPs to it, the savings 1 - opd-multi's / joint
     GRPO's, and opd-multi's distillation FLOPs alone to it; the IQM of the savings with its 95%
     bootstrap interval where every seed reaches the target."""
+    from reports.findings import FAILS, NOT_MEASURED, direction
     from reports.metrics import flops_to_target, savings
     from reports.stats import estimate, rng_for
 
@@ -86,16 +87,16 @@ def matched_accuracy(targets: dict[float, float], joint: dict[int, dict], opd: d
             saved = savings(np.nan if fo is None else fo, np.nan if fj is None else fj)
             seeds[seed] = {"opd-multi": fo, "grpo-joint": fj, "savings": float(saved) if np.isfinite(saved) else None,
                            "distill_only": None if fo is None else fo - expert_flops(opd[seed])}
-        reached = all(v["savings"] is not None for v in seeds.values())
-        est = estimate([v["savings"] for v in seeds.values()], rng_for("full_budget", str(k))) if reached else None
-        if est is None:
-            verdict = "does not hold: opd-multi never reaches it on every seed"
-        elif est.high is not None and est.high < 0:
-            verdict = "does not hold"
-        elif est.low is not None and est.low > 0:
-            verdict = "holds"
-        else:
-            verdict = "inconclusive"
+        missed = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is None]
+        undefined = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is not None and v["savings"] is None]
+        est = None
+        if missed:  # it would need unbounded FLOPs there: the savings' IQM is unbounded below
+            verdict = f"{FAILS}: opd-multi never reaches it on seed {', '.join(missed)}"
+        elif undefined:  # joint GRPO never reaches it there (or its base already does)
+            verdict = f"{NOT_MEASURED}: no savings on seed {', '.join(undefined)}"
+        else:  # the findings page's rule: holds when the interval lies above 0, fails below it
+            est = estimate([v["savings"] for v in seeds.values()], rng_for("full_budget", str(k)))
+            verdict = direction(est, 0.0, want_above=True)
         rows.append({"gain": k, "tau": tau, "seeds": seeds, "verdict": verdict,
                      "savings": None if est is None else as_dict(est)})
     return rows
