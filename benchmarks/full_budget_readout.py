@@ -45,9 +45,10 @@ def curve_of(record: dict) -> tuple[list[float], list[float]]:
 
 
 def expert_flops(record: dict) -> float:
-    """The counted FLOPs of the record's expert phases."""
-    return sum(float(row["flops"]) for row in record["ledger"]
-               if row["category"] == "counted" and row["phase"].startswith("expert:"))
+    """The counted FLOPs of the record's expert phases, as the distillation share counts them."""
+    from reports import metrics
+
+    return metrics.expert_flops(metrics.phase_flops(record["ledger"]))
 
 
 def distillation_cost(record: dict, experts: dict[str, float]) -> dict:

@@ -255,7 +255,9 @@ def phase_flops(ledger: Iterable[Mapping[str, Any]], category: str = "counted") 
     return out
 
 
-def _expert_flops(phases: Mapping[str, float]) -> float:
+def expert_flops(phases: Mapping[str, float]) -> float:
+    """The FLOPs of the phases that train the teachers distillation reads (`EXPERT_PREFIXES`), from
+    `phase_flops`' per-phase totals."""
     return sum(v for k, v in phases.items() if k.startswith(EXPERT_PREFIXES))
 
 
@@ -265,7 +267,7 @@ def distillation_share(ledger: Iterable[Mapping[str, Any]]) -> float | None:
     None for a run with no expert or stage training (the share is undefined, not zero).
     """
     phases = phase_flops(ledger)
-    experts = _expert_flops(phases)
+    experts = expert_flops(phases)
     if experts <= 0:
         return None
     return phases.get("distill", 0.0) / experts
@@ -316,7 +318,7 @@ def plateau_distillation_share(curve: Sequence[Mapping[str, Any]], eval_size: in
     best = float(accuracy.max())
     se = math.sqrt(best * (1.0 - best) / (eval_size * n_domains))
     plateau = points[int(np.argmax(accuracy >= best - se - _TOL))]
-    experts = _expert_flops(plateau["phase_flops"])
+    experts = expert_flops(plateau["phase_flops"])
     if experts <= 0:
         return None
     return plateau["phase_flops"].get("distill", 0.0) / experts
@@ -326,7 +328,7 @@ def expert_tail_share(method_metrics: Mapping[str, Any] | None, ledger: Iterable
     """FLOPs experts spent after they stopped improving (`method_metrics["expert_tail_flops"]`) / all
     expert (or stage) FLOPs; None where the record does not report it or has no expert FLOPs."""
     tail = (method_metrics or {}).get("expert_tail_flops")
-    experts = _expert_flops(phase_flops(ledger))
+    experts = expert_flops(phase_flops(ledger))
     if tail is None or experts <= 0:
         return None
     return float(tail) / experts
