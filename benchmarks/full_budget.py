@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch loads)
 from full_budget_readout import (  # noqa: E402
-    accuracy_at, as_dict, cost_estimates, describe, distillation_cost, matched_accuracy, plot, replay_kl_rule)
+    accuracy_at, cost_estimates, describe, distillation_cost, matched_accuracy, plot, replay_kl_rule)
 
 ARMS = {"to-budget": ("--phase-executor", "sequential", "--set", "distill.steps=1000000"),
         "whole-share": ("--phase-executor", "sequential", "--set", "distill.steps=1000000",
@@ -230,9 +230,9 @@ def analyse(args: argparse.Namespace) -> dict:
     claim_rows, verdict, minus = None, None, None  # opd-multi on a larger budget: no board holds both
     if board is opd_board:  # one budget: claim 1 exactly as the findings page reads it
         claim = claim_savings(boards)
-        claim_rows = [{"measure": row.measure, "estimate": as_dict(row.estimate), "verdict": row.verdict,
+        claim_rows = [{"measure": row.measure, "estimate": row.estimate.to_dict(), "verdict": row.verdict,
                        "note": row.note, "decides": row.decides} for row in claim.rows]
-        verdict, minus = claim.verdict, as_dict(opd.relative.minus_reference_at_spend)
+        verdict, minus = claim.verdict, opd.relative.minus_reference_at_spend.to_dict()
     by_method = {m: {r["seed"]: r for r in records if r["method"] == m} for m in ("grpo-joint", "opd-multi")}
     return {
         "arm": args.arm, "label": ARM_LABELS[args.arm], "suite": args.suite, "profile": args.profile,
@@ -244,9 +244,9 @@ def analyse(args: argparse.Namespace) -> dict:
         "matched_accuracy": matched_accuracy(board.targets, by_method["grpo-joint"], by_method["opd-multi"]),
         "distillation_cost": cost_estimates([row["distillation_cost"] for row in by_seed.values()
                                              if "distillation_cost" in row]),
-        "final_accuracy": {"opd-multi": as_dict(opd.final_accuracy), "grpo-joint": as_dict(ref.final_accuracy)},
+        "final_accuracy": {"opd-multi": opd.final_accuracy.to_dict(), "grpo-joint": ref.final_accuracy.to_dict()},
         "minus_reference_at_spend": minus,
-        "counted_flops": {"opd-multi": as_dict(opd.counted_flops), "grpo-joint": as_dict(ref.counted_flops)},
+        "counted_flops": {"opd-multi": opd.counted_flops.to_dict(), "grpo-joint": ref.counted_flops.to_dict()},
         "seeds": by_seed,
         "_curves": {(r["method"], r["seed"]): sorted((p["flops"], p["accuracy"]) for p in r["curve"])
                     for r in records},

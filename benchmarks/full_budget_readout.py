@@ -99,7 +99,7 @@ def matched_accuracy(targets: dict[float, float], joint: dict[int, dict], opd: d
             est = estimate([v["savings"] for v in seeds.values()], rng_for("full_budget", str(k)))
             verdict = direction(est, 0.0, want_above=True)
         rows.append({"gain": k, "tau": tau, "seeds": seeds, "verdict": verdict,
-                     "savings": None if est is None else as_dict(est)})
+                     "savings": None if est is None else est.to_dict()})
     return rows
 
 
@@ -111,23 +111,22 @@ def cost_estimates(costs: list[dict]) -> dict[str, dict | None]:
     out = {}
     for p in map(str, GAIN_SHARES):
         shares = [c["at"].get(p) and c["at"][p]["share_of_expert_flops"] for c in costs]
-        out[p] = (as_dict(estimate(shares, rng_for("full_budget", "cost", p)))
+        out[p] = (estimate(shares, rng_for("full_budget", "cost", p)).to_dict()
                   if shares and all(x is not None for x in shares) else None)
     return out
 
 
-def as_dict(e) -> dict:
-    """An Estimate as the JSON the study writes."""
-    return {"value": e.value, "low": e.low, "high": e.high, "stat": e.stat}
-
-
 def pct(e: dict, unit: str = "%") -> str:
-    """An estimate of a fraction as a percentage, with its interval where it has one."""
+    """An estimate (`Estimate.to_dict`) of a fraction as a percentage, with its interval where it has
+    one; an unbounded end is written as `Estimate.to_dict` writes it ("-inf")."""
+    def end(x: float | str) -> str:
+        return x if isinstance(x, str) else f"{100 * x:.1f}"
+
     if e["value"] is None:
         return "never"
     if e["low"] is None:
         return f"{100 * e['value']:.1f}{unit}"
-    return f"{100 * e['value']:.1f}{unit} [{100 * e['low']:.1f}, {100 * e['high']:.1f}]"
+    return f"{100 * e['value']:.1f}{unit} [{end(e['low'])}, {end(e['high'])}]"
 
 
 def flops_text(x: float | None) -> str:

@@ -17,11 +17,19 @@ SCRIPT = ROOT / "benchmarks" / "full_budget.py"
 ARGS = ["--profile", "direct-smoke", "--seeds", "0", "--jobs", "2"]
 
 
+def read_result(path: Path) -> dict:
+    """The study's JSON, parsed strictly: JSON has no Infinity or NaN (an unbounded interval end is "-inf")."""
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{path.name} holds {constant}, which is not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
 def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
     run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS], cwd=ROOT, capture_output=True,
                          text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads((tmp_path / "full_budget-to-budget.json").read_text())
+    result = read_result(tmp_path / "full_budget-to-budget.json")
     stop = result["seeds"]["0"]["kl_rule_stop"]
     assert stop is not None and stop["kl_threshold"] > 0 and stop["patience"] >= 1
     # this world also has the accuracy rule, which the trace cannot replay: the default here is run
@@ -80,7 +88,7 @@ def test_the_whole_share_arm_trains_each_expert_for_its_share_and_long_distill_e
                     if row["category"] == "counted" and row["phase"] == f"expert:{domain}")
         assert share <= spent < share + arm["max_step_flops"]
     assert any(s["phase"] == "distill" for s in arm["steps"]) and arm["flops"]["counted"] >= arm["budget_flops"]
-    result = json.loads((tmp_path / "full_budget-whole-share.json").read_text())
+    result = read_result(tmp_path / "full_budget-whole-share.json")
     assert result["arm"] == "whole-share" and set(result["seeds"]["0"]["expert_accuracy"]) == {"math", "code"}
     assert (tmp_path / "logs" / "runs-whole-share" / "opd-multi__math_code-easy__direct-smoke__s0.log").is_file()
 
@@ -94,7 +102,7 @@ def test_the_whole_share_arm_trains_each_expert_for_its_share_and_long_distill_e
     assert extended["budget_flops"] == 2 * arm["budget_flops"] and extended["method_config"]["expert_fraction"] == 0.45
     assert extended["steps"][: len(arm["steps"])] == arm["steps"] and len(extended["steps"]) > len(arm["steps"])
     assert extended["flops"]["counted"] >= extended["budget_flops"]
-    result = json.loads((tmp_path / "full_budget-long-distill.json").read_text())
+    result = read_result(tmp_path / "full_budget-long-distill.json")
     seed = result["seeds"]["0"]
     assert {"arm": "whole-share", "equal_steps": len(arm["steps"]), "their_steps": len(arm["steps"])} \
         in seed["steps_shared"]
