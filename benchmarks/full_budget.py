@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch loads)
 from full_budget_readout import (  # noqa: E402
-    accuracy_at, cost_estimates, describe, distillation_cost, matched_accuracy, plot, replay_kl_rule)
+    accuracy_at, cost_estimates, curve_of, describe, distillation_cost, matched_accuracy, plot, replay_kl_rule)
 
 ARMS = {"to-budget": ("--phase-executor", "sequential", "--set", "distill.steps=1000000"),
         "whole-share": ("--phase-executor", "sequential", "--set", "distill.steps=1000000",
@@ -248,8 +248,7 @@ def analyse(args: argparse.Namespace) -> dict:
         "minus_reference_at_spend": minus,
         "counted_flops": {"opd-multi": opd.counted_flops.to_dict(), "grpo-joint": ref.counted_flops.to_dict()},
         "seeds": by_seed,
-        "_curves": {(r["method"], r["seed"]): sorted((p["flops"], p["accuracy"]) for p in r["curve"])
-                    for r in records},
+        "_curves": {(r["method"], r["seed"]): curve_of(r) for r in records},
     }
 
 

@@ -79,15 +79,17 @@ def matched_accuracy(targets: dict[float, float], joint: dict[int, dict], opd: d
     from reports.metrics import flops_to_target, savings
     from reports.stats import estimate, rng_for
 
+    paired = sorted(set(joint) & set(opd))
+    curves = {seed: (curve_of(opd[seed]), curve_of(joint[seed]), expert_flops(opd[seed])) for seed in paired}
     rows = []
     for k, tau in sorted(targets.items()):
         seeds = {}
-        for seed in sorted(set(joint) & set(opd)):
-            fo = flops_to_target(*curve_of(opd[seed]), tau)
-            fj = flops_to_target(*curve_of(joint[seed]), tau)
+        for seed, (opd_curve, joint_curve, spent) in curves.items():
+            fo = flops_to_target(*opd_curve, tau)
+            fj = flops_to_target(*joint_curve, tau)
             saved = savings(np.nan if fo is None else fo, np.nan if fj is None else fj)
             seeds[seed] = {"opd-multi": fo, "grpo-joint": fj, "savings": float(saved) if np.isfinite(saved) else None,
-                           "distill_only": None if fo is None else fo - expert_flops(opd[seed])}
+                           "distill_only": None if fo is None else fo - spent}
         missed = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is None]
         undefined = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is not None and v["savings"] is None]
         est = None
@@ -215,10 +217,10 @@ def plot(result: dict, path: Path) -> None:
     tau = result["targets"].get(0.9)
     for ax, seed in zip(axes[0], seeds):
         for method, colour in (("grpo-joint", "#1f77b4"), ("opd-multi", "#d62728")):
-            curve = result["_curves"].get((method, seed))
-            if curve:
+            if (method, seed) in result["_curves"]:
+                flops, accuracy = result["_curves"][(method, seed)]
                 label = method if method == "grpo-joint" else result["label"]
-                ax.plot([f for f, _ in curve], [100 * a for _, a in curve], color=colour, label=label)
+                ax.plot(flops, [100 * a for a in accuracy], color=colour, label=label)
         stop = result["seeds"][seed].get("kl_rule_stop")
         if stop:
             ax.axvline(stop["flops"], color="#d62728", linestyle=":", label="where the KL rule stops it")
