@@ -4,15 +4,24 @@ Per opd-multi record: where the KL rule would have stopped distillation (`replay
 distillation cost to take each share of its experts' gain (`distillation_cost`). Per target, seeds
 paired: each method's FLOPs to it (`matched_accuracy`). Then the printed table (`describe`) and the
 figure (`plot`) of the result that `full_budget.analyse` builds.
+
+    python benchmarks/full_budget_readout.py FIGURE.png OUT/full_budget-<arm>.json [...]
+
+draws the students' share of their experts' gain against distillation's FLOPs as a share of the
+experts', per seed, for each study's result given (`plot_cost`), beside the paper's shares.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 GAIN_SHARES = (0.5, 0.75, 0.9)  # the student's share of its experts' gain that distillation's cost is read at
+PAPER_SHARE = {2: 0.052, 4: 0.080}  # the paper's distillation FLOPs as a share of the experts', by domains
 
 
 def replay_kl_rule(record: dict) -> dict | None:
@@ -54,16 +63,20 @@ def expert_flops(record: dict) -> float:
 def distillation_cost(record: dict, experts: dict[str, float]) -> dict:
     """The distillation FLOPs (counted FLOPs past the experts') at which the student's held-out accuracy
     first reaches base + p x (its experts' mean on their own domains - base), for p in GAIN_SHARES,
-    each also as a share of the experts' FLOPs; and the share of that gain the student ends with."""
+    each also as a share of the experts' FLOPs; and the share of that gain the student ends with.
+    `curve`: each evaluation from distillation's start on as (distillation FLOPs / experts' FLOPs,
+    share of the gain)."""
     from reports.metrics import flops_to_target
 
     flops, accuracy = curve_of(record)
     spent = expert_flops(record)
     base, mean = accuracy[0], sum(experts.values()) / len(experts)
-    out = {"expert_flops": spent, "base": base, "experts_mean": mean, "final_gain_share": None, "at": {}}
+    out = {"expert_flops": spent, "base": base, "experts_mean": mean, "final_gain_share": None, "at": {},
+           "curve": None}
     if mean <= base:  # no gain to take
         return out
     out["final_gain_share"] = (record["final_accuracy"] - base) / (mean - base)
+    out["curve"] = [((f - spent) / spent, (a - base) / (mean - base)) for f, a in zip(flops, accuracy) if f >= spent]
     for p in GAIN_SHARES:
         reached = flops_to_target(flops, accuracy, base + p * (mean - base))
         out["at"][str(p)] = None if reached is None else {"distill_flops": reached - spent,
@@ -241,3 +254,60 @@ def plot(result: dict, path: Path) -> None:
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_cost(results: list[dict], path: Path) -> None:
+    """Per study result, each seed's share of its experts' gain against distillation's FLOPs as a share
+    of the experts', with the levels the cost is read at and the paper's share for that many domains."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tasks.suites import SUITES
+
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    colours = plt.get_cmap("tab10").colors
+    for i, result in enumerate(results):
+        colour, label = colours[i % len(colours)], f"{result['suite']}, {result['arm']} arm"
+        for _, row in sorted(result["seeds"].items()):
+            curve = (row.get("distillation_cost") or {}).get("curve")
+            if curve:
+                ax.plot([100 * x for x, _ in curve], [100 * y for _, y in curve], color=colour, linewidth=1.0,
+                        label=label)
+                label = None  # one legend entry per study
+        paper = PAPER_SHARE.get(len(SUITES.get(result["suite"], ())))
+        if paper is not None:
+            ax.axvline(100 * paper, color=colour, linestyle="--", linewidth=0.8,
+                       label=f"the paper's share, {len(SUITES[result['suite']])} domains ({100 * paper:.1f}%)")
+    for level in GAIN_SHARES:
+        ax.axhline(100 * level, color="grey", linestyle=":", linewidth=0.8)
+    ax.set_xlabel("distillation FLOPs, % of the experts' FLOPs")
+    ax.set_ylabel("student's share of its experts' gain over the base (%)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="distillation's cost of several full_budget.py studies, in one figure")
+    parser.add_argument("figure", type=Path)
+    parser.add_argument("results", type=Path, nargs="+", help="full_budget-<arm>.json files")
+    args = parser.parse_args()
+    results = []
+    for path in args.results:
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            parser.error(f"{path}: {e}")
+        if not isinstance(result, dict) or not {"suite", "arm", "seeds"} <= result.keys():
+            parser.error(f"{path}: not a result of benchmarks/full_budget.py (full_budget-<arm>.json)")
+        results.append(result)
+    plot_cost(results, args.figure)
+    print(f"wrote {args.figure}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    main()

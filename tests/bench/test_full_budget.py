@@ -123,3 +123,10 @@ def test_the_whole_share_arm_trains_each_expert_for_its_share_and_long_distill_e
     for at in cost["at"].values():
         if at is not None:
             assert 0 < at["distill_flops"] <= extended["flops"]["counted"] - experts_spent
+    # (on direct-smoke the experts may gain nothing over the base, and then `at` is empty: the costs are
+    # checked on a record whose answer is known in test_full_budget_readout.py); the cost figure reads the JSON
+    figure = tmp_path / "cost.png"
+    drawn = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "full_budget_readout.py"), str(figure),
+                            str(tmp_path / "full_budget-long-distill.json")], capture_output=True, text=True)
+    assert drawn.returncode == 0, drawn.stderr[-3000:]
+    assert figure.stat().st_size > 10_000
