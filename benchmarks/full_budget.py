@@ -29,7 +29,8 @@ Then, from the records alone (the read-outs are in benchmarks/full_budget_readou
 
 Writes OUT_DIR/full_budget-<arm>.json and OUT_DIR/full_budget-<arm>.png (each seed's curves with the
 replayed stop, where distillation starts, the target and its experts' mean) and prints a table. Logs:
-OUT_DIR/logs/<runs folder>/<run_id>.log.
+OUT_DIR/logs/<runs folder>/<run_id>.log. `python benchmarks/full_budget_readout.py FIGURE.png JSON...`
+draws distillation's cost of several studies in one figure.
 """
 
 from __future__ import annotations
