@@ -3,7 +3,6 @@ finishes, and each criterion it writes is what the runs' own records say."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from bench.world.regime import _calibration_rows
+from tests.bench.support import benchmark_module
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("calibrate_world", ROOT / "benchmarks" / "calibrate_world.py")
-calibrate_world = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(calibrate_world)
+calibrate_world = benchmark_module("calibrate_world")
 
 
 @pytest.fixture(scope="module")

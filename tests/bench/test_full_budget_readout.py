@@ -4,7 +4,6 @@ that share that the cost figure draws."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,15 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.support import benchmark_module
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "full_budget_readout.py"
-
-
-def _readout():
-    spec = importlib.util.spec_from_file_location("full_budget_readout", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _record(accuracy_at: dict[float, float]) -> dict:
@@ -34,7 +28,7 @@ def _record(accuracy_at: dict[float, float]) -> dict:
 
 
 def test_the_cost_of_each_share_of_the_gain_is_read_where_the_curve_takes_it():
-    readout = _readout()
+    readout = benchmark_module("full_budget_readout")
     # the experts' mean is 40%, so the gain is 20 points: half is 30%, three quarters 35%, 90% 38%
     record = _record({0.0: 0.2, 1e12: 0.2, 1.1e12: 0.3, 1.2e12: 0.35, 1.5e12: 0.38})
     cost = readout.distillation_cost(record, {"math": 0.5, "code": 0.3})
@@ -48,7 +42,7 @@ def test_the_cost_of_each_share_of_the_gain_is_read_where_the_curve_takes_it():
 
 
 def test_a_share_between_evaluations_lies_between_them_and_one_never_taken_is_none():
-    readout = _readout()
+    readout = benchmark_module("full_budget_readout")
     record = _record({0.0: 0.2, 1e12: 0.2, 1.1e12: 0.28, 1.2e12: 0.32, 1.4e12: 0.34})
     cost = readout.distillation_cost(record, {"math": 0.5, "code": 0.3})
     assert 0.1 < cost["at"]["0.5"]["share_of_expert_flops"] < 0.2
@@ -60,7 +54,7 @@ def test_a_share_between_evaluations_lies_between_them_and_one_never_taken_is_no
 
 
 def test_the_cost_figure_draws_each_study_and_keeps_what_it_drew_on_bad_input(tmp_path):
-    readout = _readout()
+    readout = benchmark_module("full_budget_readout")
     cost = readout.distillation_cost(_record({0.0: 0.2, 1e12: 0.2, 1.1e12: 0.3, 1.5e12: 0.38}),
                                      {"math": 0.5, "code": 0.3})
     result = tmp_path / "full_budget-long-distill.json"

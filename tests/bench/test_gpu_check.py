@@ -4,12 +4,13 @@ budget skips and lists what does not fit, keeping what was measured."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tests.bench.support import benchmark_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -18,13 +19,6 @@ SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 def _dry_run(out: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
@@ -70,7 +64,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert None not in small["goals"].values()
     assert more["teacher"]["model_hash"] and more["curve"] and "base_prepare" not in more
     # the table the docs report, from the results file
-    text = _module().table(json.loads(out.read_text()))
+    text = benchmark_module("gpu_check").table(json.loads(out.read_text()))
     assert text.startswith(f"{result['date']}, cpu (dry run), torch {result['torch']}")
     assert "| rollout 4x2x8 (prompts x samples x new tokens), tokens/s | ours " in text
     assert "not measured" not in text and "error" not in text
@@ -89,7 +83,7 @@ def test_a_spent_budget_skips_every_part_and_says_how_to_run_them(tmp_path):
 
 
 def test_a_measurement_that_does_not_fit_or_fails_is_listed_and_the_rest_kept(tmp_path):
-    module = _module()
+    module = benchmark_module("gpu_check")
     check = module.Check(tmp_path / "r.json", deadline=time.time() + 60, dry=False)  # costs as on a GPU
     assert check.fits("ours", "rollout: ours at 1x1x1")  # 30 s of 60
     assert not check.fits("hf_static", "rollout: hf_static at 1x1x1")  # 120 s
@@ -108,7 +102,7 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path):
 
 
 def test_a_part_whose_process_dies_or_overruns_is_recorded_and_the_check_goes_on(tmp_path, monkeypatch):
-    module = _module()
+    module = benchmark_module("gpu_check")
     check = module.Check(tmp_path / "r.json", deadline=time.time() + 3, dry=True)
     check.results["rollout"] = {"shapes": ["kept"]}
     check.save()
@@ -132,7 +126,7 @@ def test_a_part_whose_process_dies_or_overruns_is_recorded_and_the_check_goes_on
 
 
 def test_results_of_two_calls_merge_into_one_table(tmp_path):
-    module = _module()
+    module = benchmark_module("gpu_check")
     first = {"date": "d1", "device": "gpu", "audit": {"error": "RuntimeError: boom"},
              "update": {"shapes": [{"batch": 16, "seq": 1024, "fused_and_compiled": False, "mfu": 0.3,
                                     "flop_per_s": 3e14, "first_step_s": 1.0}]},
