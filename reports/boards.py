@@ -42,7 +42,7 @@ def phase_group(phase: str) -> str:
 # per-run columns of the runs frame a method keeps (in seed order) for figures and findings
 _PER_RUN = ("final_accuracy", "base_accuracy", "counted_flops", "final_mean_length", "gain_per_pflop_spent",
             "distillation_share", "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction",
-            "check_size", "auc", *ACCURACY_AT)
+            "check_size", "recovery_forgetting", "recovery_noise", "auc", *ACCURACY_AT)
 # MethodResult attribute -> runs-frame column, for the metrics that are one number per run
 _PER_RUN_ESTIMATES = {
     "auc": "auc", "base_accuracy": "base_accuracy", "gain_per_pflop_spent": "gain_per_pflop_spent",

@@ -217,16 +217,37 @@ def _ratio_text(value: float) -> str:
     return f"{value:.1f}×"
 
 
+def _known(value: Any) -> bool:
+    return value is not None and value == value
+
+
+def _listed(noun: str, values, scale: float | None = None) -> str:
+    """"seed 2", "seeds 0 and 1", "1.7, 1.0 and 1.0" (values times `scale`, one decimal)."""
+    texts = [f"{scale * v:.1f}" if scale else str(v) for v in values]
+    text = texts[0] if len(texts) == 1 else f"{', '.join(texts[:-1])} and {texts[-1]}"
+    return f"{noun}{'s' if noun and len(texts) > 1 else ''} {text}".strip()
+
+
 def _recovery_note(m, est: Estimate) -> str:
-    """Per-seed ratios, the prompts the target was checked on, and whether the interval spans 1."""
-    per_seed = [(s, v) for s, v in zip(m.seeds, m.per_run["self_teacher_reduction"]) if v is not None and v == v]
+    """Per-seed ratios, seeds where nothing measurable was lost, the prompts the target was checked on,
+    and whether the interval spans 1."""
+    per_seed = [(s, v) for s, v in zip(m.seeds, m.per_run["self_teacher_reduction"]) if _known(v)]
     parts = ["per seed: " + ", ".join(f"seed {s} {_ratio_text(v)}" for s, v in per_seed)] if per_seed else []
     if any(v == 0 for _, v in per_seed):
         parts.append("a seed where self-OPD did not reach the target within its cap counts as 0× (it needed more "
                      "FLOPs than it was given)")
     if any(math.isinf(v) for _, v in per_seed):
         parts.append("a seed where GRPO did not reach it counts as ∞×")
-    sizes = sorted({int(c) for c in m.per_run["check_size"] if c is not None and c == c})
+    unmeasured = [(seed, lost, noise) for seed, lost, noise
+                  in zip(m.seeds, m.per_run["recovery_forgetting"], m.per_run["recovery_noise"])
+                  if _known(lost) and _known(noise) and lost < noise]
+    if unmeasured:
+        seeds, lost, noise = zip(*unmeasured)
+        one = len(unmeasured) == 1
+        parts.append(f"on {_listed('seed', seeds)} the student had lost {_listed('', lost, 100)} points of the "
+                     f"domain, under two standard errors of one check ({_listed('', noise, 100)}): nothing "
+                     f"measurable was lost, so {'its ratio measures' if one else 'their ratios measure'} no recovery")
+    sizes = sorted({int(c) for c in m.per_run["check_size"] if _known(c)})
     if sizes:
         text = "/".join(map(str, sizes))
         short = f" (fewer than the {MIN_CHECK_SIZE} docs/metrics.md asks for)" if sizes[0] < MIN_CHECK_SIZE else ""
@@ -253,7 +274,7 @@ def claim_self_teachers(boards: list[Board]) -> Claim:
         est = m.self_teacher_reduction
         if est.value is None:
             continue
-        values = [v for v in m.per_run["self_teacher_reduction"] if v is not None and v == v]
+        values = [v for v in m.per_run["self_teacher_reduction"] if _known(v)]
         note = (f"largest single run: {_ratio_text(max(values))}; " if values else "") + _recovery_note(m, est)
         claim.rows.append(_row(b, "recovery FLOPs, GRPO / self-OPD", "up to 50x", est, "ratio",
                                direction(est, 1.0, want_above=True), note))

@@ -341,6 +341,18 @@ def length_ratio(mean_length: float | None, reference_mean_length: float | None)
     return mean_length / reference_mean_length
 
 
+def recovery_forgetting(recovery: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
+    """(forgetting, noise) of a recovery: the self-teacher's held-out accuracy on the domain minus the
+    lost student's, and two binomial standard errors of one check at the self-teacher's accuracy,
+    2 sqrt(p (1 - p) / check_size). Forgetting under the noise means nothing measurable was lost, so
+    the run's reduction measures no recovery. (None, None) where the record lacks the numbers."""
+    recovery = recovery or {}
+    teacher, lost, size = (recovery.get(k) for k in ("teacher_accuracy", "lost_accuracy", "check_size"))
+    if teacher is None or lost is None or not size:
+        return None, None
+    return float(teacher) - float(lost), 2.0 * math.sqrt(teacher * (1.0 - teacher) / size)
+
+
 def self_teacher_reduction(recovery: Mapping[str, Any] | None) -> float | None:
     """GRPO's recovery FLOPs / self-OPD's (record["recovery"]). An arm that did not reach the target
     within its cap needs more FLOPs than it was given, without bound, as a curve that never reaches a

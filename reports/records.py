@@ -24,7 +24,7 @@ import pandas as pd
 
 from reports.metrics import (
     BUDGET_FRACTIONS, accuracy_at_fractions, area_under_curve, carry_flat, distillation_share, expert_tail_share,
-    gain_per_pflop_spent, plateau_distillation_share, self_teacher_reduction,
+    gain_per_pflop_spent, plateau_distillation_share, recovery_forgetting, self_teacher_reduction,
 )
 from reports.schema import RecordParseError, parse_record_text, validate_record
 
@@ -127,7 +127,8 @@ RUN_COLUMNS = [
     "run_id", "method", "suite", "difficulty", "profile", "suite_version", "suite_hash", "budget_flops", "seed",
     "status", "n_domains", "base_accuracy", "final_accuracy", *ACCURACY_AT, "auc", "final_mean_length",
     "counted_flops", "shared_flops", "external_flops", "eval_flops", "gain_per_pflop_spent", "distillation_share",
-    "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction", "check_size", "base_hash",
+    "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction", "check_size",
+    "recovery_forgetting", "recovery_noise", "base_hash",
     "world_version", "wall_s", "source",
 ]
 
@@ -169,6 +170,7 @@ def _provenance_str(r: dict[str, Any], *path: str) -> str | None:
 def _run_row(r: dict[str, Any]) -> dict[str, Any]:
     flops = r["flops"]
     recovery = r.get("recovery") or {}
+    forgetting, noise = recovery_forgetting(recovery)
     return {
         "run_id": r["run_id"], "method": r["method"], "suite": r["suite"], "difficulty": r["difficulty"],
         "profile": r["profile"], "suite_version": r["suite_version"], "suite_hash": r["suite_hash"],
@@ -185,6 +187,7 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
         "expert_tail_share": expert_tail_share(r.get("method_metrics"), r["ledger"]),
         "self_teacher_reduction": self_teacher_reduction(r.get("recovery")),
         "check_size": recovery.get("check_size"),
+        "recovery_forgetting": forgetting, "recovery_noise": noise,
         "base_hash": _provenance_str(r, "model_hashes", "base"),
         "world_version": _provenance_str(r, "world_version"),
         "wall_s": r.get("wall_s"), "source": r.get(SOURCE_KEY),

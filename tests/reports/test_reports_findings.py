@@ -79,11 +79,13 @@ def test_claim_2_puts_the_plateau_and_the_stopping_rule_side_by_side():
     assert claim.rows[1].verdict == NOT_MEASURED and not claim.rows[1].decides and claim.verdict == HOLDS
 
 
-def _recovery_run(seed, ratio, check_size=None):
+def _recovery_run(seed, ratio, check_size=None, teacher=None, lost=None):
     r = make_record("self-grpo", seed=seed)
     r["recovery"] = {"domain": "math", "grpo_flops": 1e13, "opd_flops": 1e13 / ratio}
     if check_size is not None:
         r["recovery"]["check_size"] = check_size
+    if teacher is not None:
+        r["recovery"].update(teacher_accuracy=teacher, lost_accuracy=lost)
     return r
 
 
@@ -96,3 +98,17 @@ def test_claim_4_shows_per_seed_ratios_the_check_size_and_an_interval_spanning_1
     assert "spans 1" in row.note
     row = claim_self_teachers(_boards([_recovery_run(s, v) for s, v in enumerate([20, 25, 30])])).rows[0]
     assert row.verdict == HOLDS and "spans 1" not in row.note and "do not say how many held-out prompts" in row.note
+
+
+def test_claim_4_names_the_seeds_where_nothing_measurable_was_lost():
+    # two standard errors of one check on 300 prompts at 60%: 5.7 points. Seed 1 lost 6.0 (measured),
+    # seeds 0 and 2 lost 0.3 and 2.0 (not); a record without the accuracies is not judged
+    runs = [_recovery_run(0, 1.4, 300, 0.6, 0.597), _recovery_run(1, 2.0, 300, 0.6, 0.54),
+            _recovery_run(2, 3.0, 300, 0.6, 0.58), _recovery_run(3, 2.5, 300)]
+    note = claim_self_teachers(_boards(runs)).rows[0].note
+    assert ("on seeds 0 and 2 the student had lost 0.3 and 2.0 points of the domain, under two standard "
+            "errors of one check (5.7 and 5.7): nothing measurable was lost, so their ratios measure no "
+            "recovery") in note
+    one = claim_self_teachers(_boards(runs[:2])).rows[0].note
+    assert "on seed 0 the student had lost 0.3 points" in one and "its ratio measures no recovery" in one
+    assert "nothing measurable" not in claim_self_teachers(_boards(runs[1:2] + runs[3:])).rows[0].note

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from reports.fit import fit_scaling_curve
 from reports.metrics import (
     carry_flat, distillation_share, final_accuracy, flops_to_target, flops_to_target_batch, gain_per_pflop_spent,
-    interpolate_curve, length_ratio, savings_at_matched_accuracy, self_teacher_reduction,
+    interpolate_curve, length_ratio, recovery_forgetting, savings_at_matched_accuracy, self_teacher_reduction,
 )
 
 F = [0.0, 1e12, 1e14]
@@ -142,3 +142,10 @@ def test_scalerl_fit_never_raises_and_is_finite(acc, base):
     if fit is not None:
         assert all(map(math.isfinite, (fit.asymptote, fit.efficiency, fit.midpoint_flops, fit.rmse)))
         assert 0 <= fit.asymptote <= 1
+
+
+def test_recovery_forgetting_against_two_standard_errors_of_one_check():
+    lost, noise = recovery_forgetting({"teacher_accuracy": 0.6, "lost_accuracy": 0.5, "check_size": 300})
+    assert lost == pytest.approx(0.1) and noise == pytest.approx(2 * (0.6 * 0.4 / 300) ** 0.5)
+    assert recovery_forgetting({"teacher_accuracy": 0.6, "lost_accuracy": 0.5}) == (None, None)
+    assert recovery_forgetting(None) == (None, None)
