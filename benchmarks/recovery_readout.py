@@ -1,0 +1,151 @@
+"""Claim 4's read-out, keeping only the seeds on which the student measurably forgot (docs/world.md,
+"Recovery where the student forgets").
+
+    python benchmarks/recovery_readout.py RUNS [RUNS ...]
+
+RUNS: runs folders or folders of records. For every board with `recover` records, one row per seed:
+the self-teacher's and the lost student's accuracy on the domain, their difference against two
+standard errors of one check (`reports.metrics.recovery_forgetting`), the target, each arm's FLOPs
+to it, the ratio GRPO / self-OPD, and, where the run's folder still holds its last checkpoint, the
+self-OPD arm's last check. Then the ratio's estimate and verdict twice: over the seeds that
+measurably forgot, and over every seed, as the board computes it. Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from reports.boards import build_boards  # noqa: E402
+from reports.findings import direction  # noqa: E402
+from reports.metrics import recovery_forgetting, self_teacher_reduction  # noqa: E402
+from reports.records import load_many, to_frames  # noqa: E402
+from reports.stats import Estimate  # noqa: E402
+
+METHOD = "recover"
+
+
+def measured(record: dict) -> bool | None:
+    """Whether the student lost at least two standard errors of one check; None where unknown."""
+    lost, noise = recovery_forgetting(record.get("recovery"))
+    return None if lost is None else lost >= noise
+
+
+def last_opd_check(record: dict) -> float | None:
+    """The self-OPD arm's last held-out check, from the run's last checkpoint (None if gone)."""
+    source = record.get("_source")
+    state = Path(source).parent / "checkpoints" / "latest" / "state.json" if source else None
+    if state is None or not state.is_file():
+        return None
+    found = _find(json.loads(state.read_text()), "recover:opd")
+    return found.get("accuracy") if isinstance(found, dict) else None
+
+
+def _find(tree, key: str):
+    """The value of `key` anywhere in a JSON tree (the method's state sits inside the runner's)."""
+    if isinstance(tree, dict):
+        if key in tree:
+            return tree[key]
+        tree = list(tree.values())
+    if isinstance(tree, list):
+        for item in tree:
+            found = _find(item, key)
+            if found is not None:
+                return found
+    return None
+
+
+def reduction_estimate(records: list[dict]) -> Estimate | None:
+    """The board's self-teacher reduction over these records (one board), None without records."""
+    if not records:
+        return None
+    for board in build_boards(to_frames(records)):
+        for m in board.methods:
+            if m.method == METHOD:
+                return m.self_teacher_reduction
+    return None
+
+
+def _flops(value: float | None) -> str:
+    return "not within the cap" if value is None else f"{value:.2e}"
+
+
+def _ratio(value: float | None) -> str:
+    if value is None:
+        return "undefined"
+    return "∞x" if math.isinf(value) else f"{value:.2f}x"
+
+
+def _estimate(est: Estimate | None) -> str:
+    if est is None or est.value is None:
+        return "none"
+    if est.low is None:
+        return f"{_ratio(est.value)} ({est.stat})"
+    return f"{_ratio(est.value)} [{_ratio(est.low)}, {_ratio(est.high)}] ({est.stat} of {est.n_seeds})"
+
+
+def readout(records: list[dict]) -> list[str]:
+    """The printed read-out, one block per board (profile, suite, difficulty)."""
+    lines: list[str] = []
+    boards: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r["method"] == METHOD and r.get("recovery"):
+            boards.setdefault((r["profile"], r["suite"], r["difficulty"]), []).append(r)
+    for key, group in sorted(boards.items()):
+        group.sort(key=lambda r: r["seed"])
+        lines += [f"## {' · '.join(key)}", "",
+                  "| seed | self-teacher | lost | forgot, points (2 SE) | measured | target | GRPO FLOPs | self-OPD FLOPs "
+                  "| GRPO / self-OPD | self-OPD's last check |", "| --- " * 10 + "|"]
+        for r in group:
+            rec = r["recovery"]
+            lost, noise = recovery_forgetting(rec)
+            opd_check = last_opd_check(r)
+            lines.append(
+                f"| {r['seed']} | {_pct(rec.get('teacher_accuracy'))} | {_pct(rec.get('lost_accuracy'))} "
+                f"| {_pts(lost)} ({_pts(noise)}) | {_yes(measured(r))} | {_pct(rec.get('target'))} "
+                f"| {_flops(rec['grpo_flops'])} | {_flops(rec['opd_flops'])} | {_ratio(self_teacher_reduction(rec))} "
+                f"| {_pct(opd_check)} |")
+        kept = [r for r in group if measured(r)]
+        for name, subset in (("seeds that measurably forgot", kept), ("every seed (the board's)", group)):
+            est = reduction_estimate(subset)
+            verdict = direction(est, 1.0, want_above=True) if est is not None else "not measured"
+            lines.append(f"- {name}: {len(subset)} of {len(group)}; GRPO / self-OPD {_estimate(est)}: {verdict}")
+        lines.append("")
+    return lines
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _pts(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def _yes(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="runs folders or folders of result records")
+    args = parser.parse_args(argv)
+    for path in args.runs:
+        if not path.is_dir():
+            parser.error(f"{path}: not a folder")
+    records, _ = load_many(args.runs)
+    if not any(r["method"] == METHOD and r.get("recovery") for r in records):
+        parser.error(f"no {METHOD} records with a recovery block under {', '.join(map(str, args.runs))}")
+    print("\n".join(readout(records)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

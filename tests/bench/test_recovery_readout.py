@@ -1,0 +1,67 @@
+"""benchmarks/recovery_readout.py on records whose forgetting is known by hand: which seeds measurably
+forgot, the ratio over them and over every seed, the self-OPD arm's last check from a run's last
+checkpoint, and the one-line error on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.bench.support import benchmark_module
+from tests.reports.factory import make_record
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "recovery_readout.py"
+
+
+def _recover(seed: int, lost: float, opd_flops: float | None) -> dict:
+    """A recover record: the self-teacher at 60% on 300 prompts (two standard errors: 5.7 points)."""
+    record = make_record("recover", seed=seed)
+    record["recovery"] = {"domain": "math", "target": 0.5, "grpo_flops": 1e12, "opd_flops": opd_flops,
+                          "check_size": 300, "teacher_accuracy": 0.6, "lost_accuracy": 0.6 - lost}
+    return record
+
+
+def _write(folder: Path, records: list[dict]) -> None:
+    for r in records:
+        run = folder / r["run_id"]
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps(r))
+
+
+def test_only_seeds_that_measurably_forgot_decide(tmp_path):
+    readout = benchmark_module("recovery_readout")
+    # seeds 0-2 forgot 8, 10 and 6 points (measured); seeds 3-4 forgot 0.3 and 5 (under 5.7: not measured)
+    records = [_recover(0, 0.08, None), _recover(1, 0.10, None), _recover(2, 0.06, 5e11),
+               _recover(3, 0.003, 5e11), _recover(4, 0.05, 1e11)]
+    assert [readout.measured(r) for r in records] == [True, True, True, False, False]
+    assert readout.measured(make_record("recover", recovery={"domain": "math", "grpo_flops": 1.0,
+                                                              "opd_flops": 1.0})) is None
+    _write(tmp_path, records)
+    state = tmp_path / records[0]["run_id"] / "checkpoints" / "latest"
+    state.mkdir(parents=True)
+    (state / "state.json").write_text(json.dumps({"state": {"recover:opd": {"accuracy": 0.55, "done": True}}}))
+    out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")
+            and line.split("|")[1].strip().isdigit()}
+    assert "| 8.0 (5.7) | yes |" in rows["0"] and rows["0"].rstrip().endswith("| 55.0% |")
+    assert "| 0.3 (5.7) | no |" in rows["3"] and "| 2.00x |" in rows["3"] and rows["3"].rstrip().endswith("| - |")
+    assert "not within the cap | 0.00x |" in rows["1"]
+    # the measured seeds' ratios are 0, 0 and 2; an IQM of three runs trims none: 0.67, its interval spanning 1
+    measured = next(line for line in out.splitlines() if line.startswith("- seeds that measurably forgot"))
+    assert "3 of 5" in measured and "0.67x [0.00x, 2.00x] (iqm of 3)" in measured and "inconclusive" in measured
+    every = next(line for line in out.splitlines() if line.startswith("- every seed"))
+    assert "5 of 5" in every and "(iqm of 5)" in every
+    # only the two seeds where self-OPD failed: 0x on both, wholly below 1
+    est = readout.reduction_estimate(records[:2])
+    assert (est.value, est.low, est.high) == (0.0, 0.0, 0.0)
+
+
+def test_bad_input_gets_one_line_and_exit_2(tmp_path):
+    for args in ([str(tmp_path / "missing")], [str(tmp_path)]):
+        proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+        assert "error:" in proc.stderr.strip().splitlines()[-1]
