@@ -1,14 +1,15 @@
 """Claim 4's read-out, keeping only the seeds on which the student measurably forgot (docs/world.md,
 "Recovery where the student forgets").
 
-    python benchmarks/recovery_readout.py RUNS [RUNS ...]
+    python benchmarks/recovery_readout.py RUNS [RUNS ...] [--figure PNG]
 
 RUNS: runs folders or folders of records. For every board with `recover` records, one row per seed:
 the self-teacher's and the lost student's accuracy on the domain, their difference against two
 standard errors of one check (`reports.metrics.recovery_forgetting`), the target, each arm's FLOPs
 to it, the ratio GRPO / self-OPD, and the student's final held-out accuracy on the domain, after
 self-OPD. Then the ratio's estimate and verdict twice: over the seeds that measurably forgot, and
-over every seed, as the board computes it. Bad input: one line, exit 2.
+over every seed, as the board computes it. `--figure PNG` draws each seed's recovery (`plot`).
+Bad input: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -101,6 +102,61 @@ def readout(records: list[dict]) -> list[str]:
     return lines
 
 
+def recovery_start(record: dict) -> float | None:
+    """Counted FLOPs when the recovery began: the last evaluation before either arm had spent a FLOP."""
+    before = [p["flops"] for p in record["curve"]
+              if not any((p.get("phase_flops") or {}).get(arm) for arm in ("recover:grpo", "recover:opd"))]
+    return max(before) if before else None
+
+
+def plot(records: list[dict], path: Path) -> None:
+    """One panel per seed: the student's held-out accuracy on the domain against its counted FLOPs (it
+    learns the domain, loses it to the others, then self-OPD recovers it), the target, and GRPO's
+    recovery, which ran on a clone, drawn as a branch from the lost student to the FLOPs at which it
+    reached the target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = sorted(records, key=lambda r: (r["profile"], r["suite"], r["seed"]))
+    cols = min(3, len(records))
+    rows = -(-len(records) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows), sharey=True, squeeze=False)
+    for ax, r in zip(axes.flat, records):
+        rec, domain = r["recovery"], r["recovery"]["domain"]
+        # the student's own path: the FLOPs of the GRPO arm (a clone, run first) are not its
+        points = []
+        for p in r["curve"]:
+            accuracy = (p.get("domain_accuracy") or {}).get(domain)
+            if accuracy is not None:
+                points.append((p["flops"] - (p.get("phase_flops") or {}).get("recover:grpo", 0.0), accuracy))
+        points.sort()
+        ax.plot([f / 1e12 for f, _ in points], [100 * a for _, a in points], marker=".", linewidth=1.0,
+                color="tab:blue", label="student (self-OPD last)")
+        ax.axhline(100 * rec["target"], color="grey", linestyle=":", linewidth=0.8, label="target")
+        start = recovery_start(r)
+        if start is not None:
+            ax.axvline(start / 1e12, color="grey", linewidth=0.6)
+            if rec.get("grpo_flops") is not None and rec.get("lost_accuracy") is not None:
+                ax.plot([start / 1e12, (start + rec["grpo_flops"]) / 1e12],
+                        [100 * rec["lost_accuracy"], 100 * rec["target"]], color="tab:orange", marker="o",
+                        markersize=3, linewidth=1.2, label="GRPO from the lost student")
+        ax.set_title(f"{r['suite']} ({r['profile']}), seed {r['seed']}: GRPO / self-OPD "
+                     f"{_ratio(self_teacher_reduction(rec))}", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(records):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("counted FLOPs (1e12)", fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("held-out accuracy on the domain (%)", fontsize=7)
+    axes.flat[0].legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -116,6 +172,7 @@ def _yes(value: bool | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="runs folders or folders of result records")
+    parser.add_argument("--figure", type=Path, help="also draw each seed's recovery into this PNG")
     args = parser.parse_args(argv)
     for path in args.runs:
         if not path.is_dir():
@@ -124,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     if not any(r["method"] == METHOD and r.get("recovery") for r in records):
         parser.error(f"no {METHOD} records with a recovery block under {', '.join(map(str, args.runs))}")
     print("\n".join(readout(records)))
+    if args.figure:
+        plot([r for r in records if r["method"] == METHOD and r.get("recovery")], args.figure)
+        print(f"wrote {args.figure}")
     return 0
 
 

@@ -42,8 +42,10 @@ def test_only_seeds_that_measurably_forgot_decide(tmp_path):
     records[0]["final_domain_accuracy"] = {"math": 0.55, "code": 0.2}
     del records[3]["final_domain_accuracy"]["math"]
     _write(tmp_path, records)
-    out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, check=True,
-                         cwd=ROOT).stdout
+    figure = tmp_path / "recovery.png"
+    out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--figure", str(figure)], capture_output=True,
+                         text=True, check=True, cwd=ROOT).stdout
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {figure}" in out
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")
             and line.split("|")[1].strip().isdigit()}
     assert "| 8.0 (5.7) | yes |" in rows["0"] and rows["0"].rstrip().endswith("| 55.0% |")
@@ -64,3 +66,16 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path):
         proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
         assert "error:" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_the_recovery_starts_at_the_last_evaluation_before_either_arm_spent_a_flop():
+    readout = benchmark_module("recovery_readout")
+    record = _recover(0, 0.08, None)
+    record["curve"] = [{"flops": 0.0, "accuracy": 0.3, "phase_flops": {}},
+                       {"flops": 4e12, "accuracy": 0.4, "phase_flops": {"stage:math": 4e12}},
+                       {"flops": 5e12, "accuracy": 0.3, "phase_flops": {"stage:math": 4e12, "stage:code": 1e12}},
+                       {"flops": 6e12, "accuracy": 0.3, "phase_flops": {"stage:math": 4e12, "stage:code": 1e12,
+                                                                         "recover:grpo": 1e12}},
+                       {"flops": 7e12, "accuracy": 0.35, "phase_flops": {"stage:math": 4e12, "stage:code": 1e12,
+                                                                          "recover:grpo": 1e12, "recover:opd": 1e12}}]
+    assert readout.recovery_start(record) == 5e12
