@@ -6,8 +6,8 @@
 RUNS: runs folders or folders of records. For every board with `recover` records, one row per seed:
 the self-teacher's and the lost student's accuracy on the domain, their difference against two
 standard errors of one check (`reports.metrics.recovery_forgetting`), the target, each arm's FLOPs
-to it, the ratio GRPO / self-OPD, and the student's final held-out accuracy on the domain, after
-self-OPD. Then the ratio's estimate and verdict twice: over the seeds that measurably forgot, and
+to it, the ratio GRPO / self-OPD, self-OPD's best check (where the record keeps its checks) and the
+student's final held-out accuracy on the domain, after self-OPD. Then the ratio's estimate and verdict twice: over the seeds that measurably forgot, and
 over every seed, as the board computes it. `--figure PNG` draws each seed's recovery (`plot`).
 Bad input: one line, exit 2.
 """
@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 from reports.boards import build_boards  # noqa: E402
 from reports.findings import direction  # noqa: E402
-from reports.metrics import recovery_forgetting, self_teacher_reduction  # noqa: E402
+from reports.metrics import forgot_measurably, recovery_forgetting, self_teacher_reduction  # noqa: E402
 from reports.records import load_many, to_frames  # noqa: E402
 from reports.stats import Estimate  # noqa: E402
 
@@ -35,7 +35,7 @@ METHOD = "recover"
 def measured(record: dict) -> bool | None:
     """Whether the student lost at least two standard errors of one check; None where unknown."""
     lost, noise = recovery_forgetting(record.get("recovery"))
-    return None if lost is None else lost >= noise
+    return None if lost is None else forgot_measurably(lost, noise)
 
 
 def final_domain_accuracy(record: dict) -> float | None:
@@ -84,7 +84,7 @@ def readout(records: list[dict]) -> list[str]:
         group.sort(key=lambda r: r["seed"])
         lines += [f"## {' · '.join(key)}", "",
                   "| seed | self-teacher | lost | forgot, points (2 SE) | measured | target | GRPO FLOPs | self-OPD FLOPs "
-                  "| GRPO / self-OPD | student at the end |", "| --- " * 10 + "|"]
+                  "| GRPO / self-OPD | self-OPD's best check | student at the end |", "| --- " * 11 + "|"]
         for r in group:
             rec = r["recovery"]
             lost, noise = recovery_forgetting(rec)
@@ -92,7 +92,7 @@ def readout(records: list[dict]) -> list[str]:
                 f"| {r['seed']} | {_pct(rec.get('teacher_accuracy'))} | {_pct(rec.get('lost_accuracy'))} "
                 f"| {_pts(lost)} ({_pts(noise)}) | {_yes(measured(r))} | {_pct(rec.get('target'))} "
                 f"| {_flops(rec['grpo_flops'])} | {_flops(rec['opd_flops'])} | {_ratio(self_teacher_reduction(rec))} "
-                f"| {_pct(final_domain_accuracy(r))} |")
+                f"| {_pct(best_check(r))} | {_pct(final_domain_accuracy(r))} |")
         kept = [r for r in group if measured(r)]
         for name, subset in (("seeds that measurably forgot", kept), ("every seed (the board's)", group)):
             est = reduction_estimate(subset)
@@ -100,6 +100,12 @@ def readout(records: list[dict]) -> list[str]:
             lines.append(f"- {name}: {len(subset)} of {len(group)}; GRPO / self-OPD {_estimate(est)}: {verdict}")
         lines.append("")
     return lines
+
+
+def best_check(record: dict, arm: str = "opd") -> float | None:
+    """An arm's best held-out check, where the record keeps its checks."""
+    checks = (record["recovery"].get("checks") or {}).get(arm)
+    return max(a for _, a in checks) if checks else None
 
 
 def recovery_start(record: dict) -> float | None:
@@ -112,8 +118,8 @@ def recovery_start(record: dict) -> float | None:
 def plot(records: list[dict], path: Path) -> None:
     """One panel per seed: the student's held-out accuracy on the domain against its counted FLOPs (it
     learns the domain, loses it to the others, then self-OPD recovers it), the target, and GRPO's
-    recovery, which ran on a clone, drawn as a branch from the lost student to the FLOPs at which it
-    reached the target."""
+    recovery, which ran on a clone, as a branch from the lost student: each arm's checks where the
+    record keeps them, else a line to the FLOPs at which GRPO reached the target."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,9 +142,15 @@ def plot(records: list[dict], path: Path) -> None:
                 color="tab:blue", label="student (self-OPD last)")
         ax.axhline(100 * rec["target"], color="grey", linestyle=":", linewidth=0.8, label="target")
         start = recovery_start(r)
+        checks = rec.get("checks") or {}
         if start is not None:
             ax.axvline(start / 1e12, color="grey", linewidth=0.6)
-            if rec.get("grpo_flops") is not None and rec.get("lost_accuracy") is not None:
+            for arm, colour in (("grpo", "tab:orange"), ("opd", "tab:green")):
+                if checks.get(arm):
+                    ax.plot([(start + f) / 1e12 for f, _ in checks[arm]], [100 * a for _, a in checks[arm]],
+                            color=colour, marker=".", markersize=2, linewidth=0.8,
+                            label=f"{'GRPO' if arm == 'grpo' else 'self-OPD'}'s checks")
+            if not checks and rec.get("grpo_flops") is not None and rec.get("lost_accuracy") is not None:
                 ax.plot([start / 1e12, (start + rec["grpo_flops"]) / 1e12],
                         [100 * rec["lost_accuracy"], 100 * rec["target"]], color="tab:orange", marker="o",
                         markersize=3, linewidth=1.2, label="GRPO from the lost student")

@@ -17,8 +17,9 @@ own milestones, so neither arm's FLOPs include them. The target is
 lost + `target_fraction` x (self-teacher - lost) held-out accuracy, measured once,
 or an absolute accuracy (`target`).
 The result, `ctx.report("recovery", {domain, target, grpo_flops, opd_flops, check_size,
-teacher_accuracy, lost_accuracy})` (FLOPs None where not reached within the phase's cap), becomes
-the record's `recovery` block; the self-teacher reduction is grpo_flops / opd_flops.
+teacher_accuracy, lost_accuracy, checks})` (FLOPs None where not reached within the phase's cap;
+`checks`: per arm, every check as [the arm's FLOPs so far, accuracy]), becomes the record's
+`recovery` block; the self-teacher reduction is grpo_flops / opd_flops.
 
 Departures from the paper:
 - forgetting is induced by a fixed budget of GRPO on the other domains, not by a longer curriculum;
@@ -71,10 +72,12 @@ def recover_until(
     `ctx.state[phase]`, so a resumed run repeats exactly what the killed one would have done.
     """
     progress = ctx.state.setdefault(phase, {"steps": 0, "done": False, "flops": None, "accuracy": None})
+    progress.setdefault("checks", [])  # a checkpoint from before checks were kept resumes with those to come
     with ctx.phase(phase):
         while not progress["done"]:
             if progress["steps"] % config.check_every == 0:
                 progress["accuracy"] = heldout_accuracy(ctx, policy, domain, config.check_size)
+                progress["checks"].append([ctx.phase_flops(phase), progress["accuracy"]])
                 if progress["accuracy"] >= target:
                     progress["flops"] = ctx.phase_flops(phase)
                     progress["done"] = True
@@ -122,7 +125,8 @@ class Recover:
         measured = ctx.state["recovery_target"]
         ctx.report("recovery", {"domain": domain, "target": target, "grpo_flops": grpo_flops, "opd_flops": opd_flops,
                                 "check_size": config.check_size, "teacher_accuracy": measured["teacher"],
-                                "lost_accuracy": measured["lost"]})
+                                "lost_accuracy": measured["lost"],
+                                "checks": {arm: ctx.state[f"recover:{arm}"]["checks"] for arm in ("grpo", "opd")}})
 
     def _domains(self, ctx: RunContext) -> tuple[str, list[str]]:
         domain = self.config.domain or ctx.domains[0]

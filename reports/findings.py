@@ -25,7 +25,7 @@ from typing import Any
 
 from reports.boards import Board
 from reports.columns import tau_label
-from reports.metrics import REFERENCE_METHOD, TARGET_GAINS
+from reports.metrics import REFERENCE_METHOD, TARGET_GAINS, forgot_measurably
 from reports.stats import Estimate, estimate_pair, rng_for
 
 HOLDS, FAILS, UNSURE, NOT_MEASURED = "holds", "does not hold at this scale", "inconclusive", "not measured"
@@ -240,7 +240,7 @@ def _recovery_note(m, est: Estimate) -> str:
         parts.append("a seed where GRPO did not reach it counts as ∞×")
     unmeasured = [(seed, lost, noise) for seed, lost, noise
                   in zip(m.seeds, m.per_run["recovery_forgetting"], m.per_run["recovery_noise"])
-                  if _known(lost) and _known(noise) and lost < noise]
+                  if _known(lost) and _known(noise) and not forgot_measurably(lost, noise)]
     if unmeasured:
         seeds, lost, noise = zip(*unmeasured)
         one = len(unmeasured) == 1

@@ -353,6 +353,12 @@ def recovery_forgetting(recovery: Mapping[str, Any] | None) -> tuple[float | Non
     return float(teacher) - float(lost), 2.0 * math.sqrt(teacher * (1.0 - teacher) / size)
 
 
+def forgot_measurably(forgetting: float, noise: float) -> bool:
+    """Whether a recovery had something to recover: the student lost at least two standard errors of
+    one check, and more than nothing (a check at 0% or 100% accuracy has no binomial error)."""
+    return forgetting > 0 and forgetting >= noise
+
+
 def self_teacher_reduction(recovery: Mapping[str, Any] | None) -> float | None:
     """GRPO's recovery FLOPs / self-OPD's (record["recovery"]). An arm that did not reach the target
     within its cap needs more FLOPs than it was given, without bound, as a curve that never reaches a

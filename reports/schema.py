@@ -88,6 +88,9 @@ _RECOVERY = {
         "check_size": {"type": "integer", "minimum": 1},  # held-out prompts the recovery target was checked on
         "teacher_accuracy": _fraction,
         "lost_accuracy": _fraction,
+        # per arm (grpo, opd), every check in order as [the arm's counted FLOPs so far, accuracy]
+        "checks": {"type": "object", "additionalProperties": {
+            "type": "array", "items": {"type": "array", "items": [_nonneg, _fraction], "minItems": 2, "maxItems": 2}}},
     },
 }
 

@@ -40,6 +40,8 @@ def test_only_seeds_that_measurably_forgot_decide(tmp_path):
     assert readout.measured(make_record("recover", recovery={"domain": "math", "grpo_flops": 1.0,
                                                               "opd_flops": 1.0})) is None
     records[0]["final_domain_accuracy"] = {"math": 0.55, "code": 0.2}
+    records[0]["recovery"]["checks"] = {"grpo": [[0.0, 0.52], [1e11, 0.6]], "opd": [[0.0, 0.52], [5e10, 0.57],
+                                                                               [1e11, 0.56]]}
     del records[3]["final_domain_accuracy"]["math"]
     _write(tmp_path, records)
     figure = tmp_path / "recovery.png"
@@ -48,8 +50,8 @@ def test_only_seeds_that_measurably_forgot_decide(tmp_path):
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {figure}" in out
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")
             and line.split("|")[1].strip().isdigit()}
-    assert "| 8.0 (5.7) | yes |" in rows["0"] and rows["0"].rstrip().endswith("| 55.0% |")
-    assert "| 0.3 (5.7) | no |" in rows["3"] and "| 2.00x |" in rows["3"] and rows["3"].rstrip().endswith("| - |")
+    assert "| 8.0 (5.7) | yes |" in rows["0"] and rows["0"].rstrip().endswith("| 57.0% | 55.0% |")
+    assert "| 0.3 (5.7) | no |" in rows["3"] and "| 2.00x |" in rows["3"] and rows["3"].rstrip().endswith("| - | - |")
     assert "not within the cap | 0.00x |" in rows["1"]
     # the measured seeds' ratios are 0, 0 and 2; an IQM of three runs trims none: 0.67, its interval spanning 1
     measured = next(line for line in out.splitlines() if line.startswith("- seeds that measurably forgot"))

@@ -17,7 +17,7 @@ BUDGET = 6e10
 def _check_phases(summary: dict) -> None:
     recovery = summary["recovery"]
     assert set(recovery) == {"domain", "target", "grpo_flops", "opd_flops", "check_size", "teacher_accuracy",
-                             "lost_accuracy"}
+                             "lost_accuracy", "checks"}
     assert recovery["domain"] == "code" and 0.0 <= recovery["target"] <= 1.0
     assert recovery["check_size"] == 16
     keys = ledger_keys(summary)
@@ -28,6 +28,13 @@ def _check_phases(summary: dict) -> None:
     assert not any(p == "recover:target" for p, _, _ in keys)
     for how, model in (("grpo", "recover:grpo"), ("opd", "student")):
         assert (f"recover:{how}", "update", model) in keys or recovery[f"{how}_flops"] == 0.0
+        # Every check in order: the arm's FLOPs so far (0 before its first step), its accuracy; the
+        # last one reached the target exactly where the arm says it did, or none did.
+        checks = recovery["checks"][how]
+        assert checks and checks[0][0] == 0.0 and [f for f, _ in checks] == sorted(f for f, _ in checks)
+        assert len(checks) == len({f for f, _ in checks})
+        reached = [f for f, a in checks if a >= recovery["target"]]
+        assert reached == ([] if recovery[f"{how}_flops"] is None else [recovery[f"{how}_flops"]])
         if recovery[f"{how}_flops"] is not None:
             # Reached: the phase stopped right there, so its FLOPs are the recorded ones.
             assert recovery[f"{how}_flops"] == pytest.approx(phase_flops(summary, f"recover:{how}"))

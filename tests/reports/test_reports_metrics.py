@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from reports.fit import fit_scaling_curve
 from reports.metrics import (
-    carry_flat, distillation_share, final_accuracy, flops_to_target, flops_to_target_batch, gain_per_pflop_spent,
-    interpolate_curve, length_ratio, recovery_forgetting, savings_at_matched_accuracy, self_teacher_reduction,
+    carry_flat, distillation_share, final_accuracy, flops_to_target, flops_to_target_batch, forgot_measurably,
+    gain_per_pflop_spent, interpolate_curve, length_ratio, recovery_forgetting, savings_at_matched_accuracy,
+    self_teacher_reduction,
 )
 
 F = [0.0, 1e12, 1e14]
@@ -149,3 +150,7 @@ def test_recovery_forgetting_against_two_standard_errors_of_one_check():
     assert lost == pytest.approx(0.1) and noise == pytest.approx(2 * (0.6 * 0.4 / 300) ** 0.5)
     assert recovery_forgetting({"teacher_accuracy": 0.6, "lost_accuracy": 0.5}) == (None, None)
     assert recovery_forgetting(None) == (None, None)
+    assert forgot_measurably(lost, noise) and not forgot_measurably(0.05, noise)
+    # at 0% a check has no binomial error, but nothing lost is still nothing to recover
+    assert recovery_forgetting({"teacher_accuracy": 0.0, "lost_accuracy": 0.0, "check_size": 300}) == (0.0, 0.0)
+    assert not forgot_measurably(0.0, 0.0)

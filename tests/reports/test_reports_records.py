@@ -58,6 +58,8 @@ def _broken(of="grpo-joint", **changes):
     ({"max_step_flops": -1.0}, "max_step_flops"),
     ({"of": "self-grpo", "recovery__check_size": 0}, "recovery.check_size"),
     ({"of": "self-grpo", "recovery__teacher_accuracy": 1.2}, "recovery.teacher_accuracy"),
+    ({"of": "self-grpo", "recovery__checks": {"opd": [[0.0, 1.5]]}}, "recovery.checks.opd[0][1]"),
+    ({"of": "self-grpo", "recovery__checks": {"opd": [[1e10]]}}, "recovery.checks.opd[0]"),
     ({"samples__0__prompt": "x" * 2001}, "samples[0].prompt"),
     ({"samples__0__completion": "x" * 2001}, "samples[0].completion"),
     ({"samples__0__reward": 1.5}, "samples[0].reward"),
