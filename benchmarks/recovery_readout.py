@@ -7,9 +7,9 @@ RUNS: runs folders or folders of records. For every board with `recover` records
 the self-teacher's and the lost student's accuracy on the domain, their difference against two
 standard errors of one check (`reports.metrics.recovery_forgetting`), the target, each arm's FLOPs
 to it, the ratio GRPO / self-OPD, self-OPD's best check (where the record keeps its checks) and the
-student's final held-out accuracy on the domain, after self-OPD. Then the ratio's estimate and verdict twice: over the seeds that measurably forgot, and
-over every seed, as the board computes it. `--figure PNG` draws each seed's recovery (`plot`).
-Bad input: one line, exit 2.
+student's final held-out accuracy on the domain, after self-OPD. Then the ratio's estimate and
+verdict twice: over the seeds that measurably forgot, and over every seed, as the board computes it.
+`--figure PNG` draws each seed's recovery (`plot`). Bad input: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -32,8 +32,14 @@ from reports.stats import Estimate  # noqa: E402
 METHOD = "recover"
 
 
+def recoveries(records: list[dict]) -> list[dict]:
+    """The records of the recovery protocol that carry its result."""
+    return [r for r in records if r["method"] == METHOD and r.get("recovery")]
+
+
 def measured(record: dict) -> bool | None:
-    """Whether the student lost at least two standard errors of one check; None where unknown."""
+    """Whether the student lost more than nothing and at least two standard errors of one check;
+    None where the record lacks the accuracies."""
     lost, noise = recovery_forgetting(record.get("recovery"))
     return None if lost is None else forgot_measurably(lost, noise)
 
@@ -42,6 +48,12 @@ def final_domain_accuracy(record: dict) -> float | None:
     """The run's last held-out evaluation on the recovered domain: the self-OPD arm's student (the run's
     deliverable) where self-OPD ran last, on the record's `eval_size` prompts, which include the checks'."""
     return (record.get("final_domain_accuracy") or {}).get(record["recovery"]["domain"])
+
+
+def best_check(record: dict, arm: str = "opd") -> float | None:
+    """An arm's best held-out check, where the record keeps its checks."""
+    checks = (record["recovery"].get("checks") or {}).get(arm)
+    return max(a for _, a in checks) if checks else None
 
 
 def reduction_estimate(records: list[dict]) -> Estimate | None:
@@ -77,9 +89,8 @@ def readout(records: list[dict]) -> list[str]:
     """The printed read-out, one block per board (profile, suite, difficulty)."""
     lines: list[str] = []
     boards: dict[tuple, list[dict]] = {}
-    for r in records:
-        if r["method"] == METHOD and r.get("recovery"):
-            boards.setdefault((r["profile"], r["suite"], r["difficulty"]), []).append(r)
+    for r in recoveries(records):
+        boards.setdefault((r["profile"], r["suite"], r["difficulty"]), []).append(r)
     for key, group in sorted(boards.items()):
         group.sort(key=lambda r: r["seed"])
         lines += [f"## {' · '.join(key)}", "",
@@ -102,12 +113,6 @@ def readout(records: list[dict]) -> list[str]:
     return lines
 
 
-def best_check(record: dict, arm: str = "opd") -> float | None:
-    """An arm's best held-out check, where the record keeps its checks."""
-    checks = (record["recovery"].get("checks") or {}).get(arm)
-    return max(a for _, a in checks) if checks else None
-
-
 def recovery_start(record: dict) -> float | None:
     """Counted FLOPs when the recovery began: the last evaluation before either arm had spent a FLOP."""
     before = [p["flops"] for p in record["curve"]
@@ -117,9 +122,9 @@ def recovery_start(record: dict) -> float | None:
 
 def plot(records: list[dict], path: Path) -> None:
     """One panel per seed: the student's held-out accuracy on the domain against its counted FLOPs (it
-    learns the domain, loses it to the others, then self-OPD recovers it), the target, and GRPO's
-    recovery, which ran on a clone, as a branch from the lost student: each arm's checks where the
-    record keeps them, else a line to the FLOPs at which GRPO reached the target."""
+    learns the domain, loses it to the others, then self-OPD recovers it), the target, and the
+    recovery from the lost student: each arm's checks where the record keeps them (GRPO's arm ran on
+    a clone, so its checks branch off), else a line to the FLOPs at which GRPO reached the target."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,11 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_dir():
             parser.error(f"{path}: not a folder")
     records, _ = load_many(args.runs)
-    if not any(r["method"] == METHOD and r.get("recovery") for r in records):
+    if not recoveries(records):
         parser.error(f"no {METHOD} records with a recovery block under {', '.join(map(str, args.runs))}")
     print("\n".join(readout(records)))
     if args.figure:
-        plot([r for r in records if r["method"] == METHOD and r.get("recovery")], args.figure)
+        plot(recoveries(records), args.figure)
         print(f"wrote {args.figure}")
     return 0
 
