@@ -31,8 +31,8 @@ STOP_BUDGET = "8e11"
 
 
 def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
-    run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS, "--budget", STOP_BUDGET], cwd=ROOT,
-                         capture_output=True, text=True, timeout=900)
+    study = [sys.executable, str(SCRIPT), str(tmp_path), *ARGS, "--budget", STOP_BUDGET]
+    run = subprocess.run(study, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     result = read_result(tmp_path / "full_budget-to-budget.json")
     stop = result["seeds"]["0"]["kl_rule_stop"]
@@ -71,8 +71,7 @@ def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
     assert json.loads((tmp_path / "experts.json").read_text()) == {f"to-budget/{arm['run_id']}": experts}
     assert (tmp_path / "full_budget-to-budget.png").stat().st_size > 10_000
 
-    again = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *ARGS, "--budget", STOP_BUDGET], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
+    again = subprocess.run(study, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and again.stdout == run.stdout.split("\n", 3)[-1], again.stderr[-3000:]
 
 
