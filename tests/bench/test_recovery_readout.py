@@ -4,13 +4,12 @@ one-line error on bad input."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.bench.support import benchmark_module
-from tests.reports.factory import make_record
+from tests.reports.factory import make_record, write_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "recovery_readout.py"
@@ -22,13 +21,6 @@ def _recover(seed: int, lost: float, opd_flops: float | None) -> dict:
     record["recovery"] = {"domain": "math", "target": 0.5, "grpo_flops": 1e12, "opd_flops": opd_flops,
                           "check_size": 300, "teacher_accuracy": 0.6, "lost_accuracy": 0.6 - lost}
     return record
-
-
-def _write(folder: Path, records: list[dict]) -> None:
-    for r in records:
-        run = folder / r["run_id"]
-        run.mkdir(parents=True)
-        (run / "summary.json").write_text(json.dumps(r))
 
 
 def test_only_seeds_that_measurably_forgot_decide(tmp_path):
@@ -43,7 +35,7 @@ def test_only_seeds_that_measurably_forgot_decide(tmp_path):
     records[0]["recovery"]["checks"] = {"grpo": [[0.0, 0.52], [1e11, 0.6]], "opd": [[0.0, 0.52], [5e10, 0.57],
                                                                                [1e11, 0.56]]}
     del records[3]["final_domain_accuracy"]["math"]
-    _write(tmp_path, records)
+    write_runs(records, tmp_path)
     figure = tmp_path / "recovery.png"
     out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--figure", str(figure)], capture_output=True,
                          text=True, check=True, cwd=ROOT).stdout
