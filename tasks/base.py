@@ -11,7 +11,7 @@ generators and its comparison rule:
   runs (extract, normalise, compare) under the hostile-text guard.
 
 Formats: `tiny` (compact prompts, direct answers of a few characters), `worked` (compact prompts,
-answers worked step by step over 30-60 characters and rewarded on the final answer only) and `hf`
+answers worked step by step over 22-60 characters and rewarded on the final answer only) and `hf`
 (natural-language chat prompts for real models).
 
 Final-answer rule (all domains): a completion is looked at through its first `MAX_COMPLETION_CHARS`

@@ -1,7 +1,7 @@
 """Profiles: which models, token limits, budgets and evaluation sizes a run uses by default.
 
 Worlds that run on a CPU with models this project builds itself (`bench prepare`):
-- `tiny` (default): the worked-answer world. Answers are worked step by step over 30-60 tokens and
+- `tiny` (default): the worked-answer world. Answers are worked step by step over 22-60 tokens and
   rewarded on the final answer only; the base is a ~1.3M student warmed up on worked solutions for
   fewer steps than it needs to master them, so its mistakes are its own and differ by domain; the
   external teacher is ~4.7x larger and trained longer on another valid solution style.
@@ -117,7 +117,7 @@ WORKED = Profile(
     budget_flops=2e13,
     eval_size=500,
     world_version="worked-1",
-    description="worked answers of 30-60 tokens: ~1.3M student, ~6M external teacher (CPU, minutes after prepare)",
+    description="worked answers of 22-60 tokens: ~1.3M student, ~6M external teacher (CPU, minutes after prepare)",
     # The base: step 1,500 of a constant-rate warm-up drawing graphs 1.5x and strings 0.5x as often, the
     # first checkpoint that met the rule of docs/world.md (Calibration), chosen before any method ran.
     warmup=WarmupConfig(student_steps=1500, teacher_steps=3000, batch_size=64, student_lr=3e-3, teacher_lr=1.5e-3,

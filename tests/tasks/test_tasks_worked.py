@@ -1,4 +1,4 @@
-"""The worked format: answers worked over 30-60 tokens, rewarded on the final answer after `#` only."""
+"""The worked format: answers worked over 22-60 tokens, rewarded on the final answer after `#` only."""
 
 from __future__ import annotations
 
