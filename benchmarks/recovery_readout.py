@@ -6,8 +6,9 @@
 RUNS: runs folders or folders of records. For every board with `recover` records, one row per seed:
 the self-teacher's and the lost student's accuracy on the domain, their difference against two
 standard errors of one check (`reports.metrics.recovery_forgetting`), the target, each arm's FLOPs
-to it, the ratio GRPO / self-OPD, self-OPD's best check (where the record keeps its checks) and the
-student's final held-out accuracy on the domain, after self-OPD. Then the ratio's estimate and
+to it, the ratio GRPO / self-OPD, self-OPD's best check and, where it never reached the target, the
+mean of its checks over the second half of the FLOPs it spent (both where the record keeps its
+checks), and the student's final held-out accuracy on the domain, after self-OPD. Then the ratio's estimate and
 verdict twice: over the seeds that measurably forgot, and over every seed, as the board computes it.
 `--figure PNG` draws each seed's recovery (`plot`). Bad input: one line, exit 2.
 """
@@ -56,6 +57,18 @@ def best_check(record: dict, arm: str = "opd") -> float | None:
     return max(a for _, a in checks) if checks else None
 
 
+def late_checks(record: dict, arm: str = "opd") -> float | None:
+    """The mean of an arm's checks over the second half of the FLOPs it spent, where it never reached the
+    target (where it kept or lost what its first steps gained); None where it did, or without checks."""
+    rec = record["recovery"]
+    checks = (rec.get("checks") or {}).get(arm)
+    if not checks or rec.get(f"{arm}_flops") is not None:
+        return None
+    half = checks[-1][0] / 2
+    late = [a for f, a in checks if f >= half]
+    return sum(late) / len(late)
+
+
 def reduction_estimate(records: list[dict]) -> Estimate | None:
     """The board's self-teacher reduction over these records (one board), None without records."""
     if not records:
@@ -95,7 +108,8 @@ def readout(records: list[dict]) -> list[str]:
         group.sort(key=lambda r: r["seed"])
         lines += [f"## {' · '.join(key)}", "",
                   "| seed | self-teacher | lost | forgot, points (2 SE) | measured | target | GRPO FLOPs | self-OPD FLOPs "
-                  "| GRPO / self-OPD | self-OPD's best check | student at the end |", "| --- " * 11 + "|"]
+                  "| GRPO / self-OPD | self-OPD's best check | self-OPD's late checks | student at the end |",
+                  "| --- " * 12 + "|"]
         for r in group:
             rec = r["recovery"]
             lost, noise = recovery_forgetting(rec)
@@ -103,7 +117,7 @@ def readout(records: list[dict]) -> list[str]:
                 f"| {r['seed']} | {_pct(rec.get('teacher_accuracy'))} | {_pct(rec.get('lost_accuracy'))} "
                 f"| {_pts(lost)} ({_pts(noise)}) | {_yes(measured(r))} | {_pct(rec.get('target'))} "
                 f"| {_flops(rec['grpo_flops'])} | {_flops(rec['opd_flops'])} | {_ratio(self_teacher_reduction(rec))} "
-                f"| {_pct(best_check(r))} | {_pct(final_domain_accuracy(r))} |")
+                f"| {_pct(best_check(r))} | {_pct(late_checks(r))} | {_pct(final_domain_accuracy(r))} |")
         kept = [r for r in group if measured(r)]
         for name, subset in (("seeds that measurably forgot", kept), ("every seed (the board's)", group)):
             est = reduction_estimate(subset)

@@ -32,8 +32,11 @@ def test_only_seeds_that_measurably_forgot_decide(tmp_path):
     assert readout.measured(make_record("recover", recovery={"domain": "math", "grpo_flops": 1.0,
                                                               "opd_flops": 1.0})) is None
     records[0]["final_domain_accuracy"] = {"math": 0.55, "code": 0.2}
-    records[0]["recovery"]["checks"] = {"grpo": [[0.0, 0.52], [1e11, 0.6]], "opd": [[0.0, 0.52], [5e10, 0.57],
-                                                                               [1e11, 0.56]]}
+    # self-OPD never reached the target on seed 0: its checks from half its FLOPs on are 0.57 and 0.53
+    records[0]["recovery"]["checks"] = {"grpo": [[0.0, 0.52], [1e11, 0.6]],
+                                        "opd": [[0.0, 0.52], [4e10, 0.56], [5e10, 0.57], [1e11, 0.53]]}
+    records[2]["recovery"]["checks"] = {"grpo": [[0.0, 0.54], [1e12, 0.6]], "opd": [[0.0, 0.54], [5e11, 0.58]]}
+    records[2]["final_domain_accuracy"]["math"] = 0.6
     del records[3]["final_domain_accuracy"]["math"]
     write_runs(records, tmp_path)
     figure = tmp_path / "recovery.png"
@@ -42,8 +45,9 @@ def test_only_seeds_that_measurably_forgot_decide(tmp_path):
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {figure}" in out
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")
             and line.split("|")[1].strip().isdigit()}
-    assert "| 8.0 (5.7) | yes |" in rows["0"] and rows["0"].rstrip().endswith("| 57.0% | 55.0% |")
-    assert "| 0.3 (5.7) | no |" in rows["3"] and "| 2.00x |" in rows["3"] and rows["3"].rstrip().endswith("| - | - |")
+    assert "| 8.0 (5.7) | yes |" in rows["0"] and rows["0"].rstrip().endswith("| 57.0% | 55.0% | 55.0% |")
+    assert rows["2"].rstrip().endswith("| 58.0% | - | 60.0% |")  # it reached the target: no late checks
+    assert "| 0.3 (5.7) | no |" in rows["3"] and "| 2.00x |" in rows["3"] and rows["3"].rstrip().endswith("| - | - | - |")
     assert "not within the cap | 0.00x |" in rows["1"]
     # the measured seeds' ratios are 0, 0 and 2; an IQM of three runs trims none: 0.67, its interval spanning 1
     measured = next(line for line in out.splitlines() if line.startswith("- seeds that measurably forgot"))
