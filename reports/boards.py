@@ -18,8 +18,8 @@ import pandas as pd
 
 from reports.fit import CurveFit, fit_scaling_curve
 from reports.metrics import (
-    BUDGET_FRACTIONS, FIRST_MILESTONE, REFERENCE_METHOD, TARGET_GAINS, envelope_segments, interpolate_curve,
-    upper_envelope,
+    BUDGET_FRACTIONS, FIRST_MILESTONE, PROTOCOL_METHODS, REFERENCE_METHOD, TARGET_GAINS, envelope_segments,
+    interpolate_curve, upper_envelope,
 )
 from reports.records import ACCURACY_AT, BOARD_COLUMNS, Frames
 from reports.relative import Reference, Relative, at_spend, empty_relative, reference_bootstrap, targets_and_savings
@@ -100,6 +100,11 @@ class MethodResult:
     per_run: dict[str, list] = field(default_factory=dict)  # column of the runs frame -> values, seed order
 
     @property
+    def is_protocol(self) -> bool:
+        """A finding's measurement protocol (`PROTOCOL_METHODS`): shown, never ranked."""
+        return self.method in PROTOCOL_METHODS
+
+    @property
     def n_seeds(self) -> int:
         return len(self.run_ids)
 
@@ -148,6 +153,7 @@ class Frontier:
     """
 
     grid: np.ndarray
+    methods: list[str]  # the ranked methods, in the board's order: one row of `curves` each
     curves: np.ndarray
     top: np.ndarray
     leader: list[str]
@@ -272,8 +278,10 @@ def frontier(methods: list[MethodResult], budget_flops: float) -> Frontier | Non
     """The Pareto frontier of whole curves: which method's aggregate curve is on top at each FLOP value.
 
     Read at every evaluation of every method and at FRONTIER_POINTS log-spaced values from the first
-    milestone (1% of the budget) to the budget; a tie goes to the method listed first.
+    milestone (1% of the budget) to the budget; a tie goes to the method listed first. Protocols
+    (`MethodResult.is_protocol`) are left out: they are not ranked.
     """
+    methods = [m for m in methods if not m.is_protocol]
     if not methods:
         return None
     lo = FIRST_MILESTONE * budget_flops
@@ -284,7 +292,7 @@ def frontier(methods: list[MethodResult], budget_flops: float) -> Frontier | Non
     leader = upper_envelope(curves)
     names = [methods[i].method for i in leader]
     segments = [(methods[i].method, a, b) for i, a, b in envelope_segments(grid, leader)]
-    return Frontier(grid, curves, curves[leader, np.arange(grid.size)], names, segments)
+    return Frontier(grid, [m.method for m in methods], curves, curves[leader, np.arange(grid.size)], names, segments)
 
 
 PROFILE_ORDER = ("tiny", "direct")  # the default world's boards first
@@ -328,7 +336,7 @@ def build_boards(frames: Frames) -> list[Board]:
         key = BoardKey(*(str(v) for v in values[:4]), float(values[4]))
         ref = _reference(runs, curves, key)
         results = [_method_result(m, g, idx, key, ref) for m, g in runs.groupby("method")]
-        results.sort(key=lambda r: (not r.is_reference, -(r.final_accuracy.value or 0.0), r.method))
+        results.sort(key=lambda r: (not r.is_reference, r.is_protocol, -(r.final_accuracy.value or 0.0), r.method))
         targets = {} if ref is None or not ref.has_targets else dict(zip(TARGET_GAINS, map(float, ref.tau)))
         board = Board(key, REFERENCE_METHOD if ref else None, targets, results, frontier(results, key.budget_flops),
                       n_domains=int(runs["n_domains"].max()))

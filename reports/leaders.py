@@ -50,10 +50,12 @@ def board_leads(board: Board, fractions=BUDGET_FRACTIONS) -> list[Lead]:
     """A Lead per fraction of the budget; fractions where no method has a value are left out.
 
     Ties on the point value go to the method listed first on the board (the reference leads the table).
+    Protocols (`MethodResult.is_protocol`) are not ranked: never leader or runner-up.
     """
     out = []
     for f in fractions:
-        ranked = sorted(((m.method, m.accuracy_at[f]) for m in board.methods if m.accuracy_at[f].value is not None),
+        ranked = sorted(((m.method, m.accuracy_at[f]) for m in board.methods
+                         if not m.is_protocol and m.accuracy_at[f].value is not None),
                         key=lambda x: -x[1].value)  # stable: equal values keep the board's order
         if not ranked:
             continue

@@ -175,6 +175,7 @@ def method_view(board: Board, m: MethodResult, records: list[dict], plot_src: st
                "rmse": fmt(m.fit.rmse, "num")}
     reproduce = _reproduce(records, record_hrefs or {})
     return {"method": m.method, "colour": method_colour(m.method), "board": board.label, "is_reference": m.is_reference,
+            "is_protocol": m.is_protocol,
             "reproduce": reproduce, "has_samples": any(r["samples"] for r in reproduce),
             "samples_elsewhere": [r for r in reproduce if r["has_samples"] and not r["samples"]],
             "n_seeds": m.n_seeds, "seeds": m.seeds, "metrics": metrics, "fit": fit, "plot_src": plot_src,

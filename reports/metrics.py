@@ -24,6 +24,11 @@ import numpy as np
 
 PFLOP = 1e15
 REFERENCE_METHOD = "grpo-joint"
+# A finding's measurement protocol, not a way to post-train a model: `recover` learns one domain, loses
+# it, then recovers it twice (GRPO on a clone, self-OPD on the student), so its curve is the protocol's
+# student and its FLOPs include an arm that never reaches it. Its rows are shown but never ranked: no
+# lead in a board's sentence, no place on the frontier.
+PROTOCOL_METHODS = frozenset({"recover"})
 BUDGET_FRACTIONS = (0.10, 0.25, 0.50, 1.00)  # accuracy at matched FLOPs: these fractions of the budget
 TARGET_GAINS = (0.5, 0.75, 0.9)  # targets tau_k = base + k x (reference final - base)
 FIRST_MILESTONE = 0.01  # the area under the curve runs from this fraction of the budget to the budget

@@ -105,7 +105,8 @@ def _results_json(boards: list[Board], slugs: dict, claims, skipped, generated: 
     out = []
     for b in boards:
         methods = [{
-            "method": m.method, "is_reference": m.is_reference, "n_seeds": m.n_seeds, "seeds": m.seeds,
+            "method": m.method, "is_reference": m.is_reference, "is_protocol": m.is_protocol, "n_seeds": m.n_seeds,
+            "seeds": m.seeds,
             "run_ids": m.run_ids,
             "metrics": {name: est.to_dict() for name, est in m.metrics().items()},
             "fit": None if m.fit is None else {"asymptote": m.fit.asymptote, "efficiency": m.fit.efficiency,

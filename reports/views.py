@@ -57,7 +57,7 @@ def board_view(board: Board, slug: str, method_slugs: dict[str, str]) -> dict[st
     for m in board.methods:
         rows.append({
             "method": m.method, "href": method_href(slug, method_slugs[m.method]), "colour": method_colour(m.method),
-            "is_reference": m.is_reference, "n_seeds": m.n_seeds, "single": m.n_seeds == 1,
+            "is_reference": m.is_reference, "is_protocol": m.is_protocol, "n_seeds": m.n_seeds, "single": m.n_seeds == 1,
             "cells": [metric_cell(m, name) for name in COLUMNS],
         })
     return {
@@ -112,8 +112,8 @@ def frontier_data(board: Board, colours: dict[str, str]) -> dict[str, Any]:
     straight line on a log axis (before a run's first evaluation) they bend as the envelope does.
     """
     fr = board.frontier
-    series = [] if fr is None else [{"name": m.method, "colour": colours[m.method], "flops": fr.grid.tolist(),
-                                     "acc": fr.curves[i].tolist()} for i, m in enumerate(board.methods)]
+    series = [] if fr is None else [{"name": name, "colour": colours[name], "flops": fr.grid.tolist(),
+                                     "acc": curve.tolist()} for name, curve in zip(fr.methods, fr.curves)]
     segments = [] if fr is None else [{"name": n, "colour": colours[n], "start": a, "end": b}
                                       for n, a, b in fr.segments]
     envelope = None if fr is None else {"flops": fr.grid.tolist(), "acc": fr.top.tolist(), "leader": fr.leader}

@@ -117,6 +117,23 @@ def test_a_method_that_stops_early_lower_is_not_ranked_ahead_of_one_above_it_eve
     assert set(board.frontier.leader) == {"sft"}
 
 
+def test_a_protocol_is_shown_but_never_ranked():
+    # recover (claim 4's recovery protocol) is above every method everywhere: it stays on the board,
+    # listed after the methods, but leads nothing and is not on the frontier
+    records = [_run("grpo-joint", s, [0.2, 0.3, 0.4, 0.5]) for s in range(3)]
+    records += [_run("opd-multi", s, [0.2, 0.35, 0.45, 0.55]) for s in range(3)]
+    records += [_run("recover", s, [0.2, 0.5, 0.6, 0.7]) for s in range(3)]
+    board = _board(records)
+    assert [m.method for m in board.methods] == ["grpo-joint", "opd-multi", "recover"]
+    assert [m.is_protocol for m in board.methods] == [False, False, True]
+    assert board.method("recover").accuracy_at[1.0].value > board.method("opd-multi").accuracy_at[1.0].value
+    leads = board_leads(board)
+    assert [(lead.leader, lead.runner_up) for lead in leads] == [("opd-multi", "grpo-joint")] * 4
+    assert "recover" not in lead_sentence(leads)
+    assert board.frontier.methods == ["grpo-joint", "opd-multi"] and set(board.frontier.leader) == {"opd-multi"}
+    assert len(board.frontier.curves) == 2
+
+
 def test_a_board_without_the_reference_warns_and_leaves_relative_metrics_empty():
     board = _board([_run("opd-multi", s, [0.2, 0.4, 0.5, 0.6]) for s in range(3)])
     assert board.reference is None and board.targets == {} and board.warnings

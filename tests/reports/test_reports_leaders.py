@@ -14,7 +14,8 @@ def _est(value, low=None, high=None):
 
 def _board(**methods):
     """methods: name -> {fraction: Estimate}."""
-    return SimpleNamespace(methods=[SimpleNamespace(method=name, accuracy_at=at) for name, at in methods.items()])
+    return SimpleNamespace(methods=[SimpleNamespace(method=name, accuracy_at=at, is_protocol=name == "recover")
+                                    for name, at in methods.items()])
 
 
 def test_the_leader_at_each_fraction_is_the_highest_and_the_gap_is_in_points():
@@ -47,3 +48,10 @@ def test_equal_accuracies_go_to_the_method_listed_first_and_missing_values_are_s
     assert board_leads(board, (1.0,))[0].leader == "ref"
     assert board_leads(_board(x={1.0: Estimate(None, None, None, 0, "none")}), (1.0,)) == []
     assert lead_sentence([]) == ""
+
+
+def test_a_protocol_is_never_leader_or_runner_up():
+    board = _board(recover={1.0: _est(0.9, 0.85, 0.95)}, a={1.0: _est(0.6, 0.55, 0.65)})
+    alone = board_leads(board, (1.0,))[0]
+    assert (alone.leader, alone.runner_up, alone.state) == ("a", None, "alone")
+    assert board_leads(_board(recover={1.0: _est(0.9, 0.85, 0.95)}), (1.0,)) == []
