@@ -146,7 +146,8 @@ def _results_csv(results: dict[str, Any]) -> str:
     for b in results["boards"]:
         for m in b["methods"]:
             row = {k: b[k] for k in ("profile", "suite", "difficulty", "suite_version", "budget_flops")}
-            row.update(method=m["method"], is_reference=m["is_reference"], n_seeds=m["n_seeds"])
+            row.update(method=m["method"], is_reference=m["is_reference"], is_protocol=m["is_protocol"],
+                       n_seeds=m["n_seeds"])
             row = {k: csv_safe(v) for k, v in row.items()}  # the text cells (names come from records)
             for name, est in m["metrics"].items():
                 row.update({name: _number(est["value"]), f"{name}_low": _number(est["low"]),
