@@ -59,6 +59,8 @@ def metric_cell(m: MethodResult, name: str) -> dict[str, str]:
     _, unit, _ = METRICS[name]
     if name.startswith("savings_") and m.is_reference:
         return {"text": "reference", "interval": "", "sort": "0.0", "tip": "the reference itself"}
+    if name.startswith("savings_") and m.is_protocol:  # its FLOPs buy a measurement, not its student alone
+        return {"text": "not ranked", "interval": "", "sort": "", "tip": "a protocol is not ranked against the reference"}
     missing = "—"
     if name.startswith(("savings_", "flops_to_target_")):
         ftt = m.flops_to_target[next(k for k in TARGET_GAINS if name.endswith(gain_name(k)))]

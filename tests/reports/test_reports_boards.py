@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from reports.boards import build_boards, phase_group
+from reports.columns import metric_cell
 from reports.findings import FAILS, HOLDS, NOT_MEASURED, UNSURE, direction, findings, within_factor
 from reports.leaders import board_leads, lead_sentence
 from reports.records import to_frames
@@ -132,6 +133,9 @@ def test_a_protocol_is_shown_but_never_ranked():
     assert "recover" not in lead_sentence(leads)
     assert board.frontier.methods == ["grpo-joint", "opd-multi"] and set(board.frontier.leader) == {"opd-multi"}
     assert len(board.frontier.curves) == 2
+    # its savings against the reference are not shown as a ranking; a method's are
+    assert metric_cell(board.method("recover"), "savings_k50")["text"] == "not ranked"
+    assert metric_cell(board.method("opd-multi"), "savings_k50")["text"].endswith("%")
 
 
 def test_a_board_without_the_reference_warns_and_leaves_relative_metrics_empty():
