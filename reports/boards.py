@@ -290,9 +290,9 @@ def frontier(methods: list[MethodResult], budget_flops: float) -> Frontier | Non
     grid = np.unique(np.r_[np.geomspace(lo, budget_flops, FRONTIER_POINTS), inside])
     curves = np.stack([interpolate_curve(m.curves.grid, m.curve_mid, grid) for m in methods])  # [M, X]
     leader = upper_envelope(curves)
-    names = [methods[i].method for i in leader]
-    segments = [(methods[i].method, a, b) for i, a, b in envelope_segments(grid, leader)]
-    return Frontier(grid, [m.method for m in methods], curves, curves[leader, np.arange(grid.size)], names, segments)
+    ranked = [m.method for m in methods]
+    segments = [(ranked[i], a, b) for i, a, b in envelope_segments(grid, leader)]
+    return Frontier(grid, ranked, curves, curves[leader, np.arange(grid.size)], [ranked[i] for i in leader], segments)
 
 
 PROFILE_ORDER = ("tiny", "direct")  # the default world's boards first

@@ -139,6 +139,7 @@ def _leaders_agree_with_the_table(site: Path, page, panels: list[str]) -> None:
                  "1": "final_accuracy"}
     results = json.loads((site / "results.json").read_text(encoding="utf-8"))
     for panel in panels:
+        board = next(b for b in results["boards"] if b["slug"] == panel)
         page.click(f"#tab-{panel}")
         clauses = page.eval_on_selector_all(
             f"#panel-{panel} p.ahead .ahead-at",
@@ -152,17 +153,16 @@ def _leaders_agree_with_the_table(site: Path, page, panels: list[str]) -> None:
         ranked = page.eval_on_selector_all(f"#panel-{panel} table.board tbody tr",
                                            "rows => rows.map(r => !r.classList.contains('protocol'))")
         protocols = {n for n, r in zip(names, ranked) if not r}
-        assert protocols == {m["method"] for m in next(b for b in results["boards"] if b["slug"] == panel)["methods"]
-                             if m["is_protocol"]}
+        assert protocols == {m["method"] for m in board["methods"] if m["is_protocol"]}
         for fraction, leader, text in clauses:
             values = [float(v) for v in _column(page, panel, metrics.index(column_of[fraction]))]
             pairs = [(v, n) for v, n, r in zip(values, names, ranked) if r]
-            top = next(n for v, n in pairs if v == max(v for v, _ in pairs))  # the first, as the board orders
+            highest = max(v for v, _ in pairs)
+            top = next(n for v, n in pairs if v == highest)  # the first, as the board orders
             assert top == leader and leader not in protocols, (panel, fraction, leader, values)
             assert f"{leader} leads" in text or f"{leader} is the only method" in text
             assert not any(p in text for p in protocols), text
         leader = page.get_attribute(f'#panel-{panel} .ahead-at[data-fraction="1"]', "data-leader")
-        board = next(b for b in results["boards"] if b["slug"] == panel)
         best = max((m for m in board["methods"] if not m["is_protocol"]),
                    key=lambda m: m["metrics"]["final_accuracy"]["value"])
         assert best["method"] == leader
