@@ -8,6 +8,7 @@
     bench flops MODEL_OR_SPEC
     bench report [--runs runs/] [--out leaderboard/]
     bench check-adapter PLUGIN
+    bench compare RUN_OR_RUNS... [--against leaderboard/records]
     bench export-lm-eval SUITE --out DIR
     bench export-hf SUITE --out DIR
     bench eval MODEL_DIR|RUN_DIR [--suite S] [--profile P] [--limit N] [--task LM_EVAL_TASK ...]
@@ -598,6 +599,55 @@ def report(
     )
     if summary.n_records == 0:
         _fail("no valid run records found", code=1)
+
+
+@app.command()
+def compare(
+    runs: list[Path] = typer.Argument(..., help="run directories, runs folders or record files"),
+    against: list[Path] = typer.Option([Path("leaderboard/records")], help="the reference records (repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print every comparison as JSON"),
+) -> None:
+    """Does each run reproduce its reference record (same method, suite, difficulty, profile, seed)?
+
+    Exit status 0 when every run with a reference equals it (times aside), 1 when one differs or
+    was another experiment (its inputs differ), 2 when no run has a reference.
+    """
+    from rich.markup import escape
+
+    from reports.compare import label, match, short, summary_line
+    from reports.records import load_many
+
+    records, skipped = load_many(runs)
+    references, ref_skipped = load_many(against)
+    for path, reason in [*skipped, *ref_skipped]:
+        err.print(f"skipped {path}: {reason}", highlight=False, soft_wrap=True)
+    if not references:
+        _fail(f"no reference records in {', '.join(map(str, against))}")
+    if not records:
+        _fail(f"no run records in {', '.join(map(str, runs))}")
+    comparisons, unmatched = match(records, references)
+    if not comparisons:
+        _fail(f"none of the {len(records)} records read has a reference in {', '.join(map(str, against))}")
+    if as_json:
+        _print_json([{"run": c.label, "verdict": c.verdict, **{part: [dataclasses.asdict(d) for d in getattr(c, part)]
+                      for part in ("inputs", "environment", "outcome")}} for c in comparisons]
+                    + [{"run": label(r), "verdict": "no reference"} for r in unmatched])
+    else:
+        colour = {"equal": "green", "differs": "red", "other inputs": "yellow"}
+        for c in comparisons:
+            console.print(f"[{colour[c.verdict]}]{c.verdict:<12}[/] {escape(f'{c.label}: {summary_line(c)}')}",
+                          highlight=False)
+            if c.environment:
+                where = ", ".join(f"{d.path.removeprefix('provenance.')} {short(d.here, 30)} here, "
+                                  f"{short(d.reference, 30)} in the reference" for d in c.environment)
+                console.print(f"{'':<13}environment: {where}", markup=False, highlight=False)
+        for r in unmatched:
+            console.print(f"{'no reference':<12} {label(r)}", markup=False, highlight=False)
+        verdicts = [c.verdict for c in comparisons]
+        console.print(f"{len(comparisons)} compared: {verdicts.count('equal')} equal, {verdicts.count('differs')} "
+                      f"differ, {verdicts.count('other inputs')} with other inputs; {len(unmatched)} without a reference")
+    if any(c.verdict != "equal" for c in comparisons):
+        raise typer.Exit(1)
 
 
 @app.command("check-adapter")

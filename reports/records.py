@@ -65,18 +65,26 @@ def load_records(runs_dir: Path | str) -> tuple[list[dict[str, Any]], list[tuple
     return load_many([Path(runs_dir)])
 
 
+def _candidates(where: Path) -> list[Path]:
+    """A record file itself, a run directory's summary.json, or record_paths of a folder."""
+    if where.is_file():
+        return [where]
+    return [where / "summary.json"] if (where / "summary.json").is_file() else record_paths(where)
+
+
 def load_many(runs_dirs: Iterable[Path | str]) -> tuple[list[dict[str, Any]], list[tuple[Path, str]]]:
-    """load_records over several folders; a run id seen in an earlier file is skipped as a duplicate."""
+    """load_records over several folders (or record files, or run directories); a run id seen in an
+    earlier file is skipped as a duplicate."""
     records: list[dict[str, Any]] = []
     skipped: list[tuple[Path, str]] = []
     seen: dict[str, Path] = {}
     seeds: dict[tuple, Path] = {}
     for runs_dir in runs_dirs:
         runs_dir = Path(runs_dir)
-        if not runs_dir.is_dir():
-            skipped.append((runs_dir, "not a directory"))
+        if not runs_dir.exists():
+            skipped.append((runs_dir, "no such file or directory"))
             continue
-        for path in record_paths(runs_dir):
+        for path in _candidates(runs_dir):
             try:
                 record = _read(path)
             except (OSError, RecordParseError) as exc:

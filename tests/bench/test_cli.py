@@ -133,6 +133,42 @@ def test_report_refuses_to_drop_a_sites_records_unless_forced(tmp_path):
     assert [p.name for p in (out / "records").glob("*.json")] and len(list((out / "records").glob("*.json"))) == 1
 
 
+def test_compare_says_which_runs_reproduce_their_reference(tmp_path):
+    import json
+
+    from tests.reports.factory import make_record, write_runs
+
+    references = write_runs([make_record("grpo-joint", seed=s) for s in range(2)], tmp_path / "ref")
+    same = make_record("grpo-joint", seed=0, wall_s=1.0)
+    runs = write_runs([same, make_record("grpo-joint", seed=7)], tmp_path / "runs")
+    result = runner.invoke(app, ["compare", str(runs), "--against", str(references)])
+    assert result.exit_code == 0, result.output
+    assert "equal        grpo-joint math_code-easy tiny s0" in result.output
+    assert "no reference grpo-joint math_code-easy tiny s7" in result.output
+    assert "1 compared: 1 equal, 0 differ, 0 with other inputs; 1 without a reference" in result.output
+
+    changed = make_record("grpo-joint", seed=1)
+    changed["steps"][0]["loss"] = 0.125
+    (tmp_path / "changed.json").write_text(json.dumps(changed))
+    result = runner.invoke(app, ["compare", str(tmp_path / "changed.json"), "--against", str(references), "--json"])
+    assert result.exit_code == 1
+    [found] = json.loads(result.output)
+    assert found["verdict"] == "differs" and [d["path"] for d in found["outcome"]] == ["steps[0].loss"]
+
+
+@pytest.mark.parametrize("which, needle", [("runs", "no run records in"), ("against", "no reference records in"),
+                                           ("unmatched", "none of the 1 records read has a reference")])
+def test_compare_with_nothing_to_compare_is_one_line_and_exit_2(which, needle, tmp_path):
+    from tests.reports.factory import make_record, write_runs
+
+    records = write_runs([make_record("grpo-joint", seed=0)], tmp_path / "runs")
+    others = write_runs([make_record("sft", seed=0)], tmp_path / "others")
+    runs, against = {"runs": (tmp_path / "none", records), "against": (records, tmp_path / "none"),
+                     "unmatched": (records, others)}[which]
+    result = runner.invoke(app, ["compare", str(runs), "--against", str(against)])
+    assert result.exit_code == 2 and needle in _err(result).splitlines()[-1]
+
+
 def test_a_run_without_a_terminal_prints_and_logs_a_line_per_evaluation(tmp_path):
     import json
 

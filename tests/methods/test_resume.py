@@ -1,4 +1,4 @@
-"""A multi-phase method killed mid-run and resumed ends with the ledger and curve of an uninterrupted run."""
+"""A multi-phase method killed mid-run and resumed ends with the record of an uninterrupted run, times aside."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from bench.run.runner import Runner
 from bench.api import RunContext
 from methods.grpo import GRPOStepConfig, grpo_step
 from methods.opd_multi import OPDMulti
+from reports.compare import outcome
 from tests.methods.support import SMALL_DISTILL, SMALL_GRPO, grouped, run_config
 
 # Experts on 60% of the budget, then distillation that never converges: every phase gets steps.
@@ -49,12 +50,10 @@ def counting(steps: list, run_dir=None, base: type = OPDMulti, phase: str = "dis
 
 
 def comparable(summary: dict) -> dict:
-    """What must not depend on the interruption: the ledger, the FLOP totals and the curve (less wall time)."""
-    curve = [{k: v for k, v in p.items() if k != "wall_s"} for p in summary["curve"]]
-    ledger = [{k: v for k, v in r.items() if k != "seconds"} for r in summary["ledger"]]  # wall time, too
-    return {"ledger": ledger, "flops": summary["flops"], "curve": curve, "recovery": summary["recovery"],
-            "steps": summary["steps"], "method_metrics": summary["method_metrics"],
-            "max_step_flops": summary["max_step_flops"]}
+    """What must not depend on the interruption: all that `bench compare` holds a rerun to, the whole
+    record but its inputs, provenance and times (ledger, FLOP totals, curve, steps, accuracies,
+    samples, recovery, the method's figures)."""
+    return outcome(summary)
 
 
 @pytest.mark.slow

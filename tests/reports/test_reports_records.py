@@ -160,7 +160,18 @@ def test_a_folder_of_record_files_and_several_folders(tmp_path):
     assert len(load_records(folder)[0]) == 2
     assert len(load_records(tmp_path / "leaderboard")[0]) == 2  # <dir>/records/*.json
     records, skipped = load_many([folder, tmp_path / "missing"])
-    assert len(records) == 2 and skipped == [(tmp_path / "missing", "not a directory")]
+    assert len(records) == 2 and skipped == [(tmp_path / "missing", "no such file or directory")]
+
+
+def test_a_record_file_and_a_run_directory_load_themselves(tmp_path):
+    run = tmp_path / "runs" / "grpo__math__tiny__s0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(make_record(seed=0)))
+    (run / "config.json").write_text("{}")  # a run's config is not a record and is not read
+    single = tmp_path / "r1.json"
+    single.write_text(json.dumps(make_record(seed=1)))
+    records, skipped = load_many([run, single])
+    assert [r["seed"] for r in records] == [0, 1] and skipped == []
 
 
 def test_frames_have_one_row_per_run_and_per_curve_point():
