@@ -21,7 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """H:MM:SS."""
     return str(datetime.timedelta(seconds=int(seconds)))
 
 
@@ -29,9 +30,9 @@ def progress_line(spent: float, budget: float, accuracy: float | None, elapsed: 
     """One plain line of a run's progress; the time left is extrapolated from FLOPs per second so far."""
     acc = "-" if accuracy is None else f"{100 * accuracy:.1f}%"
     share = min(spent / budget, 1.0) if budget > 0 else 1.0
-    left = "?" if spent <= 0 else _clock(elapsed * max(budget - spent, 0.0) / spent)
+    left = "?" if spent <= 0 else clock(elapsed * max(budget - spent, 0.0) / spent)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-    return f"{stamp}  {spent:.2e}/{budget:.1e} FLOPs ({share:.0%})  acc {acc}  elapsed {_clock(elapsed)}  left ~{left}"
+    return f"{stamp}  {spent:.2e}/{budget:.1e} FLOPs ({share:.0%})  acc {acc}  elapsed {clock(elapsed)}  left ~{left}"
 
 
 class _Bar:
@@ -73,7 +74,7 @@ class _Bar:
             # no terminal: a line at each tenth of the work (a run's evaluations have their own lines)
             while completed >= self._next_tenth * self.budget:
                 self._next_tenth += 0.1
-            self.lines.print(f"{self.label}: {amount}  {note}  elapsed {_clock(time.perf_counter() - self.t0)}",
+            self.lines.print(f"{self.label}: {amount}  {note}  elapsed {clock(time.perf_counter() - self.t0)}",
                              highlight=False, soft_wrap=True)
 
 

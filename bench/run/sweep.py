@@ -8,27 +8,33 @@ A sweep skips runs whose `summary.json` is complete, resumes runs that have a ch
 the rest, whichever executor runs them (`bench.run.executors`). Locally each run is one process with
 one torch thread (two spin-waiting threads per run on a 2-core machine are slower than one), so
 `--jobs` defaults to the number of cores. `bench reproduce` orders its runs by the wall times of the
-records its site already holds, so that its workers end together (`start_order`).
+records its site already holds, so that its workers end together (`start_order`). As each run ends
+the sweep prints a line with the count and an estimate of the time left, and appends it to
+`<runs>/sweep.log` (`SweepLog`).
 """
 
 from __future__ import annotations
 
+import datetime
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
-
 from rich.progress import Progress
 
 from bench.errors import RunError
+from bench.progress import clock
 from bench.registry import reproduce_protocol
 from bench.run.config import RunConfig
 from bench.run.executors import LocalExecutor, SweepExecutor
 from bench.run.runner import Runner
 from bench.world import prepare, reference
 from bench.world.profiles import PROFILES
+
+
+SWEEP_LOG = "sweep.log"  # in the runs folder: the sweep's own lines, appended by every sweep into it
 
 
 @dataclass
@@ -154,17 +160,45 @@ def run_sweep(
     for profile in {c.profile for c, _ in todo}:
         prepare.prepare(PROFILES[profile], teacher=reference.ships(profile, "external"))
     outcomes = executor.run(todo)
+    total, where = len(todo), executor.describe(len(todo))
+    log = Path(todo[0][0].runs_dir) / SWEEP_LOG
     with Progress(console=console) as bar:
-        task = bar.add_task(f"sweep ({executor.describe(len(todo))})", total=len(todo))
+        task = bar.add_task(f"sweep ({where})", total=total)
+        news = SweepLog(bar.console, log, total)
+        news.line(f"sweep: {total} runs on {where} ({len(result.skipped)} already complete); each run's own "
+                  f"progress is in {Path(todo[0][0].runs_dir)}/<run id>/progress.log")
         for config, outcome in outcomes:
             name = f"{config.method}/{config.suite}/s{config.seed}"
             if isinstance(outcome, str):
                 result.done.append(outcome)
-                bar.console.print(outcome)
+                news.ended(outcome)
             elif isinstance(outcome, (RunError, ValueError, RuntimeError, OSError)):
                 result.failed.append((name, str(outcome)))
-                bar.console.print(f"[red]failed[/red] {name}: {escape(str(outcome))}", soft_wrap=True)
+                news.ended(f"failed {name}: {outcome}")
             else:
                 raise outcome
             bar.advance(task)
     return result
+
+
+class SweepLog:
+    """A sweep's news, one plain stamped line each, on the console (above its bar) and appended to
+    `log`: when it starts, and as each run ends, `[k/N] <run>; sweep 0:21:40, ~0:43:20 left`, the time
+    left extrapolated from the runs ended so far (their own logs have the evaluations)."""
+
+    def __init__(self, console: Console, log: Path, total: int) -> None:
+        self.console, self.log, self.total = console, log, total
+        self.ended_runs, self.t0 = 0, time.perf_counter()
+
+    def line(self, text: str) -> None:
+        stamped = f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}  {text}"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "a", encoding="utf-8") as f:
+            f.write(stamped + "\n")
+        self.console.print(stamped, markup=False, highlight=False, soft_wrap=True)
+
+    def ended(self, text: str) -> None:
+        self.ended_runs += 1
+        elapsed = time.perf_counter() - self.t0
+        left = elapsed * (self.total - self.ended_runs) / self.ended_runs
+        self.line(f"[{self.ended_runs}/{self.total}] {text}; sweep {clock(elapsed)}, ~{clock(left)} left")

@@ -60,7 +60,7 @@ def test_ray_sweep_completes_runs_reports_a_failure_and_skips_on_rerun(sweep_dir
     runs, first = sweep_dir
     assert first.exit_code == 1, first.output  # one failed run: exit 1, the others complete
     assert "2 runs done, 0 already complete, 1 failed" in first.output
-    failure = [line for line in first.output.splitlines() if line.startswith("failed sft/math_code/s0")]
+    failure = [line for line in first.output.splitlines() if "] failed sft/math_code/s0: " in line]
     assert len(failure) == 1 and "different configuration" in failure[0], first.output
     for method in ("grpo-joint", "opd-multi"):
         rec = record(runs, method)

@@ -18,9 +18,31 @@ def test_sweep_runs_in_parallel_then_skips_complete_runs(tmp_path):
     records = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
     assert sorted(r["method"] for r in records) == ["grpo-joint", "sft"]
     assert all(r["budget_flops"] == 1e11 for r in records)
+    log = (tmp_path / "sweep.log").read_text().splitlines()
+    assert "sweep: 2 runs on 2 jobs (0 already complete)" in log[0] and len(log) == 3
+    assert "  [1/2] " in log[1] and "  [2/2] " in log[2]
+    assert sorted(line.split("] ")[1].split(":")[0] for line in log[1:]) == sorted(r["run_id"] for r in records)
+    assert all(line in first.output for line in log)  # the same lines on the console
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0
     assert "0 runs done, 2 already complete, 0 failed" in again.output
+
+
+def test_the_sweep_log_counts_runs_and_extrapolates_the_time_left(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from bench.run import sweep
+
+    now = [100.0]
+    monkeypatch.setattr(sweep.time, "perf_counter", lambda: now[0])
+    news = sweep.SweepLog(Console(file=open(tmp_path / "console.txt", "w")), tmp_path / "runs" / "sweep.log", 4)
+    now[0] = 700.0  # 10 minutes in, the first of four runs ends
+    news.ended("a: 12.5% at 1.00e+11 FLOPs")
+    now[0] = 1300.0
+    news.ended("failed b [x]: no such teacher")  # brackets are text, not markup
+    lines = (tmp_path / "runs" / "sweep.log").read_text().splitlines()
+    assert lines[0].endswith("  [1/4] a: 12.5% at 1.00e+11 FLOPs; sweep 0:10:00, ~0:30:00 left")
+    assert lines[1].endswith("  [2/4] failed b [x]: no such teacher; sweep 0:20:00, ~0:20:00 left")
 
 
 def test_sweep_with_a_typo_fails_before_running(tmp_path):
