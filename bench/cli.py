@@ -614,7 +614,7 @@ def compare(
     """
     from rich.markup import escape
 
-    from reports.compare import label, match, short, summary_line
+    from reports.compare import ABSENT, label, match, short, summary_line
     from reports.records import load_many
 
     records, skipped = load_many(runs)
@@ -630,7 +630,7 @@ def compare(
         _fail(f"none of the {len(records)} records read has a reference in {', '.join(map(str, against))}")
     if as_json:
         _print_json([{"run": c.label, "verdict": c.verdict, **{part: [dataclasses.asdict(d) for d in getattr(c, part)]
-                      for part in ("inputs", "environment", "outcome")}} for c in comparisons]
+                      for part in ("inputs", "environment", "outcome", "unshared")}} for c in comparisons]
                     + [{"run": label(r), "verdict": "no reference"} for r in unmatched])
     else:
         colour = {"equal": "green", "differs": "red", "other inputs": "yellow"}
@@ -641,6 +641,10 @@ def compare(
                 where = ", ".join(f"{d.path.removeprefix('provenance.')} {short(d.here, 30)} here, "
                                   f"{short(d.reference, 30)} in the reference" for d in c.environment)
                 console.print(f"{'':<13}environment: {where}", markup=False, highlight=False)
+            if c.unshared:
+                only = ", ".join(f"{d.path} ({'here' if d.reference == ABSENT else 'the reference'})"
+                                 for d in c.unshared)
+                console.print(f"{'':<13}in one record only: {only}", markup=False, highlight=False)
         for r in unmatched:
             console.print(f"{'no reference':<12} {label(r)}", markup=False, highlight=False)
         verdicts = [c.verdict for c in comparisons]

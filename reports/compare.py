@@ -4,9 +4,9 @@ A record is matched to the reference of the same method, suite, difficulty, prof
 two are read in three parts:
 
 - **inputs**, what defines the experiment: the budget, the method's resolved config, the suite's
-  content hash, the weights hashes of the models both records name (the base, the teachers), the
-  world's version, the evaluation size and the rollout engine. Records whose inputs differ are another experiment, never a failed
-  reproduction, and their outcomes are not compared.
+  content hash, the weights hashes of the base and the teachers, the world's version, the
+  evaluation size and the rollout engine. Records whose inputs differ are another experiment, never
+  a failed reproduction, and their outcomes are not compared.
 - **environment**, what may change the last digits: package versions, the CPU or GPU, torch's
   thread count and how independent phases ran. A CPU's float sums follow its kernels and thread
   count, and a changed digit changes the samples drawn after it, so across environments a run can
@@ -15,6 +15,11 @@ two are read in three parts:
   recovery, the method's own figures), compared value for value, exactly. Times are left out: the
   record's and the curve's `wall_s`, the ledger rows' `seconds` and the throughput figures; so is
   the run's name (`run_id`, which `--run-name` sets).
+
+A key only one record has (`unshared`) is listed and never decides: a config option or a record
+field added since the older record was made, a model hash taken once the model was built. Its
+effect, if any, shows in the values both records have. A field the reference has and the run lacks
+is a difference.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ NOT_OUTCOME = frozenset({"provenance", "throughput", "run_id", SOURCE_KEY})  # r
 INPUT_FIELDS = ("budget_flops", "method_config", "suite_hash", "suite_version", "domains", "eval_size")
 INPUT_PROVENANCE = ("model_hashes", "world_version", "rollout")
 ENVIRONMENT_PROVENANCE = ("packages", "hardware", "phase_executor")
-_MISSING = "(absent)"
+ABSENT = "(absent)"
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class Comparison:
     inputs: list[Difference] = field(default_factory=list)
     environment: list[Difference] = field(default_factory=list)
     outcome: list[Difference] = field(default_factory=list)
+    unshared: list[Difference] = field(default_factory=list)  # one side only: never decides
 
     @property
     def verdict(self) -> str:
@@ -73,13 +79,13 @@ def differences(here: Any, reference: Any, path: str = "") -> list[Difference]:
         found = []
         for key in [*here, *(k for k in reference if k not in here)]:
             sub = f"{path}.{key}" if path else str(key)
-            found += differences(here.get(key, _MISSING), reference.get(key, _MISSING), sub)
+            found += differences(here.get(key, ABSENT), reference.get(key, ABSENT), sub)
         return found
     if isinstance(here, list) and isinstance(reference, list):
         found = []
         for i in range(max(len(here), len(reference))):
-            a = here[i] if i < len(here) else _MISSING
-            b = reference[i] if i < len(reference) else _MISSING
+            a = here[i] if i < len(here) else ABSENT
+            b = reference[i] if i < len(reference) else ABSENT
             found += differences(a, b, f"{path}[{i}]")
         return found
     # a bool is an int in Python (True == 1), which a record's types should not blur
@@ -116,21 +122,22 @@ def environment(record: dict[str, Any]) -> dict[str, Any]:
     return {"provenance": {k: provenance.get(k) for k in ENVIRONMENT_PROVENANCE}}
 
 
-def _shared_models(here: dict[str, Any], reference: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Inputs with the weights hashes of the models both records name: a run hashes every model its
-    world had built by then (the external teacher once anything asked for it), used or not."""
-    a, b = (x["provenance"].get("model_hashes") or {} for x in (here, reference))
-    both = a.keys() & b.keys()
-    return tuple({**x, "provenance": {**x["provenance"], "model_hashes": {k: v for k, v in h.items() if k in both}}}
-                 for x, h in ((here, a), (reference, b)))
-
-
 def compare(record: dict[str, Any], reference: dict[str, Any]) -> Comparison:
-    found = Comparison(record, reference, differences(*_shared_models(inputs(record), inputs(reference))),
-                       differences(environment(record), environment(reference)))
+    found = Comparison(record, reference, environment=differences(environment(record), environment(reference)))
+    for d in differences(inputs(record), inputs(reference)):
+        # an option added (or dropped) since, a model built by then: its effect shows in the outcome
+        (found.unshared if _key_on_one_side(d, d.here, d.reference) else found.inputs).append(d)
     if not found.inputs:
-        found.outcome = differences(outcome(record), outcome(reference))
+        for d in differences(outcome(record), outcome(reference)):
+            # a field the reference's code did not write yet; one it wrote and this run lacks differs
+            (found.unshared if _key_on_one_side(d, d.reference) else found.outcome).append(d)
     return found
+
+
+def _key_on_one_side(d: Difference, *sides: Any) -> bool:
+    """A mapping's key that one of `sides` lacks (a list item that one side lacks is a difference:
+    a longer curve, another domain)."""
+    return not d.path.endswith("]") and ABSENT in sides
 
 
 def match(records: list[dict[str, Any]], references: list[dict[str, Any]]

@@ -65,12 +65,33 @@ def test_a_config_or_budget_change_is_another_experiment():
         assert found.verdict == "other inputs" and found.inputs[0].path.startswith(field)
 
 
-def test_a_model_hashed_on_one_side_only_is_not_an_input():
-    # a run hashes every model its world had built: the external teacher once anything had asked for it
+def test_a_key_only_one_record_has_is_listed_and_never_decides():
+    # a run hashes every model its world had built (the external teacher once anything had asked
+    # for it); newer code writes config options and record fields that older records lack
     reference = make_record("grpo-joint", seed=0)
     again = rerun(reference)
     again["provenance"]["model_hashes"]["external"] = "e" * 16
-    assert compare(again, reference).verdict == "equal"
+    again["method_config"]["std"] = "population"
+    again["curve"][1]["new_figure"] = 0.5
+    found = compare(again, reference)
+    assert found.verdict == "equal" and not found.inputs and not found.outcome
+    assert [d.path for d in found.unshared] == ["method_config.std", "provenance.model_hashes.external",
+                                                "curve[1].new_figure"]
+
+
+def test_a_field_the_reference_has_and_the_run_lacks_differs():
+    reference = make_record("grpo-joint", seed=0)
+    again = rerun(reference)
+    del again["samples"]
+    assert [d.path for d in compare(again, reference).outcome] == ["samples"]
+
+
+def test_a_list_item_on_one_side_is_a_difference_not_a_new_key():
+    reference = make_record("grpo-joint", seed=0)
+    again = rerun(reference)
+    again["domains"] = [*again["domains"], "graphs"]
+    found = compare(again, reference)
+    assert found.verdict == "other inputs" and found.inputs[0].path.startswith("domains[")
 
 
 def test_the_environment_is_shown_never_judged():
