@@ -35,6 +35,17 @@ def progress_line(spent: float, budget: float, accuracy: float | None, elapsed: 
     return f"{stamp}  {spent:.2e}/{budget:.1e} FLOPs ({share:.0%})  acc {acc}  elapsed {clock(elapsed)}  left ~{left}"
 
 
+def news_line(text: str, log: Path | None, console: Console | None) -> None:
+    """`text`, stamped with the time, appended to `log` and printed as plain text (not markup)."""
+    stamped = f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}  {text}"
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(stamped + "\n")
+    if console is not None:
+        console.print(stamped, markup=False, highlight=False, soft_wrap=True)
+
+
 class _Bar:
     def __init__(self, progress: Progress | None, task: Any, budget: float, log: Path | None = None,
                  lines: Console | None = None, label: str = "") -> None:
@@ -58,13 +69,7 @@ class _Bar:
 
     def line(self, text: str) -> None:
         """A plain line of news (a parallel phase ended): to the log, and above the bar or on stdout."""
-        stamped = f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}  {text}"
-        if self.log is not None:
-            with open(self.log, "a", encoding="utf-8") as f:
-                f.write(stamped + "\n")
-        console = self.progress.console if self.progress is not None else self.lines
-        if console is not None:
-            console.print(stamped, highlight=False, soft_wrap=True)
+        news_line(text, self.log, self.progress.console if self.progress is not None else self.lines)
 
     def show(self, completed: float, amount: str, note: str) -> None:
         """Move the bar to `completed`, with the text of its amount and note columns."""

@@ -15,7 +15,6 @@ the sweep prints a line with the count and an estimate of the time left, and app
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -25,7 +24,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from bench.errors import RunError
-from bench.progress import clock
+from bench.progress import clock, news_line
 from bench.registry import reproduce_protocol
 from bench.run.config import RunConfig
 from bench.run.executors import LocalExecutor, SweepExecutor
@@ -191,11 +190,7 @@ class SweepLog:
         self.ended_runs, self.t0 = 0, time.perf_counter()
 
     def line(self, text: str) -> None:
-        stamped = f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}  {text}"
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "a", encoding="utf-8") as f:
-            f.write(stamped + "\n")
-        self.console.print(stamped, markup=False, highlight=False, soft_wrap=True)
+        news_line(text, self.log, self.console)
 
     def ended(self, text: str) -> None:
         self.ended_runs += 1
