@@ -7,13 +7,15 @@ BIN := $(VENV)/bin
 VLLM_VENV ?= .venv-vllm
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup run test bench browser vllm-env
+.PHONY: setup run test bench browser vllm-env lock
 
-$(VENV)/.installed: pyproject.toml
+# constraints.txt holds every other package at the version the suite and the reference records were
+# last made with, so a fresh machine installs what was tested; `make lock` refreshes it.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0   # the local CPU build first: a bare `torch` pulls CUDA
-	$(BIN)/pip install -q -e ".[dev]" --config-settings editable_mode=compat
+	$(BIN)/pip install -q -e ".[dev]" -c constraints.txt --config-settings editable_mode=compat
 	touch $@
 
 setup: $(VENV)/.installed
@@ -47,3 +49,14 @@ test: setup browser vllm-env
 
 bench: setup
 	$(BIN)/python benchmarks/bench_rollout.py
+
+# The newest releases that pyproject.toml allows, installed into a scratch venv and written to
+# constraints.txt; run the tests (`make test` picks the new versions up) before committing it.
+lock:
+	rm -rf .venv-lock && python3 -m venv .venv-lock
+	.venv-lock/bin/pip install -q --upgrade pip
+	.venv-lock/bin/pip install -q torch==2.13.0
+	.venv-lock/bin/pip install -q ".[dev]"
+	(echo "# make lock: the versions make setup installs (torch is pinned in the Makefile)"; \
+	 .venv-lock/bin/pip freeze --exclude opd-bench --exclude torch) > constraints.txt
+	rm -rf .venv-lock
