@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import builtins
 import random
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -105,13 +104,12 @@ def test_non_string_completions_score_zero(bad):
         assert dom.score(bad, problem) == 0.0
 
 
-def test_huge_outputs_are_bounded_and_fast():
+@pytest.mark.timeout(300)  # a hang guard; what scoring costs against output length: benchmarks/test_task_speed.py
+def test_huge_outputs_score_zero():
     huge = ["7" * 10_000_000, "#" * 10_000_000, "a " * 5_000_000, "[1," * 3_000_000]
     for dom, problem in _all_problems_domains():
-        start = time.perf_counter()
         for text in huge:
-            assert dom.score(text, problem) == 0.0
-        assert time.perf_counter() - start < 1.0, problem.meta["generator"]
+            assert dom.score(text, problem) == 0.0, problem.meta["generator"]
 
 
 def test_right_answer_beyond_the_reading_window_scores_zero():
