@@ -9,8 +9,8 @@ export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: setup run test bench browser vllm-env lock
 
-# constraints.txt holds every other package at the version the suite and the reference records were
-# last made with, so a fresh machine installs what was tested; `make lock` refreshes it.
+# constraints.txt holds every other package at the version the test suite passes with, so a fresh
+# machine installs what was tested; `make lock` refreshes it.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
