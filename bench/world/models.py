@@ -32,8 +32,14 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
+from transformers.utils import logging as transformers_logging
 
 from bench.errors import RunError, UnknownModelError
+
+# No "Loading weights" bar in a run's output or an error's one line. Importing `bench` asks the hub
+# for no bars, but transformers reads that once, when it is first imported, which a caller (a
+# script, a test, lm-eval) may have done before importing `bench`.
+transformers_logging.disable_progress_bar()
 
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
 # What a hub model id looks like (`org/name` or `name`); anything else is only ever a path.

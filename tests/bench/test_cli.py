@@ -1,6 +1,7 @@
 """The command line: bad input gets one clear line and exit status 2, and nothing written is lost."""
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -107,6 +108,18 @@ def test_console_script_exit_status():
     proc = subprocess.run(bench + ["run", "--method", "nope"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "unknown method 'nope'" in proc.stderr
+
+
+def test_loading_a_model_draws_no_progress_bar_when_transformers_was_imported_first(tmp_path):
+    """transformers decides on its bars when it is first imported; a caller that imported it before
+    `bench` (a script, lm-eval, another test) must still get output without a "Loading weights" bar."""
+    code = ("import transformers; from bench.world.models import load_model, tiny_model_dir; "
+            "load_model(tiny_model_dir('tiny-llama'))")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}  # as in a user's shell
+    env["OPD_BENCH_CACHE"] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Loading weights" not in proc.stderr
 
 
 def test_list_methods_and_profiles():
