@@ -6,13 +6,13 @@ project module, and held against these rules:
 - methods import only `bench.api` of the engine (and their sibling `methods` modules);
 - tasks never import `bench`, `methods`, `reports` or torch;
 - reports never import torch, `bench` or `methods`;
-- the engine (bench/ except cli.py, the composition root) never imports `methods`, `tasks` or
+- the engine (bench/ except cli/, the composition root) never imports `methods`, `tasks` or
   `reports`: it reaches them only through the registry's lazy "module:attr" strings;
 - example plugins import only `bench.api` of the engine;
 - inside bench/, a module imports only its own layer and the layers below it (`LAYERS`), and every
   module has a layer;
 - bench/ has no import cycle (module-level and function-local imports alike);
-- function-local imports of project modules only in bench/cli.py (a fast `bench list`): elsewhere a
+- function-local imports of project modules only in bench/cli/ (a fast `bench list`): elsewhere a
   local import is for an optional or slow dependency (vLLM, Ray, fvcore), never to dodge a cycle.
 
 `if TYPE_CHECKING:` blocks are not imports at run time and are not counted. The second half of the

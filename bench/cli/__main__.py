@@ -1,0 +1,5 @@
+"""`python -m bench.cli ARGS`: the `bench` command."""
+
+from bench.cli import main
+
+main()

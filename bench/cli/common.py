@@ -1,0 +1,143 @@
+"""What the `bench` commands share: the Typer app, the consoles, and the checks of arguments that end
+in one line on stderr and exit status 2 (bad input) before any work starts."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
+from bench.errors import USER_ERRORS, os_error_message, unknown
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
+console = Console(soft_wrap=True)  # a long line stays one line in a log, a pipe or a terminal
+err = Console(stderr=True, soft_wrap=True)
+# The command line's world: the worked world, whose base and teacher are shipped, so a first
+# `bench run` takes minutes.
+DEFAULT_PROFILE = "tiny"
+PROFILE_ORDER = ("tiny", "direct")  # the worlds `bench reproduce` runs by default, when shipped
+ROLLOUT_HELP = "rollout engine of methods and evaluations: torch, or vllm (the `vllm` extra)"
+PHASES_HELP = ("how a method's independent phases (opd-multi's experts) run: processes (side by side, one "
+               "core each; the default on CPU with torch rollouts), sequential (one after another, here; the "
+               "default otherwise, and what sweeps do), isolated, or ray")
+
+
+def default_phase_executor(device: str, rollout: str) -> str:
+    """`bench run`'s phase executor unless told: worker processes where they are cheap (CPU, torch
+    rollouts), else in order (a GPU, or a vLLM engine, per process would be duplicated)."""
+    return "processes" if device == "cpu" and rollout == "torch" else "sequential"
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"opd-bench {version('opd-bench')}")
+        except PackageNotFoundError:  # pragma: no cover - a checkout that was never installed
+            print("opd-bench (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """OPD-Bench: post-training methods per FLOP."""
+
+
+def _fail(message: str, code: int = 2) -> None:
+    from rich.markup import escape
+
+    # Escaped: a message such as "pip install 'opd-bench[ray]'" is text, not rich markup.
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _one_line() -> Iterator[None]:
+    """Bad input, a bad run directory or a file that cannot be read or written: one line, exit 2."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(os_error_message(exc))
+
+
+def _budget(value: Optional[str]) -> Optional[float]:
+    if value is None:
+        return None
+    try:
+        budget = float(value)
+    except ValueError:
+        _fail(f"--budget must be a number of FLOPs such as 2e13, got {value!r}")
+    if not (budget > 0 and budget != float("inf")):
+        _fail(f"--budget must be a positive, finite number of FLOPs, got {value!r}")
+    return budget
+
+
+def _device(value: str) -> str:
+    import torch
+
+    if value == "cpu":
+        return value
+    if not value.startswith("cuda"):
+        _fail(f"--device must be cpu, cuda or cuda:N, got {value!r}")
+    if not torch.cuda.is_available():
+        _fail(f"--device {value}: no CUDA device is available here")
+    return value
+
+
+def _fractions(value: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        _fail(f"--eval-early must be comma-separated budget fractions such as 0.01,0.02,0.05, got {value!r}")
+
+
+def _overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"expected key=value, got {item!r}")
+        out.append((key.strip(), value.strip()))
+    return tuple(out)
+
+
+def _plain() -> bool:
+    """stdout is not a terminal (a pipe, a file, a log): plain lines, never a table cut to 80 columns."""
+    return not console.is_terminal
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=1, default=str))
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _seeds(value: int) -> int:
+    if not 1 <= value <= 1000:
+        _fail(f"--seeds must be from 1 to 1000, got {value}")
+    return value
+
+
+def _names(methods: list[str], suites: list[str], difficulty: str, profile: str) -> None:
+    """Names checked before torch is imported, so that a typo is answered in well under a second."""
+    import tasks
+    from bench.registry import method_names
+    from bench.world.profiles import PROFILES
+
+    checks = [("method", m, method_names()) for m in methods if ".py:" not in m]
+    checks += [("suite", s, tasks.list_suites()) for s in suites]
+    checks += [("difficulty level", difficulty, list(tasks.DIFFICULTIES)), ("profile", profile, list(PROFILES))]
+    for kind, name, known in checks:
+        if name not in known:
+            _fail(str(unknown(kind, name, known)))

@@ -1,0 +1,204 @@
+"""`bench run` (one method, one suite, one seed, one budget) and `bench prepare` (a world's shipped
+or rebuilt base and teacher, with its regime table)."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from bench.cli.common import (
+    DEFAULT_PROFILE, PHASES_HELP, ROLLOUT_HELP, _budget, _device, _fail, _fractions, _names, _one_line, _overrides,
+    _print_json, app, console, default_phase_executor,
+)
+from bench.errors import ReferenceError, unknown
+
+
+def _built_in(info: dict, part: str, shipped: bool = False) -> str:
+    """How `part` was had: trained here in so many seconds, taken from a warm-up checkpoint, or
+    installed from the shipped reference (whose build time is the one where it was made)."""
+    if shipped:
+        how = (f"taken from warm-up checkpoint {info['from_checkpoint']}" if "from_checkpoint" in info
+               else f"built in {info.get('wall_s', '?')} s where it was made")
+        return f"{part} as shipped ({how})"
+    if "from_checkpoint" in info:
+        return f"{part} taken from warm-up checkpoint {info['from_checkpoint']} in {info.get('wall_s', '?')} s"
+    return f"built in {info.get('wall_s', '?')} s for {part}"
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _resume_command() -> str:
+    """The command that continues an interrupted run: this one with --resume."""
+    args = sys.argv[1:]
+    if args[:1] != ["run"]:
+        return "the same bench run command with --resume"
+    return shlex.join(["bench", *args, *([] if "--resume" in args else ["--resume"])])
+
+
+@app.command()
+def run(
+    method: str = typer.Option(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
+    suite: str = typer.Option("math_code", help="task suite"),
+    difficulty: str = typer.Option("easy", help="easy, medium or hard"),
+    seed: int = typer.Option(0),
+    budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
+    profile: str = typer.Option(DEFAULT_PROFILE, help="world: tiny (worked answers), direct (short answers), smoke, ..."),
+    runs: Path = typer.Option(Path("runs"), "--out", "--runs", help="folder that holds run directories (--runs: the old name)"),
+    resume: bool = typer.Option(False, help="continue a killed run from its last checkpoint"),
+    set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
+    eval_size: Optional[int] = typer.Option(None, help="held-out prompts per domain at each evaluation"),
+    progress: bool = typer.Option(True, help="show the progress bar"),
+    model: Optional[str] = typer.Option(None, help="hf profile: the student, a local HF model folder or a hub id in the local HF cache"),
+    external: Optional[str] = typer.Option(None, help="hf profile: the external teacher's folder"),
+    teacher: list[str] = typer.Option([], help="a named teacher NAME=PATH, a local model folder, for ctx.teacher(NAME) (repeatable)"),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
+    max_new_tokens: Optional[int] = typer.Option(None, help="generation limit (default: the profile's)"),
+    eval_every: float = typer.Option(0.1, help="evaluate at each multiple of this fraction of the budget"),
+    eval_early: str = typer.Option("0.01,0.02,0.05", help="also evaluate at these budget fractions (comma-separated)"),
+    distill_eval_every: int = typer.Option(5, help="inside distillation, also evaluate every N steps (0: off)"),
+    rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
+    phase_executor: Optional[str] = typer.Option(None, help=PHASES_HELP),
+    report_to: list[str] = typer.Option([], help="mirror the run live to a tracker: tensorboard or wandb (offline unless WANDB_MODE is set; repeatable)"),
+    save_milestones: bool = typer.Option(False, help="also save the student at every evaluation as a HF folder (milestones/)"),
+    as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress bar)"),
+) -> None:
+    """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
+    _names([method], [suite], difficulty, profile)
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+
+    # SIGTERM ends a run as Ctrl-C does: with the command that resumes it.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with _one_line():
+            config = RunConfig(
+                method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
+                budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
+                model=model, external=external, teachers=_overrides(teacher), device=_device(device),
+                max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
+                distill_eval_every=distill_eval_every, rollout=rollout,
+                phase_executor=phase_executor or default_phase_executor(device, rollout),
+                report_to=tuple(report_to),
+                save_milestones=save_milestones,
+            )
+            run = Runner(config, resume=resume, progress=progress and not as_json)
+            summary = run.run()
+    except KeyboardInterrupt:
+        _fail(f"interrupted; the run keeps its last checkpoint: continue with {_resume_command()}", code=130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if as_json:
+        keys = ("run_id", "method", "suite", "profile", "seed", "budget_flops", "base_accuracy", "final_accuracy",
+                "final_domain_accuracy", "final_mean_length", "flops", "wall_s")
+        return _print_json({**{k: summary.get(k) for k in keys}, "run_dir": str(config.runs_dir / summary["run_id"])})
+    if run.already_complete and not as_json:
+        console.print(f"already complete, nothing to do: {config.runs_dir / summary['run_id']} (its record below)")
+    table = Table(title=f"{summary['run_id']}")
+    for col in ("base acc", "final acc", "counted FLOPs", "mean length", "wall s"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        f"{100 * summary['base_accuracy']:.1f}%", f"{100 * summary['final_accuracy']:.1f}%",
+        f"{summary['flops']['counted']:.3e}", f"{summary['final_mean_length']:.2f}", f"{summary['wall_s']:.0f}",
+    )
+    console.print(table)
+    console.print(f"run directory: {config.runs_dir / summary['run_id']}")
+
+
+@app.command()
+def prepare(
+    profile: str = typer.Option(DEFAULT_PROFILE, help="world: tiny (worked answers), direct (short answers), smoke, ..."),
+    check: bool = typer.Option(False, help="rebuild from scratch and compare weights hashes with the shipped models"),
+    rebuild: bool = typer.Option(False, help="train from scratch, whatever is shipped or cached"),
+    write_reference: bool = typer.Option(False, help="with --rebuild or --from-checkpoint: replace the shipped "
+                                          "reference models"),
+    teacher: Optional[bool] = typer.Option(None, "--teacher/--no-teacher",
+                                           help="also the external teacher (default: where it is shipped or "
+                                           "already built; --teacher builds it if not)"),
+    from_checkpoint: list[str] = typer.Option([], help="PART=DIR: take base or external from a warm-up checkpoint "
+                                              "at its recipe's last step (benchmarks/warmup_curve.py) instead of "
+                                              "training it again (repeatable)"),
+) -> None:
+    """Install (or build) the profile's shared base student and external teacher; print its regime table."""
+    from bench.world import prepare as prep
+    from bench.world import reference
+    from bench.world.profiles import PROFILES
+    from bench.world.regime import format_regime
+
+    if profile not in PROFILES:
+        _fail(str(unknown("profile", profile, list(PROFILES))))
+    checkpoints: dict[str, Path] = {}
+    for item in from_checkpoint:
+        part, sep, folder = item.partition("=")
+        if not sep or part not in ("base", "external") or not folder:
+            _fail(f"--from-checkpoint takes base=DIR or external=DIR, got {item!r}")
+        if not Path(folder).is_dir():
+            _fail(f"--from-checkpoint {part}: no such folder {folder}")
+        checkpoints[part] = Path(folder)
+    if checkpoints and (rebuild or check):
+        _fail("--from-checkpoint installs a trained checkpoint; --rebuild and --check train from scratch")
+    if write_reference and not (rebuild or checkpoints):
+        _fail("--write-reference needs --rebuild or --from-checkpoint: the reference is what a build from scratch "
+              "gives (a checkpoint at the recipe's last step has its bytes; --check verifies them)")
+    try:
+        with _one_line():
+            # what it reports as ready loads and hashes as recorded; the base before the teacher is built
+            prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check, teacher=False,
+                                    checkpoints=checkpoints)
+            prepared.verify()
+            if teacher is None:  # an unshipped teacher is hours of training: only when asked for
+                teacher = (reference.ships(profile, "external") or prepared.teacher_info() is not None
+                           or (rebuild and not check) or "external" in checkpoints)
+                if not teacher:
+                    console.print(f"{profile}'s external teacher is not shipped: `bench prepare --profile {profile} "
+                                  f"--teacher` builds it (opd-external and sft also build it on first use)",
+                                  highlight=False, soft_wrap=True)
+            if teacher:
+                prepared.ensure_teacher(progress=True)
+                prepared.verify()
+    except ReferenceError as exc:
+        _fail(str(exc))
+    teacher = prepared.teacher_info()
+    shipped = {} if prepared.rebuilt or reference.manifest(profile) is None else _shipped_hashes(profile)
+    built = (_built_in(teacher, "the external teacher", shipped.get("external") == teacher["model_hash"])
+             if teacher is not None else "the external teacher not built")
+    base = _built_in(prepared.info, "the base", shipped.get("base") == prepared.info["model_hashes"]["base"])
+    console.print(f"prepared {profile}: {prepared.folder} ({base}, {built})", soft_wrap=True)
+    for line in prep.format_calibration(prepared.calibration()) + format_regime(PROFILES[profile], prepared):
+        console.print(line, highlight=False, soft_wrap=True)
+    if write_reference:
+        world, suite_hash = PROFILES[profile], prepared.info["suite_hash"]
+        target = reference.write(profile, prep.world_key(world, world.warmup, suite_hash), world.world_version,
+                                 prepared.folder, prep.part_keys(world, suite_hash))
+        console.print(f"wrote the reference models to {target}")
+    if check:
+        shipped = reference.manifest(profile)
+        if shipped is None:
+            _fail(f"no shipped reference for profile {profile} to check against", code=1)
+        ours, theirs = prepared.model_hashes(), _shipped_hashes(profile)
+        names = [n for n in ("base", "external") if n in ours and n in theirs]  # built here and shipped
+        for name in names:
+            same = ours.get(name) == theirs.get(name)
+            console.print(f"{name}: rebuilt {ours.get(name)}, shipped {theirs.get(name)}: "
+                          f"{'identical' if same else 'DIFFERENT'}")
+        if any(ours.get(n) != theirs.get(n) for n in names):
+            _fail("the rebuilt models differ from the shipped ones (see docs/world.md, Reproducibility)", code=1)
+
+
+def _shipped_hashes(profile: str) -> dict:
+    import json
+
+    from bench.world import reference
+
+    root = reference.ROOT / profile
+    hashes = {"base": json.loads((root / "prepared.json").read_text())["model_hashes"]["base"]}
+    if (root / "external.json").exists():  # a world may ship its base before its teacher
+        hashes["external"] = json.loads((root / "external.json").read_text())["model_hash"]
+    return hashes

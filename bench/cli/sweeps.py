@@ -1,0 +1,206 @@
+"""Many runs and what is made of their records: `bench sweep`, `bench reproduce` (the reference
+board's whole sweep, then its site), `bench report` (the static site) and `bench compare` (does a
+run reproduce its reference record?)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bench.cli.common import (
+    DEFAULT_PROFILE, PROFILE_ORDER, ROLLOUT_HELP, _budget, _fail, _names, _one_line, _print_json, _seeds, _split,
+    app, console, err,
+)
+
+
+@app.command()
+def sweep(
+    methods: str = typer.Option(..., help="comma-separated method names"),
+    suites: str = typer.Option("math_code", help="comma-separated suites"),
+    seeds: int = typer.Option(3, help="seeds 0..N-1"),
+    difficulty: str = typer.Option("easy"),
+    budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
+    profile: str = typer.Option(DEFAULT_PROFILE, help="world: tiny (worked answers), direct (short answers), smoke, ..."),
+    runs: Path = typer.Option(Path("runs"), "--out", "--runs", help="folder that holds run directories (--runs: the old name)"),
+    jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
+    executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
+    address: Optional[str] = typer.Option(None, help="ray: an existing cluster, e.g. HOST:6379 (default: start one here)"),
+    gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
+    rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
+) -> None:
+    """Run methods x suites x seeds (skips complete runs, resumes interrupted ones)."""
+    _names(_split(methods), _split(suites), difficulty, profile)
+    from bench.run.config import RunConfig
+    from bench.run.sweep import plan, run_sweep
+
+    with _one_line():
+        base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
+                         budget_flops=_budget(budget), runs_dir=runs, rollout=rollout)
+        configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
+        _validate(configs)
+        result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
+    _sweep_outcome(result)
+
+
+@app.command()
+def reproduce(
+    profile: list[str] = typer.Option([], help="worlds to run, each on both suites (repeatable; default: every "
+                                      "world whose base and teacher are shipped in bench/reference)"),
+    seeds: int = typer.Option(1, help="seeds 0..N-1 per method and suite"),
+    runs: Path = typer.Option(Path("runs"), help="folder that holds run directories"),
+    out: Path = typer.Option(Path("leaderboard"), help="site folder; records are copied to OUT/records"),
+    jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
+    executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
+    address: Optional[str] = typer.Option(None, help="ray: an existing cluster, e.g. HOST:6379 (default: start one here)"),
+    gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
+    rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
+    force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
+) -> None:
+    """Every method on math_code and four_domain at each world's budget, the recovery protocol, then the report."""
+    from bench.world.regime import shipped_worlds
+    from bench.run.config import RunConfig
+    from bench.run.sweep import reproduce_plan, run_sweep
+    from reports.site import SiteOverwriteError, build_site
+
+    profile = profile or shipped_profiles()
+    if not profile:
+        _fail("no world has shipped reference models (bench/reference/<profile>/); name one with --profile")
+    with _one_line():
+        configs = [c for name in profile for c in reproduce_plan(
+            _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
+        _validate(configs)
+        result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run),
+                           expected_s=_record_wall_times(out))
+    # copies each record it uses to OUT/records: the site rebuilds from itself
+    try:
+        with _one_line():
+            summary = build_site([runs], out, worlds=shipped_worlds(), force=force)
+    except SiteOverwriteError as exc:
+        _sweep_outcome(result, fail=False)
+        _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site from them.")
+    console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; findings: {out / 'findings.html'}")
+    _sweep_outcome(result)
+
+
+def _record_wall_times(site: Path) -> dict[str, float]:
+    """Run id -> wall seconds of the records a site already holds (none for a new site)."""
+    from reports.records import load_records
+
+    records, _ = load_records(site / "records")  # a folder that is not there gives no records
+    return {r["run_id"]: float(r["wall_s"]) for r in records if r.get("wall_s")}
+
+
+def shipped_profiles() -> list[str]:
+    """The worlds `bench reproduce` runs by default: those whose base and teacher are shipped."""
+    from bench.world import reference
+
+    # a world may ship its base before its teacher
+    return [name for name in PROFILE_ORDER if all(reference.ships(name, part) for part in reference.PARTS)]
+
+
+def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_run: float):
+    """The sweep executor; checked (Ray installed, options that apply) before any run starts."""
+    from bench.run.executors import make_executor
+
+    return make_executor(name, jobs=jobs, address=address, gpus_per_run=gpus_per_run)
+
+
+def _validate(configs: list) -> None:
+    """Resolve every method and suite before any run starts, so a typo fails fast."""
+    from bench.registry import get_method, get_suite
+    from bench.world.profiles import PROFILES
+
+    for config in configs:
+        get_method(config.method)
+        get_suite(config.suite, config.difficulty, PROFILES[config.profile].task_format)
+
+
+def _sweep_outcome(result, fail: bool = True) -> None:
+    console.print(f"{len(result.done)} runs done, {len(result.skipped)} already complete, {len(result.failed)} failed")
+    if result.failed and fail:
+        _fail("; ".join(f"{name}: {why}" for name, why in result.failed), code=1)
+
+
+@app.command()
+def report(
+    runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),
+    out: Path = typer.Option(Path("site"), help="where the static site is written (the committed reference is leaderboard/)"),
+    force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
+) -> None:
+    """Build the static HTML leaderboard from run records."""
+    from reports.site import SiteOverwriteError, build_site
+
+    from bench.world.regime import shipped_worlds
+
+    missing = [str(r) for r in runs if not r.is_dir()]
+    if missing:
+        _fail(f"no such runs folder: {', '.join(missing)}")
+    try:
+        with _one_line():
+            summary = build_site(runs, out, worlds=shipped_worlds(), force=force)
+    except SiteOverwriteError as exc:
+        _fail(str(exc))
+    for path, reason in summary.skipped:
+        err.print(f"skipped {path}: {reason}", highlight=False, soft_wrap=True)
+    console.print(
+        f"leaderboard: {summary.n_records} records, {summary.n_skipped} skipped, "
+        f"{len(summary.pages)} pages -> {out / 'index.html'} ({summary.wall_s:.1f} s)"
+    )
+    if summary.n_records == 0:
+        _fail("no valid run records found", code=1)
+
+
+@app.command()
+def compare(
+    runs: list[Path] = typer.Argument(..., help="run directories, runs folders or record files"),
+    against: list[Path] = typer.Option([Path("leaderboard/records")], help="the reference records (repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print every comparison as JSON"),
+) -> None:
+    """Does each run reproduce its reference record (same method, suite, difficulty, profile, seed)?
+
+    Exit status 0 when every run with a reference equals it (times aside), 1 when one differs or
+    was another experiment (its inputs differ), 2 when no run has a reference.
+    """
+    from rich.markup import escape
+
+    from reports.compare import ABSENT, label, match, short, summary_line
+    from reports.records import load_many
+
+    records, skipped = load_many(runs)
+    references, ref_skipped = load_many(against)
+    for path, reason in [*skipped, *ref_skipped]:
+        err.print(f"skipped {path}: {reason}", highlight=False, soft_wrap=True)
+    if not references:
+        _fail(f"no reference records in {', '.join(map(str, against))}")
+    if not records:
+        _fail(f"no run records in {', '.join(map(str, runs))}")
+    comparisons, unmatched = match(records, references)
+    if not comparisons:
+        _fail(f"none of the {len(records)} records read has a reference in {', '.join(map(str, against))}")
+    if as_json:
+        _print_json([{"run": c.label, "verdict": c.verdict, **{part: [dataclasses.asdict(d) for d in getattr(c, part)]
+                      for part in ("inputs", "environment", "outcome", "unshared")}} for c in comparisons]
+                    + [{"run": label(r), "verdict": "no reference"} for r in unmatched])
+    else:
+        colour = {"equal": "green", "differs": "red", "other inputs": "yellow"}
+        for c in comparisons:
+            console.print(f"[{colour[c.verdict]}]{c.verdict:<12}[/] {escape(f'{c.label}: {summary_line(c)}')}",
+                          highlight=False)
+            if c.environment:
+                where = ", ".join(f"{d.path.removeprefix('provenance.')} {short(d.here, 30)} here, "
+                                  f"{short(d.reference, 30)} in the reference" for d in c.environment)
+                console.print(f"{'':<13}environment: {where}", markup=False, highlight=False)
+            if c.unshared:
+                only = ", ".join(f"{d.path} ({'here' if d.reference == ABSENT else 'the reference'})"
+                                 for d in c.unshared)
+                console.print(f"{'':<13}in one record only: {only}", markup=False, highlight=False)
+        for r in unmatched:
+            console.print(f"{'no reference':<12} {label(r)}", markup=False, highlight=False)
+        verdicts = [c.verdict for c in comparisons]
+        console.print(f"{len(comparisons)} compared: {verdicts.count('equal')} equal, {verdicts.count('differs')} "
+                      f"differ, {verdicts.count('other inputs')} with other inputs; {len(unmatched)} without a reference")
+    if any(c.verdict != "equal" for c in comparisons):
+        raise typer.Exit(1)

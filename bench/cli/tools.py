@@ -1,0 +1,267 @@
+"""The commands around a run: `bench list`, `bench flops` (the FLOP audit), `bench check-adapter` (is
+every FLOP of a method metered?), `bench export-lm-eval`, `bench export-hf` and `bench eval`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from bench.cli.common import (
+    _budget, _device, _fail, _one_line, _overrides, _plain, _print_json, app, console,
+)
+from bench.errors import USER_ERRORS, unknown
+
+
+@app.command("list")
+def list_(
+    what: str = typer.Argument(..., help="methods, suites or profiles"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="methods: each one's config fields, types and defaults"),
+) -> None:
+    """List methods (with --verbose, their --set keys), suites or profiles."""
+    if what == "methods":
+        from bench.registry import get_method, method_names
+        from bench.run.config import config_fields
+
+        rows = []
+        for name in method_names():
+            row: dict[str, Any] = {"name": name}
+            if verbose or as_json:
+                cls = get_method(name)
+                row["summary"] = (cls.__doc__ or "").strip().partition("\n")[0]
+                row["config"] = config_fields(cls.Config())
+            rows.append(row)
+        if as_json:
+            return _print_json(rows)
+        for row in rows:
+            print(row["name"] + (f": {row['summary']}" if verbose and row.get("summary") else ""))
+            for field in row.get("config", []) if verbose else []:
+                print(f"    --set {field['name']}=...  ({field['type']}, default {field['default']!r})")
+    elif what == "profiles":
+        from bench.world.profiles import PROFILES
+
+        rows = [{"name": p.name, "description": p.description, "budget_flops": p.budget_flops,
+                 "eval_size": p.eval_size} for p in PROFILES.values()]
+        if as_json:
+            return _print_json(rows)
+        for row in rows:
+            print(f"{row['name']}: {row['description']}")
+    elif what == "suites":
+        import tasks
+
+        if as_json or _plain():
+            rows = tasks.describe_suites()
+        else:  # a cold cache generates every held-out split first: seconds
+            with console.status("generating the held-out splits (cached after the first listing)"):
+                rows = tasks.describe_suites()
+        if as_json:
+            return _print_json(rows)
+        if _plain():
+            print("\t".join(rows[0]))
+            for row in rows:
+                print("\t".join(_cell(v).replace("\n", "\\n") for v in row.values()))
+            return
+        table = Table()  # a terminal's width: the main columns (every column: --json, or piped)
+        for col in ("suite", "difficulty", "domains", "held out", "version", "hash", "data"):
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(row["suite"], _cell(row["difficulty"]), ",".join(row["domains"]), _cell(row["heldout_size"]),
+                          _cell(row["version"]), (row["content_hash"] or "")[:12], row["data"])
+        console.print(table)
+        console.print("standard benchmarks (gsm8k, ...: --profile hf) read local files: docs/ecosystem.md",
+                      soft_wrap=True, highlight=False)
+    else:
+        _fail(str(unknown("listing", what, ["methods", "suites", "profiles"])))
+
+
+def _cell(value: Any) -> str:
+    """A listing's cell: empty for a value that does not apply (None)."""
+    return "" if value is None else str(value)
+
+
+@app.command()
+def flops(
+    model: str = typer.Argument(..., help="tiny spec name or local HF model folder"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """Per-token FLOPs from the analytic formula, audited against torch's instrumented counter."""
+    from bench.accounting import audit
+    from bench.world.models import load_model
+
+    with _one_line():
+        loaded, _ = load_model(model)
+    report = audit.flops_report(loaded)
+    if as_json:
+        return _print_json(report)
+    console.print(audit_table(report))
+
+
+def audit_table(report: dict) -> Table:
+    """A `flops_report` as a rich table: one row per audited pass, per-token costs in the caption."""
+    from rich import box
+
+    from bench.accounting.audit import TOLERANCE, AuditRow
+
+    rows = [AuditRow(**r) for r in report["audit"]]
+    attention = ", ".join(sorted({row.attention for row in rows}))
+    table = Table(title=f"FLOP audit ({attention} attention, tolerance {TOLERANCE:.0%})", box=box.SIMPLE)
+    for name in ("phase", "charged", "analytic", "instrumented", "diff", "fvcore diff"):
+        phase = name == "phase"
+        table.add_column(name, justify="left" if phase else "right", min_width=16 if phase else len(name))
+    for row in rows:
+        fv = row.fvcore_flops
+        table.add_row(
+            row.phase,
+            *(f"{n:.4g}" for n in (row.charged_flops, row.analytic_flops, row.instrumented_flops)),
+            f"{row.rel_diff:+.2%}",
+            "-" if fv is None else f"{(fv - row.analytic_flops) / row.analytic_flops:+.2%}",
+            style=None if row.ok else "bold red",
+        )
+    table.caption = (
+        f"{report['model_type']}, {report['matmul_params']:,} matmul params. Per token at context "
+        f"{report['context_tokens']}: forward {report['forward_flops_per_token']:.4g}, train "
+        f"{report['train_flops_per_token_mean']:.4g} (mean over a full pass)."
+    )
+    return table
+
+
+@app.command("check-adapter")
+def check_adapter(
+    plugin: str = typer.Argument(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
+    suite: str = typer.Option("math_code"),
+    budget: Optional[str] = typer.Option(None, help="counted FLOPs of the run (default: the smoke world's 4e11); "
+                                                    "a smaller one is quicker but may end before a method's later phases"),
+    set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
+    teacher: list[str] = typer.Option([], help="as bench run's: a named teacher NAME=PATH (repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress)"),
+) -> None:
+    """Run a method briefly under the instrumented FLOP counter; fail if any compute went unmetered."""
+    from bench.run.conformance import check_adapter as check
+
+    budget_flops, overrides, teachers = _budget(budget), _overrides(set_), _overrides(teacher)
+    if not as_json:
+        console.print(f"checking {plugin}: a short run on the smoke world under torch's FLOP counter", highlight=False)
+    with _one_line():
+        result = check(plugin, suite=suite, budget_flops=budget_flops, progress=not as_json, overrides=overrides,
+                       teachers=teachers)
+    if as_json:
+        _print_json({**dataclasses.asdict(result), "rel_diff": result.rel_diff, "ok": result.ok,
+                     "unchecked_kinds": result.unchecked_kinds})
+        if not result.ok:
+            raise typer.Exit(1)
+        return
+    verdict = "[green]PASS[/green]" if result.ok else "[red]FAIL[/red]"
+    console.print(
+        f"{verdict} {result.method}: metered {result.metered_flops:.4e} FLOPs, instrumented "
+        f"{result.instrumented_flops:.4e} ({100 * result.rel_diff:+.2f}%), counted {result.steps_flops:.3e} "
+        f"({', '.join(f'{kind} {flops:.2e}' for kind, flops in result.counted_by_kind.items())})"
+    )
+    phases = ", ".join(f"{phase} {flops:.2e}" for phase, flops in result.counted_by_phase.items())
+    console.print(f"phases reached: {phases}", highlight=False)
+    if result.unchecked_kinds:
+        console.print(f"[yellow]note[/yellow]: the run took no {' or '.join(result.unchecked_kinds)} step within "
+                      f"{result.budget_flops:.1e} FLOPs, so the check says nothing of that code; a larger --budget, "
+                      "or --set/--teacher that reach it (a teacher that finishes answers, say), would")
+    if not result.ok:
+        why = "it spent no counted FLOPs" if result.steps_flops <= 0 else "compute outside the ledger"
+        _fail(f"{result.method} is not conformant: {why}", code=1)
+
+
+@app.command("export-lm-eval")
+def export_lm_eval(
+    suite: str = typer.Argument(..., help="suite name"),
+    out: Path = typer.Option(..., help="folder for the lm-eval task files"),
+    difficulty: str = typer.Option("easy"),
+    fmt: str = typer.Option("hf", "--format", help="prompt format: hf (chat, real models) or tiny"),
+) -> None:
+    """Write a suite's held-out split as a self-contained lm-eval task folder (`lm_eval --include_path OUT`)."""
+    from bench.registry import get_suite
+    from tasks.lm_eval_export import export, lm_eval_command
+
+    with _one_line():
+        chosen = get_suite(suite, difficulty, fmt)
+        path = export(chosen, out)
+    console.print(f"wrote {path}; score a model folder with:", soft_wrap=True)
+    console.print(lm_eval_command(chosen, out.resolve()), highlight=False, soft_wrap=True, markup=False)
+
+
+@app.command("export-hf")
+def export_hf(
+    suite: str = typer.Argument(..., help="suite name"),
+    out: Path = typer.Option(..., help="folder for the dataset (parquet splits and a README.md card)"),
+    difficulty: str = typer.Option("easy"),
+    fmt: str = typer.Option("hf", "--format", help="prompt format: hf (chat, real models), tiny or worked"),
+    train_size: int = typer.Option(1000, help="problems in the train split (a sample of the endless train stream)"),
+    seed: int = typer.Option(0, help="seed of the train stream the sample is drawn from"),
+) -> None:
+    """Write a suite's train sample, validation and held-out splits as a Hugging Face dataset with a card."""
+    from bench.registry import get_suite
+    from tasks.hf_datasets import export
+
+    if train_size < 0:
+        _fail(f"--train-size must be at least 0, got {train_size}")
+    with _one_line():
+        card = export(get_suite(suite, difficulty, fmt), out, train_size=train_size, seed=seed)
+    console.print(f"wrote {card.parent}; load it with datasets.load_dataset({str(out)!r}) "
+                  f"or tasks.hf_datasets.load({str(out)!r})", highlight=False, soft_wrap=True, markup=False)
+
+
+@app.command("eval")
+def eval_(
+    model: str = typer.Argument(..., help="a run directory (scores its final/), a local HF model folder or a cached hub id"),
+    suite: Optional[str] = typer.Option(None, help="suite (default: the run's, else math_code)"),
+    difficulty: Optional[str] = typer.Option(None, help="easy, medium or hard (default: the run's, else easy)"),
+    profile: Optional[str] = typer.Option(None, help="prompt format and token cap (default: the run's, else hf)"),
+    limit: Optional[int] = typer.Option(None, help="first N held-out problems per domain (default: all)"),
+    task: list[str] = typer.Option([], help="also run this lm-eval task, e.g. gsm8k (repeatable; data must be cached)"),
+    include_path: list[Path] = typer.Option([], help="extra folder of lm-eval task YAMLs (repeatable)"),
+    max_new_tokens: Optional[int] = typer.Option(None, help="generation cap (default: the profile's evaluation cap)"),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
+    batch_size: int = typer.Option(16),
+    out: Optional[Path] = typer.Option(None, help="also write the scores and each prompt's completion as JSON here"),
+) -> None:
+    """Score a model with lm-evaluation-harness on a suite's held-out split (and any lm-eval task), offline."""
+    import os
+    import tempfile
+
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    from bench.registry import get_suite
+    from bench.run.harness import evaluate, metric_rows, resolve_target, scores_record, uses_chat_template
+    from bench.store import write_json
+    from bench.world.profiles import PROFILES
+    from tasks.lm_eval_export import export, task_name
+
+    if limit is not None and limit < 1:
+        _fail(f"--limit must be at least 1, got {limit}")
+    try:
+        target = resolve_target(model, suite=suite, difficulty=difficulty, profile=profile)
+        if target.profile not in PROFILES:
+            raise unknown("profile", target.profile, list(PROFILES))
+        chosen = PROFILES[target.profile]
+        problems = get_suite(target.suite, target.difficulty, chosen.task_format)
+        group = task_name(problems)
+        with tempfile.TemporaryDirectory(prefix="opd-bench-lm-eval-") as tmp:
+            export(problems, tmp, max_gen_toks=max_new_tokens or chosen.eval_max_new_tokens)
+            output = evaluate(
+                target.model, [group, *task], [Path(tmp), *include_path], limit=limit, device=_device(device),
+                chat=uses_chat_template(target.model, chosen.task_format), batch_size=batch_size,
+                include_defaults=any(not p.startswith("opd_bench_") for p in task),
+            )
+    except USER_ERRORS as exc:
+        _fail(str(exc))
+    results = output["results"]
+    table = Table(title=f"{target.run_id or target.model}: {problems.id}" + (f", first {limit} per domain" if limit else ""))
+    for col in ("task", "metric", "value"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for name, metric, value in metric_rows(results):
+        table.add_row(name, metric, f"{value:.4f}")
+    console.print(table)
+    console.print(f"suite accuracy ({problems.id}): {100 * results[group]['acc,none']:.2f}%")
+    if out is not None:
+        with _one_line():
+            write_json(out, scores_record(target, problems.id, group, problems.domains, limit, output))
+        console.print(f"wrote {out}")
