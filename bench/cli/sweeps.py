@@ -73,7 +73,7 @@ def reproduce(
             _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run),
-                           expected_s=_record_wall_times(out))
+                           expected_s=_record_wall_times(out) or _record_wall_times(REFERENCE_SITE))
     # copies each record it uses to OUT/records: the site rebuilds from itself
     try:
         with _one_line():
@@ -85,8 +85,14 @@ def reproduce(
     _sweep_outcome(result)
 
 
+REFERENCE_SITE = Path("leaderboard")  # the reference board, in a checkout of this repository
+
+
 def _record_wall_times(site: Path) -> dict[str, float]:
-    """Run id -> wall seconds of the records a site already holds (none for a new site)."""
+    """Run id -> wall seconds of the records a site already holds (none for a new site or no folder).
+
+    `bench reproduce` orders its runs and estimates their time from its site's records, or from the
+    reference board's (run from a checkout) when it builds a new site."""
     from reports.records import load_records
 
     records, _ = load_records(site / "records")  # a folder that is not there gives no records

@@ -10,7 +10,7 @@ one torch thread (two spin-waiting threads per run on a 2-core machine are slowe
 `--jobs` defaults to the number of cores. `bench reproduce` orders its runs by the wall times of the
 records its site already holds, so that its workers end together (`start_order`). As each run ends
 the sweep prints a line with the count and an estimate of the time left, and appends it to
-`<runs>/sweep.log` (`SweepLog`).
+`<runs>/sweep.log` (`SweepLog`, `time_left`).
 """
 
 from __future__ import annotations
@@ -158,42 +158,108 @@ def run_sweep(
     # if a run asks for it, under the cache entry's lock.
     for profile in {c.profile for c, _ in todo}:
         prepare.prepare(PROFILES[profile], teacher=reference.ships(profile, "external"))
+    ids = [Runner.run_id_for(c) for c, _ in todo]
+    workers = getattr(executor, "workers", None)
     outcomes = executor.run(todo)
     total, where = len(todo), executor.describe(len(todo))
     log = Path(todo[0][0].runs_dir) / SWEEP_LOG
     with Progress(console=console) as bar:
         task = bar.add_task(f"sweep ({where})", total=total)
-        news = SweepLog(bar.console, log, total)
-        news.line(f"sweep: {total} runs on {where} ({len(result.skipped)} already complete); each run's own "
-                  f"progress is in {Path(todo[0][0].runs_dir)}/<run id>/progress.log")
+        news = SweepLog(bar.console, log, total, expected=[(expected_s or {}).get(i) for i in ids],
+                        workers=workers(total) if workers else None)
+        news.line(f"sweep: {total} runs on {where} ({len(result.skipped)} already complete){news.forecast()}; "
+                  f"each run's own progress is in {Path(todo[0][0].runs_dir)}/<run id>/progress.log")
         for config, outcome in outcomes:
             name = f"{config.method}/{config.suite}/s{config.seed}"
+            index = ids.index(Runner.run_id_for(config))
             if isinstance(outcome, str):
                 result.done.append(outcome)
-                news.ended(outcome)
+                news.ended(outcome, index)
             elif isinstance(outcome, (RunError, ValueError, RuntimeError, OSError)):
                 result.failed.append((name, str(outcome)))
-                news.ended(f"failed {name}: {outcome}")
+                news.ended(f"failed {name}: {outcome}", index)
             else:
                 raise outcome
             bar.advance(task)
     return result
 
 
+def time_left(now: float, expected: list[float | None], started: Mapping[int, float],
+              took: Mapping[int, float], workers: int) -> float | None:
+    """Seconds until the last run ends, or None with nothing to go on, if each of `workers` takes the
+    next run (by index) as soon as it is free.
+
+    `expected`: each run's expected seconds (None: unknown); `started`: index -> when it started (on
+    the `now` clock); `took`: index -> seconds, for the runs that ended. The ended runs' times over
+    their expected times scale every expected time (the machine may be faster or busier than the one
+    the expectations came from); a run with no expected time counts as the mean of the ended runs
+    (or of the scaled expected times before any ends); a run under way has its time so far taken off.
+    """
+    timed = [i for i in took if expected[i] is not None]
+    expected_timed = sum(expected[i] for i in timed)
+    scale = sum(took[i] for i in timed) / expected_timed if expected_timed > 0 else 1.0
+    known = [scale * e for e in expected if e is not None]
+    if took:
+        fallback = sum(took.values()) / len(took)
+    elif known:
+        fallback = sum(known) / len(known)
+    else:
+        return None
+
+    def length(i: int) -> float:
+        return scale * expected[i] if expected[i] is not None else fallback
+
+    free = [max(length(i) - (now - t), 0.0) for i, t in started.items() if i not in took]
+    free += [0.0] * (workers - len(free))
+    for i in range(len(expected)):
+        if i not in started:
+            k = free.index(min(free))
+            free[k] += length(i)
+    return max(free, default=0.0)
+
+
 class SweepLog:
     """A sweep's news, one plain stamped line each, on the console (above its bar) and appended to
-    `log`: when it starts, and as each run ends, `[k/N] <run>; sweep 0:21:40, ~0:43:20 left`, the time
-    left extrapolated from the runs ended so far (their own logs have the evaluations)."""
+    `log`: when it starts, and as each run ends, `[k/N] <run>; sweep 0:21:40, ~0:43:20 left` (their
+    own logs have the evaluations).
 
-    def __init__(self, console: Console, log: Path, total: int) -> None:
+    With the number of `workers` (a local pool), the runs are taken to start in index order, each as
+    a worker comes free, and the time left is `time_left`'s, from the `expected` seconds of each run
+    and the times of those that ended; without it (Ray), the time so far extrapolated over the runs
+    left."""
+
+    def __init__(self, console: Console, log: Path, total: int, expected: list[float | None] | None = None,
+                 workers: int | None = None) -> None:
         self.console, self.log, self.total = console, log, total
+        self.expected = list(expected) if expected is not None else [None] * total
+        self.workers = workers
         self.ended_runs, self.t0 = 0, time.perf_counter()
+        self.started = {i: self.t0 for i in range(min(workers or 0, total))}
+        self.took: dict[int, float] = {}
 
     def line(self, text: str) -> None:
         news_line(text, self.log, self.console)
 
-    def ended(self, text: str) -> None:
+    def forecast(self) -> str:
+        """`, ~0:43:20 expected` when the runs' expected times give an estimate before any ends."""
+        left = self._left(time.perf_counter()) if any(e is not None for e in self.expected) else None
+        return f", ~{clock(left)} expected" if left is not None else ""
+
+    def ended(self, text: str, index: int | None = None) -> None:
+        now = time.perf_counter()
         self.ended_runs += 1
-        elapsed = time.perf_counter() - self.t0
-        left = elapsed * (self.total - self.ended_runs) / self.ended_runs
+        if self.workers and index is not None and index in self.started:
+            self.took[index] = now - self.started[index]
+            waiting = [i for i in range(self.total) if i not in self.started]
+            if waiting:
+                self.started[waiting[0]] = now
+        elapsed = now - self.t0
+        left = self._left(now)
+        if left is None:
+            left = elapsed * (self.total - self.ended_runs) / self.ended_runs
         self.line(f"[{self.ended_runs}/{self.total}] {text}; sweep {clock(elapsed)}, ~{clock(left)} left")
+
+    def _left(self, now: float) -> float | None:
+        if not self.workers or len(self.took) != self.ended_runs:  # no worker count, or a run it lost track of
+            return None
+        return time_left(now, self.expected, self.started, self.took, self.workers)

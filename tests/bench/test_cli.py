@@ -268,3 +268,22 @@ def test_reproduce_runs_the_shipped_worlds_by_default():
     assert all((reference.ROOT / name / "manifest.json").is_file() for name in shipped)
     complete = {p.parent.name for p in reference.ROOT.glob("*/manifest.json") if (p.parent / "external.json").is_file()}
     assert set(shipped) == complete & {"tiny", "direct"}
+
+
+def test_a_new_site_takes_its_run_times_from_the_reference_board():
+    """`bench reproduce --out NEW` orders its runs and forecasts the sweep from the reference board's
+    records: they time every run of its default plan at three seeds."""
+    from pathlib import Path
+
+    from bench.cli import shipped_profiles
+    from bench.cli.sweeps import REFERENCE_SITE, _record_wall_times
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+    from bench.run.sweep import reproduce_plan
+
+    repo = Path(__file__).resolve().parents[2]
+    assert _record_wall_times(repo / "no-such-site") == {}
+    times = _record_wall_times(repo / REFERENCE_SITE)
+    plan = [Runner.run_id_for(c) for name in shipped_profiles()
+            for c in reproduce_plan(3, RunConfig(method="", suite="", profile=name))]
+    assert plan and all(times.get(run_id, 0) > 0 for run_id in plan)

@@ -45,6 +45,30 @@ def test_the_sweep_log_counts_runs_and_extrapolates_the_time_left(tmp_path, monk
     assert lines[1].endswith("  [2/4] failed b [x]: no such teacher; sweep 0:20:00, ~0:20:00 left")
 
 
+def test_the_time_left_follows_the_workers_and_the_expected_times(tmp_path, monkeypatch):
+    """Two workers, runs expected to take 10, 10, 5 and 5 minutes, on a machine twice as slow as the
+    one the expectations came from: before any run ends the sweep expects 15 minutes; when the first
+    ends at 20 the second is about to end too, and the last two then take 10 each, side by side:
+    10 minutes left, where the time so far over the runs left would say 60."""
+    from rich.console import Console
+
+    from bench.run import sweep
+
+    now = [0.0]
+    monkeypatch.setattr(sweep.time, "perf_counter", lambda: now[0])
+    news = sweep.SweepLog(Console(file=open(tmp_path / "console.txt", "w")), tmp_path / "sweep.log", 4,
+                          expected=[600.0, 600.0, 300.0, 300.0], workers=2)
+    assert news.forecast() == ", ~0:15:00 expected"
+    now[0] = 1200.0
+    news.ended("a", 0)
+    assert (tmp_path / "sweep.log").read_text().rstrip().endswith("[1/4] a; sweep 0:20:00, ~0:10:00 left")
+    # no expected times: each run counts as the mean of those that ended
+    assert sweep.time_left(600.0, [None] * 4, {0: 0.0, 1: 0.0, 2: 600.0}, {0: 600.0}, workers=2) == 600.0
+    assert sweep.time_left(0.0, [None] * 4, {0: 0.0, 1: 0.0}, {}, workers=2) is None
+    # one worker: everything left in a row, the run under way less its time so far
+    assert sweep.time_left(100.0, [50.0, 200.0, 300.0], {0: 0.0, 1: 50.0}, {0: 50.0}, workers=1) == 450.0
+
+
 def test_sweep_with_a_typo_fails_before_running(tmp_path):
     out = CliRunner().invoke(app, ["sweep", "--methods", "grpo-joint,opd-mult", "--runs", str(tmp_path)])
     assert out.exit_code == 2
