@@ -19,6 +19,9 @@ from bench.cli.common import (
 from bench.errors import ReferenceError, unknown
 
 
+PANEL = "Prepare and run"  # the heading these commands are listed under in `bench --help`
+
+
 def _built_in(info: dict, part: str, shipped: bool = False) -> str:
     """How `part` was had: trained here in so many seconds, taken from a warm-up checkpoint, or
     installed from the shipped reference (whose build time is the one where it was made)."""
@@ -43,7 +46,7 @@ def _resume_command() -> str:
     return shlex.join(["bench", *args, *([] if "--resume" in args else ["--resume"])])
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL)
 def run(
     method: str = typer.Option(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
     suite: str = typer.Option("math_code", help="task suite"),
@@ -112,7 +115,7 @@ def run(
     console.print(f"run directory: {config.runs_dir / summary['run_id']}")
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL)
 def prepare(
     profile: str = typer.Option(DEFAULT_PROFILE, help="world: tiny (worked answers), direct (short answers), smoke, ..."),
     check: bool = typer.Option(False, help="rebuild from scratch and compare weights hashes with the shipped models"),

@@ -16,7 +16,10 @@ from bench.cli.common import (
 )
 
 
-@app.command()
+PANEL = "Many runs and the leaderboard"  # the heading these commands are listed under in `bench --help`
+
+
+@app.command(rich_help_panel=PANEL)
 def sweep(
     methods: str = typer.Option(..., help="comma-separated method names"),
     suites: str = typer.Option("math_code", help="comma-separated suites"),
@@ -45,7 +48,7 @@ def sweep(
     _sweep_outcome(result)
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL)
 def reproduce(
     profile: list[str] = typer.Option([], help="worlds to run, each on both suites (repeatable; default: every "
                                       "world whose base and teacher are shipped in bench/reference)"),
@@ -130,7 +133,7 @@ def _sweep_outcome(result, fail: bool = True) -> None:
         _fail("; ".join(f"{name}: {why}" for name, why in result.failed), code=1)
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL)
 def report(
     runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),
     out: Path = typer.Option(Path("site"), help="where the static site is written (the committed reference is leaderboard/)"),
@@ -159,7 +162,7 @@ def report(
         _fail("no valid run records found", code=1)
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL)
 def compare(
     runs: list[Path] = typer.Argument(..., help="run directories, runs folders or record files"),
     against: list[Path] = typer.Option([Path("leaderboard/records")], help="the reference records (repeatable)"),

@@ -16,7 +16,10 @@ from bench.cli.common import (
 from bench.errors import USER_ERRORS, unknown
 
 
-@app.command("list")
+PANEL = "Look up, check, export"  # the heading these commands are listed under in `bench --help`
+
+
+@app.command("list", rich_help_panel=PANEL)
 def list_(
     what: str = typer.Argument(..., help="methods, suites or profiles"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
@@ -83,7 +86,7 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-@app.command()
+@app.command(rich_help_panel=PANEL)
 def flops(
     model: str = typer.Argument(..., help="tiny spec name or local HF model folder"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
@@ -129,7 +132,7 @@ def audit_table(report: dict) -> Table:
     return table
 
 
-@app.command("check-adapter")
+@app.command("check-adapter", rich_help_panel=PANEL)
 def check_adapter(
     plugin: str = typer.Argument(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
     suite: str = typer.Option("math_code"),
@@ -171,7 +174,7 @@ def check_adapter(
         _fail(f"{result.method} is not conformant: {why}", code=1)
 
 
-@app.command("export-lm-eval")
+@app.command("export-lm-eval", rich_help_panel=PANEL)
 def export_lm_eval(
     suite: str = typer.Argument(..., help="suite name"),
     out: Path = typer.Option(..., help="folder for the lm-eval task files"),
@@ -189,7 +192,7 @@ def export_lm_eval(
     console.print(lm_eval_command(chosen, out.resolve()), highlight=False, soft_wrap=True, markup=False)
 
 
-@app.command("export-hf")
+@app.command("export-hf", rich_help_panel=PANEL)
 def export_hf(
     suite: str = typer.Argument(..., help="suite name"),
     out: Path = typer.Option(..., help="folder for the dataset (parquet splits and a README.md card)"),
@@ -210,7 +213,7 @@ def export_hf(
                   f"or tasks.hf_datasets.load({str(out)!r})", highlight=False, soft_wrap=True, markup=False)
 
 
-@app.command("eval")
+@app.command("eval", rich_help_panel=PANEL)
 def eval_(
     model: str = typer.Argument(..., help="a run directory (scores its final/), a local HF model folder or a cached hub id"),
     suite: Optional[str] = typer.Option(None, help="suite (default: the run's, else math_code)"),

@@ -223,6 +223,19 @@ def test_version_and_machine_readable_listings():
     assert {p["name"] for p in profiles} >= {"tiny", "direct", "smoke"}
 
 
+def test_help_lists_every_command_under_its_heading():
+    """`bench --help` groups the commands by what they are for, each listed once."""
+    out = runner.invoke(app, ["--help"], env={"COLUMNS": "160"}).output
+    panels = {"Prepare and run": ["run", "prepare"],
+              "Many runs and the leaderboard": ["sweep", "reproduce", "report", "compare"],
+              "Look up, check, export": ["list", "flops", "check-adapter", "export-lm-eval", "export-hf", "eval"]}
+    assert "Commands" not in out  # no command left under typer's default heading
+    at = [out.index(f"─ {heading} ─") for heading in panels] + [len(out)]
+    for (heading, commands), begin, end in zip(panels.items(), at, at[1:]):
+        listed = [line.split()[1] for line in out[begin:end].splitlines()[1:] if line.startswith("│ ") and line[2] != " "]
+        assert listed == commands, heading
+
+
 def test_listings_piped_are_plain_and_whole():
     # CliRunner's stdout is not a terminal, as with `bench list suites | grep ...`
     lines = runner.invoke(app, ["list", "suites"]).output.splitlines()
