@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -67,6 +68,22 @@ def _one_line() -> Iterator[None]:
         _fail(str(exc))
     except OSError as exc:
         _fail(os_error_message(exc))
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _interruptible(message: str) -> Iterator[None]:
+    """SIGTERM (a scheduler, `kill`) ends the command as Ctrl-C does: `message` on one line, exit 130."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        _fail(message, code=130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _budget(value: Optional[str]) -> Optional[float]:

@@ -4,7 +4,6 @@ or rebuilt base and teacher, with its regime table)."""
 from __future__ import annotations
 
 import shlex
-import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -13,8 +12,8 @@ import typer
 from rich.table import Table
 
 from bench.cli.common import (
-    DEFAULT_PROFILE, PHASES_HELP, ROLLOUT_HELP, _budget, _device, _fail, _fractions, _names, _one_line, _overrides,
-    _print_json, app, console, default_phase_executor,
+    DEFAULT_PROFILE, PHASES_HELP, ROLLOUT_HELP, _budget, _device, _fail, _fractions, _interruptible, _names, _one_line,
+    _overrides, _print_json, app, console, default_phase_executor,
 )
 from bench.errors import ReferenceError, unknown
 
@@ -32,10 +31,6 @@ def _built_in(info: dict, part: str, shipped: bool = False) -> str:
     if "from_checkpoint" in info:
         return f"{part} taken from warm-up checkpoint {info['from_checkpoint']} in {info.get('wall_s', '?')} s"
     return f"built in {info.get('wall_s', '?')} s for {part}"
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _resume_command() -> str:
@@ -79,8 +74,7 @@ def run(
     from bench.run.runner import Runner
 
     # SIGTERM ends a run as Ctrl-C does: with the command that resumes it.
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
+    with _interruptible(f"interrupted; the run keeps its last checkpoint: continue with {_resume_command()}"):
         with _one_line():
             config = RunConfig(
                 method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
@@ -94,10 +88,6 @@ def run(
             )
             run = Runner(config, resume=resume, progress=progress and not as_json)
             summary = run.run()
-    except KeyboardInterrupt:
-        _fail(f"interrupted; the run keeps its last checkpoint: continue with {_resume_command()}", code=130)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     if as_json:
         keys = ("run_id", "method", "suite", "profile", "seed", "budget_flops", "base_accuracy", "final_accuracy",
                 "final_domain_accuracy", "final_mean_length", "flops", "wall_s")

@@ -11,8 +11,8 @@ from typing import Optional
 import typer
 
 from bench.cli.common import (
-    DEFAULT_PROFILE, PROFILE_ORDER, ROLLOUT_HELP, _budget, _fail, _names, _one_line, _print_json, _seeds, _split,
-    app, console, err,
+    DEFAULT_PROFILE, PROFILE_ORDER, ROLLOUT_HELP, _budget, _fail, _interruptible, _names, _one_line, _print_json,
+    _seeds, _split, app, console, err,
 )
 
 
@@ -39,13 +39,18 @@ def sweep(
     from bench.run.config import RunConfig
     from bench.run.sweep import plan, run_sweep
 
-    with _one_line():
+    with _interruptible(INTERRUPTED), _one_line():
         base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
                          budget_flops=_budget(budget), runs_dir=runs, rollout=rollout)
         configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
     _sweep_outcome(result)
+
+
+# Ctrl-C or SIGTERM: the sweep stops its runs (`run_sweep`) and says so on one line.
+INTERRUPTED = ("interrupted; the runs that ended are kept and each run under way keeps its last checkpoint: "
+               "the same command continues")
 
 
 @app.command(rich_help_panel=PANEL)
@@ -71,7 +76,7 @@ def reproduce(
     profile = profile or shipped_profiles()
     if not profile:
         _fail("no world has shipped reference models (bench/reference/<profile>/); name one with --profile")
-    with _one_line():
+    with _interruptible(INTERRUPTED), _one_line():
         configs = [c for name in profile for c in reproduce_plan(
             _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
         _validate(configs)

@@ -15,7 +15,9 @@ Under Ray each run is a task with 1 CPU and `gpus_per_run` GPUs, and its `phase_
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
@@ -66,15 +68,44 @@ class LocalExecutor:
         return f"{self.workers(n_runs)} jobs"
 
     def run(self, todo: list[tuple[RunConfig, bool]]) -> Iterator[Outcome]:
+        """Each run in a worker process. If the sweep stops before every run has ended (Ctrl-C,
+        SIGTERM, an error), the workers are killed with their runs, which keep their last checkpoints:
+        nothing goes on writing to the runs folder, or holding a run's lock, after the sweep is gone."""
         jobs = self.workers(len(todo))
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_signals)
+        ended = False
+        try:
             futures = {pool.submit(run_one, config, resume): config for config, resume in todo}
             for future in as_completed(futures):
                 try:
-                    yield futures[future], future.result()
+                    outcome = future.result()
                 except Exception as exc:  # noqa: BLE001  (the sweep decides which ones are run failures)
-                    yield futures[future], exc
+                    outcome = exc
+                yield futures[future], outcome
+            ended = True
+        finally:
+            if not ended:
+                _kill_workers(pool)
+            pool.shutdown(wait=ended, cancel_futures=True)
+
+
+def _worker_signals() -> None:
+    """A sweep's worker leaves Ctrl-C to the sweep, which then stops it, and dies of SIGTERM (a forked
+    worker would otherwise inherit the command's handler that turns SIGTERM into Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """SIGTERM to the pool's worker processes (Python 3.14 has `terminate_workers` for this)."""
+    if hasattr(pool, "terminate_workers"):
+        pool.terminate_workers()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.join(timeout=10)
 
 
 class RayExecutor:
@@ -115,13 +146,17 @@ class RayExecutor:
         return refs
 
     def _results(self, refs: dict, started: bool) -> Iterator[Outcome]:
+        pending = list(refs)
         try:
-            pending = list(refs)
             while pending:
                 done, pending = self.ray.wait(pending, num_returns=1)
                 yield refs[done[0]], self._outcome(done[0])
         finally:
-            if started:  # a local instance this executor started; a cluster stays up
+            if pending and not started:  # the sweep stopped early: its runs on the cluster stop too
+                for ref in pending:
+                    with contextlib.suppress(Exception):  # one that ended meanwhile, or a lost connection
+                        self.ray.cancel(ref, force=True)
+            if started:  # a local instance this executor started (its shutdown ends its tasks); a cluster stays up
                 self.ray.shutdown()
 
     def _connect(self) -> bool:

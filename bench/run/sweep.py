@@ -169,18 +169,23 @@ def run_sweep(
                         workers=workers(total) if workers else None)
         news.line(f"sweep: {total} runs on {where} ({len(result.skipped)} already complete){news.forecast()}; "
                   f"each run's own progress is in {Path(todo[0][0].runs_dir)}/<run id>/progress.log")
-        for config, outcome in outcomes:
-            name = f"{config.method}/{config.suite}/s{config.seed}"
-            index = ids.index(Runner.run_id_for(config))
-            if isinstance(outcome, str):
-                result.done.append(outcome)
-                news.ended(outcome, index)
-            elif isinstance(outcome, (RunError, ValueError, RuntimeError, OSError)):
-                result.failed.append((name, str(outcome)))
-                news.ended(f"failed {name}: {outcome}", index)
-            else:
-                raise outcome
-            bar.advance(task)
+        try:
+            for config, outcome in outcomes:
+                name = f"{config.method}/{config.suite}/s{config.seed}"
+                index = ids.index(Runner.run_id_for(config))
+                if isinstance(outcome, str):
+                    result.done.append(outcome)
+                    news.ended(outcome, index)
+                elif isinstance(outcome, (RunError, ValueError, RuntimeError, OSError)):
+                    result.failed.append((name, str(outcome)))
+                    news.ended(f"failed {name}: {outcome}", index)
+                else:
+                    raise outcome
+                bar.advance(task)
+        finally:  # stopped early (Ctrl-C, SIGTERM, an error): the executor stops the runs under way now
+            close = getattr(outcomes, "close", None)
+            if close:
+                close()
     return result
 
 

@@ -120,3 +120,42 @@ def test_phases_on_cuda_without_room_for_their_gpus_are_refused_not_left_waiting
     assert _child_gpus(ray, cpu) == 0.0
     with pytest.raises(RuntimeError, match="would wait forever"):
         _child_gpus(ray, cuda)  # this instance has no GPU at all
+
+
+def test_a_sweep_stopped_early_cancels_its_runs_on_the_cluster(ray_instance, tmp_path, monkeypatch):
+    """Ctrl-C while a sweep waits on a cluster it did not start (here the module's instance, which
+    stays up): its runs' tasks are cancelled, not left training and holding their run locks; each
+    keeps its last checkpoint for the same command to continue."""
+    import fcntl
+
+    from bench.run import checkpoint
+    from bench.run.executors import RayExecutor
+
+    configs = [RunConfig(method=m, suite="math_code", profile="smoke", budget_flops=1e13, runs_dir=tmp_path)
+               for m in ("grpo-joint", "sft")]
+    dirs = [tmp_path / Runner.run_id_for(c) for c in configs]
+    wait = ray.wait
+
+    def interrupted_wait(*args, **kwargs):
+        deadline = time.monotonic() + 240
+        while not all((checkpoint.folder(d) / "state.json").exists() for d in dirs):
+            assert time.monotonic() < deadline, "the runs never checkpointed"
+            time.sleep(0.2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ray, "wait", interrupted_wait)
+    with pytest.raises(KeyboardInterrupt):
+        list(RayExecutor().run([(c, False) for c in configs]))
+    monkeypatch.setattr(ray, "wait", wait)
+    deadline = time.monotonic() + 60
+    for run_dir in dirs:
+        with open(run_dir / ".lock") as lock:
+            while True:  # the cancelled task's process dies and its lock is freed
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, f"{run_dir.name} is still locked"
+                    time.sleep(0.2)
+        assert not (run_dir / "summary.json").exists()
+    assert ray.is_initialized()  # a cluster this sweep did not start stays up

@@ -1,7 +1,16 @@
 """`bench sweep`: parallel local runs, skipping complete ones; typos fail before any run starts."""
 
+import fcntl
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import psutil
+import pytest
 from typer.testing import CliRunner
 
 from bench.cli import app
@@ -142,3 +151,43 @@ def test_start_order_lets_the_workers_end_together():
     lengths = [922.0, 742.0, 736.0, 675.0, 639.0, 632.0, 631.0, 627.0, 592.0, 491.0, 453.0]
     for workers in (2, 3):
         assert _makespan(start_order(lengths, workers), lengths, workers) <= 1.02 * sum(lengths) / workers
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the sweep", "Ctrl-C to its process group"])
+def test_an_interrupted_sweep_stops_its_runs_and_says_how_to_continue(how, tmp_path):
+    """A scheduler's SIGTERM to the sweep, or a terminal's Ctrl-C to it and its workers: one line,
+    exit 130, and no worker left running its run (or holding its lock) after the sweep has gone; the
+    runs under way keep their checkpoints for the same command to continue."""
+    from bench.run import checkpoint
+
+    profile = smoke_profile()
+    args = [sys.executable, "-m", "bench.cli", "sweep", "--methods", "grpo-joint,sft,opd-multi", "--suites",
+            "math_code", "--seeds", "1", "--profile", profile.name, "--budget", "1e13", "--runs", str(tmp_path),
+            "--jobs", "2"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    # start_new_session: its own process group, as a terminal gives a command; SIGINT at its default
+    # (a process started in the background inherits it ignored)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        started = [d for d in tmp_path.iterdir() if (checkpoint.folder(d) / "state.json").exists()]
+        if len(started) == 2:
+            break
+        time.sleep(0.2)
+    assert len(started) == 2, proc.communicate(timeout=60)
+    workers = [int((d / ".lock").read_text()) for d in started]
+    if how == "SIGTERM to the sweep":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (stderr, stdout[-2000:])
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "interrupted" in lines[0] and "the same command continues" in lines[0], stderr
+    for pid in workers:  # gone (or a zombie no one has reaped yet): not running a run
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
+    for run_dir in started:
+        with open(run_dir / ".lock") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: raises BlockingIOError if still held
+        assert (checkpoint.folder(run_dir) / "state.json").exists() and not (run_dir / "summary.json").exists()
