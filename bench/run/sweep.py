@@ -167,7 +167,9 @@ def run_sweep(
         task = bar.add_task(f"sweep ({where})", total=total)
         news = SweepLog(bar.console, log, total, expected=[(expected_s or {}).get(i) for i in ids],
                         workers=workers(total) if workers else None)
-        news.line(f"sweep: {total} runs on {where} ({len(result.skipped)} already complete){news.forecast()}; "
+        resuming = sum(resume for _, resume in todo)
+        news.line(f"sweep: {total} runs on {where} ({len(result.skipped)} already complete"
+                  f"{f', {resuming} to resume from their checkpoints' if resuming else ''}){news.forecast()}; "
                   f"each run's own progress is in {Path(todo[0][0].runs_dir)}/<run id>/progress.log")
         try:
             for config, outcome in outcomes:

@@ -191,3 +191,19 @@ def test_an_interrupted_sweep_stops_its_runs_and_says_how_to_continue(how, tmp_p
         with open(run_dir / ".lock") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: raises BlockingIOError if still held
         assert (checkpoint.folder(run_dir) / "state.json").exists() and not (run_dir / "summary.json").exists()
+    if how == "SIGTERM to the sweep":  # the same plan again (on an executor that runs nothing) says what it resumes
+        from bench.run.config import RunConfig
+        from bench.run.sweep import plan, run_sweep
+
+        class Lists:
+            def describe(self, n_runs):
+                return "a list"
+
+            def run(self, todo):
+                return iter([])
+
+        configs = plan(["grpo-joint", "sft", "opd-multi"], ["math_code"], 1,
+                       RunConfig(method="", suite="", profile=profile.name, runs_dir=tmp_path))
+        run_sweep(configs, executor=Lists())
+        first = (tmp_path / "sweep.log").read_text().splitlines()[-1]
+        assert "sweep: 3 runs on a list (0 already complete, 2 to resume from their checkpoints)" in first, first
