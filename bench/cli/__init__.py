@@ -38,5 +38,5 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
-        err.print("interrupted; the run directory keeps its last checkpoint (use --resume)")
+        err.print("interrupted")  # `bench run` and the sweeps say what is kept and how to continue
         sys.exit(130)

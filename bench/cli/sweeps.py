@@ -84,7 +84,8 @@ def reproduce(
                            expected_s=_record_wall_times(out) or _record_wall_times(REFERENCE_SITE))
     # copies each record it uses to OUT/records: the site rebuilds from itself
     try:
-        with _one_line():
+        with _interruptible(f"interrupted while the site was built, after the sweep: `bench report --runs {runs} "
+                            f"--out {out}{' --force' if force else ''}` builds it"), _one_line():
             summary = build_site([runs], out, worlds=shipped_worlds(), force=force)
     except SiteOverwriteError as exc:
         _sweep_outcome(result, fail=False)

@@ -300,3 +300,19 @@ def test_a_new_site_takes_its_run_times_from_the_reference_board():
     plan = [Runner.run_id_for(c) for name in shipped_profiles()
             for c in reproduce_plan(3, RunConfig(method="", suite="", profile=name))]
     assert plan and all(times.get(run_id, 0) > 0 for run_id in plan)
+
+
+def test_reproduce_interrupted_while_building_its_site_names_the_command_that_builds_it(tmp_path, monkeypatch):
+    import reports.site
+    from bench.run import sweep
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "run_sweep", lambda *args, **kwargs: sweep.SweepResult([], [], []))
+    monkeypatch.setattr(reports.site, "build_site", interrupted)
+    result = runner.invoke(app, ["reproduce", "--profile", "direct", "--runs", str(tmp_path / "runs"),
+                                 "--out", str(tmp_path / "site")])
+    assert result.exit_code == 130
+    assert _err(result) == (f"error: interrupted while the site was built, after the sweep: `bench report --runs "
+                            f"{tmp_path / 'runs'} --out {tmp_path / 'site'}` builds it")
