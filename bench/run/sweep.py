@@ -232,8 +232,8 @@ class SweepLog:
 
     With the number of `workers` (a local pool), the runs are taken to start in index order, each as
     a worker comes free, and the time left is `time_left`'s, from the `expected` seconds of each run
-    and the times of those that ended; without it (Ray), the time so far extrapolated over the runs
-    left."""
+    and the times of those that ended, or unknown when the runs left are under way past their expected
+    times; without it (Ray), the time so far extrapolated over the runs left."""
 
     def __init__(self, console: Console, log: Path, total: int, expected: list[float | None] | None = None,
                  workers: int | None = None) -> None:
@@ -264,7 +264,11 @@ class SweepLog:
         left = self._left(now)
         if left is None:
             left = elapsed * (self.total - self.ended_runs) / self.ended_runs
-        self.line(f"[{self.ended_runs}/{self.total}] {text}; sweep {clock(elapsed)}, ~{clock(left)} left")
+        if left < 1 and self.ended_runs < self.total:  # the runs under way are past their expected times
+            estimate = "time left unknown (runs past their expected times: see their progress.log)"
+        else:
+            estimate = f"~{clock(left)} left"
+        self.line(f"[{self.ended_runs}/{self.total}] {text}; sweep {clock(elapsed)}, {estimate}")
 
     def _left(self, now: float) -> float | None:
         if not self.workers or len(self.took) != self.ended_runs:  # no worker count, or a run it lost track of

@@ -71,6 +71,16 @@ def test_the_time_left_follows_the_workers_and_the_expected_times(tmp_path, monk
     now[0] = 1200.0
     news.ended("a", 0)
     assert (tmp_path / "sweep.log").read_text().rstrip().endswith("[1/4] a; sweep 0:20:00, ~0:10:00 left")
+    # a run under way past its expected time: how much more it needs is not known here
+    now[0] = 0.0
+    late = sweep.SweepLog(Console(file=open(tmp_path / "console.txt", "w")), tmp_path / "late.log", 3,
+                          expected=[60.0, 60.0, 60.0], workers=2)
+    now[0] = 60.0
+    late.ended("a", 0)
+    now[0] = 120.0
+    late.ended("c", 2)  # the second run, started at 0, is still running at 2 minutes
+    assert (tmp_path / "late.log").read_text().splitlines()[-1].endswith(
+        "[2/3] c; sweep 0:02:00, time left unknown (runs past their expected times: see their progress.log)")
     # no expected times: each run counts as the mean of those that ended
     assert sweep.time_left(600.0, [None] * 4, {0: 0.0, 1: 0.0, 2: 600.0}, {0: 600.0}, workers=2) == 600.0
     assert sweep.time_left(0.0, [None] * 4, {0: 0.0, 1: 0.0}, {}, workers=2) is None
