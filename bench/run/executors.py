@@ -52,7 +52,9 @@ class SweepExecutor(Protocol):
         ...
 
     # optional: `workers(n_runs) -> int | None`, how many of `n_runs` runs execute at once, which
-    # `run_sweep` uses to order runs of known lengths so that the workers end together
+    # `run_sweep` uses to order runs of known lengths so that the workers end together; `stop()`,
+    # called when the sweep ends or stops early, even before it has read an outcome, to end what
+    # `run` started (closing the iterator it returned covers only an iterator already started)
 
 
 class LocalExecutor:
@@ -126,14 +128,28 @@ class RayExecutor:
 
     def run(self, todo: list[tuple[RunConfig, bool]]) -> Iterator[Outcome]:
         # Connect and submit now, not on the first `next()`: a bad address fails before any progress bar.
-        started = self._connect()
+        self._started = self._connect()
+        self._pending: list = []
         try:
             refs = self._submit(todo)
         except BaseException:
-            if started:
-                self.ray.shutdown()
+            self.stop()
             raise
-        return self._results(refs, started)
+        self._pending = list(refs)
+        return self._results(refs)
+
+    def stop(self) -> None:
+        """End what this sweep still has under way (at its end, or when it stops early, even before its
+        first outcome is read): a local instance this executor started is shut down, which ends its
+        tasks; on a cluster, which stays up, the tasks not yet ended are cancelled."""
+        pending, self._pending = getattr(self, "_pending", []), []
+        if getattr(self, "_started", False):
+            self._started = False
+            self.ray.shutdown()
+            return
+        for ref in pending:
+            with contextlib.suppress(Exception):  # one that ended meanwhile, or a lost connection
+                self.ray.cancel(ref, force=True)
 
     def _submit(self, todo: list[tuple[RunConfig, bool]]) -> dict:
         task = self.ray.remote(num_cpus=1, num_gpus=self.gpus_per_run, max_retries=0)(run_one)
@@ -145,19 +161,13 @@ class RayExecutor:
             refs[task.remote(config, resume, env)] = config
         return refs
 
-    def _results(self, refs: dict, started: bool) -> Iterator[Outcome]:
-        pending = list(refs)
+    def _results(self, refs: dict) -> Iterator[Outcome]:
         try:
-            while pending:
-                done, pending = self.ray.wait(pending, num_returns=1)
+            while self._pending:
+                done, self._pending = self.ray.wait(self._pending, num_returns=1)
                 yield refs[done[0]], self._outcome(done[0])
         finally:
-            if pending and not started:  # the sweep stopped early: its runs on the cluster stop too
-                for ref in pending:
-                    with contextlib.suppress(Exception):  # one that ended meanwhile, or a lost connection
-                        self.ray.cancel(ref, force=True)
-            if started:  # a local instance this executor started (its shutdown ends its tasks); a cluster stays up
-                self.ray.shutdown()
+            self.stop()
 
     def _connect(self) -> bool:
         """Connect (or start a local instance); True if this executor must shut it down."""

@@ -16,7 +16,7 @@ the sweep prints a line with the count and an estimate of the time left, and app
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -159,8 +159,20 @@ def run_sweep(
     for profile in {c.profile for c, _ in todo}:
         prepare.prepare(PROFILES[profile], teacher=reference.ships(profile, "external"))
     ids = [Runner.run_id_for(c) for c, _ in todo]
-    workers = getattr(executor, "workers", None)
     outcomes = executor.run(todo)
+    try:
+        _report(outcomes, todo, ids, executor, expected_s, result, console)
+    finally:  # ended, or stopped early (Ctrl-C, SIGTERM, an error): the executor stops its runs under way now
+        for end in (getattr(outcomes, "close", None), getattr(executor, "stop", None)):
+            if end:
+                end()
+    return result
+
+
+def _report(outcomes: Iterator, todo: list, ids: list[str], executor: SweepExecutor,
+            expected_s: Mapping[str, float] | None, result: SweepResult, console: Console) -> None:
+    """Collect the outcomes into `result` as they come, with a progress bar and a line per run."""
+    workers = getattr(executor, "workers", None)
     total, where = len(todo), executor.describe(len(todo))
     log = Path(todo[0][0].runs_dir) / SWEEP_LOG
     with Progress(console=console) as bar:
@@ -171,24 +183,18 @@ def run_sweep(
         news.line(f"sweep: {total} runs on {where} ({len(result.skipped)} already complete"
                   f"{f', {resuming} to resume from their checkpoints' if resuming else ''}){news.forecast()}; "
                   f"each run's own progress is in {Path(todo[0][0].runs_dir)}/<run id>/progress.log")
-        try:
-            for config, outcome in outcomes:
-                name = f"{config.method}/{config.suite}/s{config.seed}"
-                index = ids.index(Runner.run_id_for(config))
-                if isinstance(outcome, str):
-                    result.done.append(outcome)
-                    news.ended(outcome, index)
-                elif isinstance(outcome, (RunError, ValueError, RuntimeError, OSError)):
-                    result.failed.append((name, str(outcome)))
-                    news.ended(f"failed {name}: {outcome}", index)
-                else:
-                    raise outcome
-                bar.advance(task)
-        finally:  # stopped early (Ctrl-C, SIGTERM, an error): the executor stops the runs under way now
-            close = getattr(outcomes, "close", None)
-            if close:
-                close()
-    return result
+        for config, outcome in outcomes:
+            name = f"{config.method}/{config.suite}/s{config.seed}"
+            index = ids.index(Runner.run_id_for(config))
+            if isinstance(outcome, str):
+                result.done.append(outcome)
+                news.ended(outcome, index)
+            elif isinstance(outcome, (RunError, ValueError, RuntimeError, OSError)):
+                result.failed.append((name, str(outcome)))
+                news.ended(f"failed {name}: {outcome}", index)
+            else:
+                raise outcome
+            bar.advance(task)
 
 
 def time_left(now: float, expected: list[float | None], started: Mapping[int, float],

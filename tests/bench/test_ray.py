@@ -159,3 +159,25 @@ def test_a_sweep_stopped_early_cancels_its_runs_on_the_cluster(ray_instance, tmp
                     time.sleep(0.2)
         assert not (run_dir / "summary.json").exists()
     assert ray.is_initialized()  # a cluster this sweep did not start stays up
+
+
+def test_a_sweep_stopped_before_its_first_outcome_cancels_every_task(ray_instance, tmp_path, monkeypatch):
+    """Stopped between submitting and waiting (an iterator never started has nothing to close): the
+    sweep's `stop` still cancels every task it submitted, and the cluster stays up."""
+    from bench.run.executors import RayExecutor
+
+    configs = [RunConfig(method=m, suite="math_code", profile="smoke", budget_flops=1e13, runs_dir=tmp_path)
+               for m in ("grpo-joint", "sft")]
+    cancelled, cancel = [], ray.cancel
+    monkeypatch.setattr(ray, "cancel", lambda ref, **kwargs: (cancelled.append(ref), cancel(ref, **kwargs)))
+    executor = RayExecutor()
+    outcomes = executor.run([(c, False) for c in configs])
+    submitted = list(executor._pending)
+    outcomes.close()  # never started: runs nothing
+    assert cancelled == []
+    executor.stop()
+    assert sorted(map(str, cancelled)) == sorted(map(str, submitted)) and len(submitted) == 2
+    for ref in submitted:
+        with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)):
+            ray.get(ref, timeout=60)
+    assert ray.is_initialized()
