@@ -122,6 +122,8 @@ class RayExecutor:
         self.address = address
         self.gpus_per_run = gpus_per_run
         self.num_cpus = num_cpus
+        self._started = False  # a local instance this executor started, and must shut down
+        self._pending: list = []  # the refs of the runs submitted and not yet ended
 
     def describe(self, n_runs: int) -> str:
         return f"Ray at {self.address}" if self.address else "local Ray instance"
@@ -129,7 +131,6 @@ class RayExecutor:
     def run(self, todo: list[tuple[RunConfig, bool]]) -> Iterator[Outcome]:
         # Connect and submit now, not on the first `next()`: a bad address fails before any progress bar.
         self._started = self._connect()
-        self._pending: list = []
         try:
             refs = self._submit(todo)
         except BaseException:
@@ -142,8 +143,8 @@ class RayExecutor:
         """End what this sweep still has under way (at its end, or when it stops early, even before its
         first outcome is read): a local instance this executor started is shut down, which ends its
         tasks; on a cluster, which stays up, the tasks not yet ended are cancelled."""
-        pending, self._pending = getattr(self, "_pending", []), []
-        if getattr(self, "_started", False):
+        pending, self._pending = self._pending, []
+        if self._started:
             self._started = False
             self.ray.shutdown()
             return
