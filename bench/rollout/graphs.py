@@ -105,7 +105,6 @@ class GraphRollout(TorchRollout):
         self.key_bucket, self.static, self.graphs = key_bucket, static, graphs
         self._buffers: dict[tuple, _Static] = {}  # by `_Static.layout`: a teacher does not evict the student's
         self._captured: dict[tuple, tuple[torch.cuda.CUDAGraph, weakref.ref]] = {}
-        self._pool = None
 
     def _uses_static(self, model: torch.nn.Module) -> bool:
         wanted = self.static if self.static is not None else model.device.type == "cuda"
@@ -200,11 +199,16 @@ class GraphRollout(TorchRollout):
         with torch.cuda.stream(stream):
             step()
         torch.cuda.current_stream().wait_stream(stream)
-        self._pool = self._pool or torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        with torch.cuda.graph(graph, pool=self._shared_pool()):
             step()
         return graph
+
+    def _shared_pool(self):
+        """The memory pool the engine's graphs share, named by a graph that holds it; None (a new pool)
+        when none is held. A pool whose graphs have all been dropped (buffers reallocated for a larger
+        call, a model freed) cannot be captured into again: torch asserts that its use count is > 0."""
+        return next((graph.pool() for graph, _ in self._captured.values()), None)
 
 
 def _static_step(model: torch.nn.Module, static: _Static, rows: int, keys: int, options: dict) -> None:
