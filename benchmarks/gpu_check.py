@@ -178,7 +178,8 @@ class Check:
             return fn(*args)
         except Exception as exc:
             print(f"  {label} failed: {type(exc).__name__}: {exc}", flush=True)
-            return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+            first_line = (str(exc).strip().splitlines() or [""])[0]  # CUDA errors add lines of advice
+            return {"error": f"{type(exc).__name__}: {first_line}", "traceback": traceback.format_exc()[-3000:]}
         finally:
             self.save()
 
@@ -576,17 +577,31 @@ def profile_part(check: Check, folder: Path, out: dict) -> None:
 
 
 # -- the table --------------------------------------------------------------------------------------
+BOOKKEEPING = ("skipped", "part_s", "goals", "profile")  # a part's keys that are no measurement
+
+
 def merge(files: list[Path]) -> dict:
     """Several runs' results as one (a second call that ran the parts the first had no time for):
-    a later file's part replaces an earlier one's unless it was skipped there."""
+    a later file's part replaces an earlier one's unless it was skipped there, or measured nothing
+    (every measurement in it skipped for time)."""
     merged: dict = {}
     for path in files:
-        results = json.loads(Path(path).read_text())
+        results = _first_lines(json.loads(Path(path).read_text()))
         for key, value in results.items():
-            if key in PARTS and (not isinstance(value, dict) or "skipped" in value) and key in merged:
+            measured = isinstance(value, dict) and "skipped" not in value and any(
+                v is not None for k, v in value.items() if k not in BOOKKEEPING)
+            if key in PARTS and not measured and key in merged:
                 continue
             merged[key] = value
     return merged
+
+
+def _first_lines(value):
+    """`value` with every recorded error cut to its first line (CUDA's errors add lines of advice)."""
+    if isinstance(value, dict):
+        return {k: (v.strip().splitlines() or [""])[0] if k == "error" and isinstance(v, str) else _first_lines(v)
+                for k, v in value.items()}
+    return [_first_lines(v) for v in value] if isinstance(value, list) else value
 
 
 def _x(value: float | None) -> str:

@@ -144,6 +144,11 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     assert "| update 16 x 1024 tokens, eager | 30.0% MFU (300 TFLOP/s, first step 1.0 s) | 40% |" in text
     assert "RuntimeError: boom" in text and "prepare 100 s; run: OutOfMemoryError: x" in text
     assert "| rollout tokens/s | not measured | |" in text
+    # a third call whose part ran but had time for none of its measurements keeps the second's
+    third = tmp_path / "2.json"
+    third.write_text(json.dumps({"date": "d3", "gpu_small": {"profile": "gpu-small", "part_s": 0.0,
+                                                             "goals": {"prepare_3min": None}}}))
+    assert module.merge([*files, third])["gpu_small"] == second["gpu_small"]
     proc = subprocess.run([sys.executable, str(SCRIPT), "--table", str(files[0]), str(tmp_path / "none.json")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "no results file" in proc.stderr
