@@ -304,22 +304,27 @@ def _tokens_per_s(fn, name: str, prompts: list, n: int, new: int) -> dict:
 
 
 def _rollout_shapes(check: Check, folder: Path, out: dict, engines_at, part: str) -> None:
-    """Tokens/s of the engines `engines_at(i)` names at shape i, into out["shapes"] (a row per shape)."""
+    """Tokens/s of the engines `engines_at(i)` names at shape i, into out["shapes"] (a row per shape).
+
+    One engine at every shape, then the next: our engine's calls at the three shapes follow each other
+    with no other engine (no compiled `generate`) between them."""
     model, _ = _load(folder)
     engines = _engines(model, check.dry)
     rows = out.setdefault("shapes", [])
     for i, (prompts, n, new) in enumerate(SIZES["rollout"]):
-        shape = f"{prompts}x{n}x{new}"
-        row = next((r for r in rows if r["shape"] == shape), None)
-        if row is None:
-            row = {"shape": shape}
-            rows.append(row)
-        ids = _prompts(prompts, model.config.vocab_size)
-        for name in engines_at(i):
-            if check.fits(name, f"{part}: {name} at {shape}"):
-                with torch.inference_mode():
-                    row[name] = check.measure(f"{name} at {shape}", _tokens_per_s, engines[name], name, ids, n, new)
-        print(f"  rollout {json.dumps(row, default=str)[:1500]}", flush=True)
+        if not any(r["shape"] == f"{prompts}x{n}x{new}" for r in rows):
+            rows.append({"shape": f"{prompts}x{n}x{new}"})
+    names = list(dict.fromkeys(name for i in range(len(SIZES["rollout"])) for name in engines_at(i)))
+    for name in names:
+        for i, (prompts, n, new) in enumerate(SIZES["rollout"]):
+            shape = f"{prompts}x{n}x{new}"
+            if name not in engines_at(i) or not check.fits(name, f"{part}: {name} at {shape}"):
+                continue
+            row = next(r for r in rows if r["shape"] == shape)
+            ids = _prompts(prompts, model.config.vocab_size)
+            with torch.inference_mode():
+                row[name] = check.measure(f"{name} at {shape}", _tokens_per_s, engines[name], name, ids, n, new)
+            print(f"  rollout {json.dumps(row, default=str)[:1500]}", flush=True)
     del engines, model
 
 
