@@ -148,20 +148,20 @@ def run_sweep(
     if not todo:
         return result
     executor = executor or LocalExecutor(jobs)
+    workers = executor.workers(len(todo)) if hasattr(executor, "workers") else None
+    ids = [Runner.run_id_for(c) for c, _ in todo]
+    expected = [(expected_s or {}).get(i) for i in ids]
     if expected_s:
-        workers = getattr(executor, "workers", None)
-        order = start_order([expected_s.get(Runner.run_id_for(c)) for c, _ in todo],
-                            workers(len(todo)) if workers else None)
-        todo = [todo[i] for i in order]
+        order = start_order(expected, workers)
+        todo, ids, expected = [todo[i] for i in order], [ids[i] for i in order], [expected[i] for i in order]
     # Prepare each world's base once, in this process, before the workers start, and its external
     # teacher where it is shipped (an install); an unshipped teacher (hours of training) is built only
     # if a run asks for it, under the cache entry's lock.
     for profile in {c.profile for c, _ in todo}:
         prepare.prepare(PROFILES[profile], teacher=reference.ships(profile, "external"))
-    ids = [Runner.run_id_for(c) for c, _ in todo]
     outcomes = executor.run(todo)
     try:
-        _report(outcomes, todo, ids, executor, expected_s, result, console)
+        _report(outcomes, todo, ids, expected, workers, executor.describe(len(todo)), result, console)
     finally:  # ended, or stopped early (Ctrl-C, SIGTERM, an error): the executor stops its runs under way now
         for end in (getattr(outcomes, "close", None), getattr(executor, "stop", None)):
             if end:
@@ -169,16 +169,15 @@ def run_sweep(
     return result
 
 
-def _report(outcomes: Iterator, todo: list, ids: list[str], executor: SweepExecutor,
-            expected_s: Mapping[str, float] | None, result: SweepResult, console: Console) -> None:
-    """Collect the outcomes into `result` as they come, with a progress bar and a line per run."""
-    workers = getattr(executor, "workers", None)
-    total, where = len(todo), executor.describe(len(todo))
+def _report(outcomes: Iterator, todo: list, ids: list[str], expected: list[float | None], workers: int | None,
+            where: str, result: SweepResult, console: Console) -> None:
+    """Collect the outcomes into `result` as they come, with a progress bar and a line per run (`todo`
+    in start order, with each run's id and expected seconds; `workers`: runs at once, where known)."""
+    total = len(todo)
     log = Path(todo[0][0].runs_dir) / SWEEP_LOG
     with Progress(console=console) as bar:
         task = bar.add_task(f"sweep ({where})", total=total)
-        news = SweepLog(bar.console, log, total, expected=[(expected_s or {}).get(i) for i in ids],
-                        workers=workers(total) if workers else None)
+        news = SweepLog(bar.console, log, total, expected=expected, workers=workers)
         resuming = sum(resume for _, resume in todo)
         news.line(f"sweep: {total} runs on {where} ({len(result.skipped)} already complete"
                   f"{f', {resuming} to resume from their checkpoints' if resuming else ''}){news.forecast()}; "
