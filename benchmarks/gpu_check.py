@@ -178,8 +178,8 @@ class Check:
             return fn(*args)
         except Exception as exc:
             print(f"  {label} failed: {type(exc).__name__}: {exc}", flush=True)
-            first_line = (str(exc).strip().splitlines() or [""])[0]  # CUDA errors add lines of advice
-            return {"error": f"{type(exc).__name__}: {first_line}", "traceback": traceback.format_exc()[-3000:]}
+            return {"error": f"{type(exc).__name__}: {_first_line(str(exc))}",
+                    "traceback": traceback.format_exc()[-3000:]}
         finally:
             self.save()
 
@@ -601,10 +601,15 @@ def merge(files: list[Path]) -> dict:
     return merged
 
 
+def _first_line(text: str) -> str:
+    """An error's first line: CUDA's errors add lines of advice."""
+    return (text.strip().splitlines() or [""])[0]
+
+
 def _first_lines(value):
-    """`value` with every recorded error cut to its first line (CUDA's errors add lines of advice)."""
+    """`value` with every recorded error cut to its first line (files written before errors were)."""
     if isinstance(value, dict):
-        return {k: (v.strip().splitlines() or [""])[0] if k == "error" and isinstance(v, str) else _first_lines(v)
+        return {k: _first_line(v) if k == "error" and isinstance(v, str) else _first_lines(v)
                 for k, v in value.items()}
     return [_first_lines(v) for v in value] if isinstance(value, list) else value
 
