@@ -28,9 +28,9 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
 7. `gpu_small_more`: the gpu-small external teacher's build, timed, and the student's warm-up curve
    (greedy accuracy per domain every 100 steps, for the base-choosing rule of docs/world.md).
 8. `profile`: where the time goes, so that the next optimisation starts from a profile: one call of
-   ours (the batch's prompts, 64 new tokens) and one fused, compiled update step (16 x 1024), each
-   under `torch.profiler` after a call of the same shape: the device's busy time against the wall
-   time, and the ops that take the most device time and the most host time.
+   ours (the batch's prompts, 64 new tokens), one eager update step and one fused, compiled update
+   step (16 x 1024), each under `torch.profiler` after a call of the same shape: the device's busy
+   time against the wall time, and the ops that take the most device time and the most host time.
 
 Device time is short, so the parts run in that order (what the goals need first) under an optional
 time budget (`--budget-s`): a measurement whose expected cost (`COST_S`) no longer fits is skipped
@@ -50,6 +50,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from bench.accounting.flops import device_peak_flops  # noqa: E402
+from bench.accounting.flops import FlopSpec, device_peak_flops  # noqa: E402
 
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -140,9 +141,9 @@ def _prompts(count: int, vocab: int) -> list[list[int]]:
 # tokens/s (about 131k tokens a call at 11-33k tokens/s) with a minute for compiling static-cache
 # `generate`, gpu-small's from its goals (3 minutes each), and the profile's as the measurements it
 # repeats. A measurement that no longer fits in what is left of `--budget-s` is skipped.
-COST_S = {"ours": 30, "hf_dynamic": 45, "hf_static": 120, "torch_eager": 45, "update_eager": 20,
+COST_S = {"ours": 30, "ours_again": 10, "hf_dynamic": 45, "hf_static": 120, "torch_eager": 45, "update_eager": 20,
           "update_fused_and_compiled": 100, "prepare": 180, "run": 180, "teacher": 150, "curve": 150,
-          "profile_rollout": 30, "profile_update": 100}
+          "profile_rollout": 30, "profile_update_eager": 20, "profile_update": 100}
 
 
 class Check:
@@ -204,8 +205,9 @@ def audit(check: Check, folder: Path, out: dict) -> None:
     out["within_2pct"] = all(abs(r.rel_diff) <= 0.02 for r in rows)
     check.save()
     # GraphRollout: its static steps run eagerly under the counter, then the same generation graphed
-    # (replays are invisible to the counter, which is why they are charged analytically)
-    prompts, runs = _prompts(8, model.config.vocab_size), {}
+    # (replays are invisible to the counter, which is why they are charged analytically). Its padded
+    # prefills' masked query-key pairs are charged, not counted (4 L H d_h FLOPs each): set apart.
+    prompts, runs, spec = _prompts(8, model.config.vocab_size), {}, FlopSpec.from_config(model.config)
     for graphs in (False, True):
         ledger = Ledger()
         meter(model, "student", ledger)
@@ -215,10 +217,12 @@ def audit(check: Check, folder: Path, out: dict) -> None:
                                     generator=torch.Generator().manual_seed(4))
         unmeter(model)
         runs[graphs] = (batch.completion_ids, result, ledger.counted_flops)
+        padding = 4 * spec.layers * spec.heads * spec.head_dim * engine.last_stats["pad_keys"]
     eager = runs[False][1]
     out["graph_rollout"] = {
         "eager_steps_instrumented": eager.instrumented_flops, "eager_steps_charged": eager.charged_flops,
-        "eager_rel_diff": eager.rel_diff, "graphed_charged": runs[True][2],
+        "padding_flops": padding, "eager_rel_diff": (eager.charged_flops - padding) / eager.instrumented_flops - 1,
+        "graphed_charged": runs[True][2],
         "same_charge": runs[True][2] == runs[False][2], "same_tokens": runs[False][0] == runs[True][0]}
 
 
@@ -279,7 +283,7 @@ def _hf(model, prompts, n, new, static: bool):
 
 # engines whose first call depends on the shape (graph capture, compilation) warm up on the measured
 # shape; the others on WARM_NEW new tokens of the same batch
-SHAPED_WARMUP, WARM_NEW = ("ours", "hf_static"), 8
+SHAPED_WARMUP, WARM_NEW = ("ours", "ours_again", "hf_static"), 8
 
 
 def _engines(model, dry: bool) -> dict:
@@ -288,6 +292,7 @@ def _engines(model, dry: bool) -> dict:
 
     ours, eager = GraphRollout(static=True, graphs=not dry), TorchRollout()
     return {"ours": lambda p, n, g: _ours(model, p, n, g, ours),
+            "ours_again": lambda p, n, g: _ours(model, p, n, g, ours),  # the same engine, its graphs kept
             "hf_dynamic": lambda p, n, g: _hf(model, p, n, g, static=False),
             "hf_static": lambda p, n, g: _hf(model, p, n, g, static=True),
             "torch_eager": lambda p, n, g: _ours(model, p, n, g, eager)}
@@ -335,9 +340,11 @@ def _ratio(row: dict, a: str, b: str) -> float | None:
 
 def rollout(check: Check, folder: Path, out: dict) -> None:
     """What the goals need: ours and both `generate`s on the batch, ours and dynamic `generate` at the
-    other two shapes."""
+    other two shapes; then ours again at the short shape (`ours_again`), the same engine replaying the
+    graphs it captured before compiled `generate` ran in the process (CUDA-graph trees clear cuBLAS's
+    workspaces, which graphs bake in: see `GraphRollout._capture`)."""
     _rollout_shapes(check, folder, out, lambda i: ("ours", "hf_dynamic", "hf_static") if i == 0 else
-                    ("ours", "hf_dynamic"), "rollout")
+                    ("ours", "hf_dynamic", "ours_again") if i == 1 else ("ours", "hf_dynamic"), "rollout")
     for row in out["shapes"]:
         row["ours_vs_hf_dynamic"], row["ours_vs_hf_static"] = (_ratio(row, "ours", "hf_dynamic"),
                                                                _ratio(row, "ours", "hf_static"))
@@ -532,7 +539,10 @@ PROFILE_TOP = 25  # ops kept per ranking
 
 def _profiled(fn) -> dict:
     """fn() once under torch.profiler: its wall time (the profiler's overhead included), the device's
-    busy time (the sum of the ops' self device time) and the ops that take the most device and host time."""
+    busy time (the sum of its kernels' times) and the kernels that take the most device time and the
+    ops that take the most host time. (An op's own device time is its kernels': ranked together, or
+    summed, every launched kernel would count twice, and a graph's replayed kernels once.)"""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
@@ -543,19 +553,21 @@ def _profiled(fn) -> dict:
         fn()
         _sync()
         wall = time.perf_counter() - start
-    ops = [{"op": e.key, "calls": e.count,
-            "self_device_ms": (getattr(e, "self_device_time_total", 0) or 0) / 1e3,
-            "self_host_ms": e.self_cpu_time_total / 1e3} for e in prof.key_averages()]
-    busy = sum(op["self_device_ms"] for op in ops) / 1e3
-    ranked = lambda key: sorted(ops, key=lambda op: -op[key])[:PROFILE_TOP]  # noqa: E731
+    averages = prof.key_averages()
+    kernels = [{"op": e.key, "calls": e.count, "device_ms": e.self_device_time_total / 1e3}
+               for e in averages if e.device_type != DeviceType.CPU]
+    ops = [{"op": e.key, "calls": e.count, "self_host_ms": e.self_cpu_time_total / 1e3}
+           for e in averages if e.device_type == DeviceType.CPU]
+    busy = sum(k["device_ms"] for k in kernels) / 1e3
     return {"wall_s": wall, "device_busy_s": busy, "device_busy_share": busy / wall if DEVICE == "cuda" else None,
-            "compiled_while_profiled": _graphs_compiled() - compiled,
-            "by_device": ranked("self_device_ms"), "by_host": ranked("self_host_ms")}
+            "busy_from": "kernels", "compiled_while_profiled": _graphs_compiled() - compiled,
+            "by_device": sorted(kernels, key=lambda k: -k["device_ms"])[:PROFILE_TOP],
+            "by_host": sorted(ops, key=lambda op: -op["self_host_ms"])[:PROFILE_TOP]}
 
 
 def profile_part(check: Check, folder: Path, out: dict) -> None:
-    """One call of ours and one fused, compiled update step under the profiler, each after an unprofiled
-    call of the same shape (graph capture, compilation)."""
+    """One call of ours, one eager and one fused, compiled update step under the profiler, each after
+    an unprofiled call of the same shape (graph capture, compilation)."""
     from bench.rollout.graphs import GraphRollout
 
     sizes = SIZES["profile"]
@@ -572,13 +584,17 @@ def profile_part(check: Check, folder: Path, out: dict) -> None:
         out["rollout"] = {"shape": f"{count}x{n}x{new}", "decode_steps": new - 1,
                           **check.measure("profile: rollout", _profiled, call)}
         del engine, model
-    if check.fits("profile_update", "profile: update"):
-        batch, seq = sizes["update"]
-        policy, _ = _update_policy(folder, True, check.dry)
-        step = _update_fn(policy, batch, seq)
-        step()
-        out["update"] = {"shape": f"{batch}x{seq}", "fused_and_compiled": True,
-                         **check.measure("profile: update", _profiled, step)}
+    batch, seq = sizes["update"]
+    for key, fused, what in (("update_eager", False, "profile_update_eager"), ("update", True, "profile_update")):
+        if check.fits(what, f"profile: {key}"):
+            policy, _ = _update_policy(folder, fused, check.dry)
+            step = _update_fn(policy, batch, seq)
+            step()
+            out[key] = {"shape": f"{batch}x{seq}", "fused_and_compiled": fused,
+                        **check.measure(f"profile: {key}", _profiled, step)}
+            del policy, step
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
 
 
 # -- the table --------------------------------------------------------------------------------------
@@ -652,7 +668,9 @@ def table(results: dict) -> str:
         lines.append(f"| rollout {shape} (prompts x samples x new tokens), tokens/s | ours {_tps(row, 'ours')}; "
                      f"`generate` dynamic cache {_tps(row, 'hf_dynamic')} (ours {_x(row.get('ours_vs_hf_dynamic'))}); "
                      f"static cache, compiled, {_tps(static_row, 'hf_static')} (ours {_x(static)}); "
-                     f"`TorchRollout` {_tps(extra, 'torch_eager')} (ours {_x(extra.get('ours_vs_torch_eager'))}) | "
+                     f"`TorchRollout` {_tps(extra, 'torch_eager')} (ours {_x(extra.get('ours_vs_torch_eager'))})"
+                     + (f"; ours again, after compiled `generate`, {_tps(row, 'ours_again')}" if "ours_again" in row else "")
+                     + " | "
                      + ("ours >= 1.5x static cache: " + _met(None if static is None else static >= 1.5) + "; "
                         if shape == next(iter(rollout)) else "")
                      + "ours >= dynamic cache: "
@@ -681,7 +699,8 @@ def table(results: dict) -> str:
     lines.append("| FLOP ledger against torch's counter on CUDA | " + (
         ", ".join(f"{r['phase']} {100 * r['rel_diff']:+.3f}%" for r in audit["rows"])
         + (f"; graph replays charged {graph['graphed_charged']:.4g} = the same steps run eagerly "
-           f"({100 * graph['eager_rel_diff']:+.3f}% against the counter), same tokens: {graph['same_tokens']}"
+           f"({100 * graph['eager_rel_diff']:+.3f}% against the counter"
+           + (", prefill padding aside" if graph.get("padding_flops") else "") + f"), same tokens: {graph['same_tokens']}"
            if graph else "") if "rows" in audit else audit.get("error", missing)) + " | exact |")
     small = results.get("gpu_small") or {}
     prep, run = small.get("prepare") or {}, small.get("run") or {}
@@ -693,20 +712,34 @@ def table(results: dict) -> str:
         + " | 180 s each, +8 points |")
     prof = results.get("profile") or {}
     lines.append("| where the time goes (`torch.profiler`) | " + ("; ".join(
-        _profile_text(name, prof[name]) for name in ("rollout", "update") if name in prof) or missing) + " | |")
+        _profile_text(name, prof[name]) for name in ("rollout", "update_eager", "update") if name in prof) or missing) + " | |")
     return "\n".join(lines)
 
 
+def _kernel_name(name: str) -> str:
+    """A CUDA kernel's name without its template arguments, with the functor or op they name:
+    `void at::native::elementwise_kernel<128, 4, ...MulFunctor<float> > >(...)` -> `elementwise_kernel[MulFunctor]`."""
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    head, _, rest = name.partition("<")
+    outer = head.split("(")[0].split("::")[-1]
+    inner = [i for i in re.findall(r"\w*Functor\w*|\w+Ops\b|\w+_kernel(?:_cuda|_impl)?\b", rest)
+             if not i.startswith("gpu_kernel_impl")]
+    return f"{outer}[{inner[-1]}]" if inner else outer
+
+
 def _profile_text(name: str, run: dict) -> str:
-    """One profiled call in a few words: the device's busy share of the wall time and the three ops
-    that take the most device time (on the CPU of a dry run: host time)."""
+    """One profiled call in a few words: the device's busy share of the wall time and the three
+    kernels that take the most device time (on the CPU of a dry run: the ops that take the most host time)."""
     if "wall_s" not in run:
         return f"{name}: {run.get('error', 'not measured')}"
     share = run["device_busy_share"]
-    where = "host" if share is None else "device"
-    top = ", ".join(f"`{op['op']}` {op[f'self_{where}_ms']:.1f} ms" for op in run[f"by_{where}"][:3])
-    busy = "" if share is None else f"device busy {100 * share:.0f}% of "
-    return f"{name} {run['shape']}: {busy}{run['wall_s']:.2f} s; most {where} time: {top}"
+    if share is None:
+        top = ", ".join(f"`{op['op']}` {op['self_host_ms']:.1f} ms" for op in run["by_host"][:3])
+        return f"{name} {run['shape']}: {run['wall_s']:.2f} s; most host time: {top}"
+    if run.get("busy_from") != "kernels":  # an older results file: ops and their kernels summed together
+        return f"{name} {run['shape']}: {run['wall_s']:.2f} s (its device time was counted twice, not shown)"
+    top = ", ".join(f"`{_kernel_name(k['op'])}` {k['device_ms']:.1f} ms" for k in run["by_device"][:3])
+    return f"{name} {run['shape']}: device busy {100 * share:.0f}% of {run['wall_s']:.2f} s; most device time: {top}"
 
 
 def _part(check: Check, name: str, folder: Path) -> None:

@@ -4,8 +4,15 @@ with each step captured once as a CUDA graph and replayed.
 `GraphRollout` is what `bench run --rollout torch` uses. On a CPU, or for an architecture it does not
 know, it is `TorchRollout` exactly. On CUDA, for Llama-style decoders (`GRAPH_TYPES`):
 
-- the prompts are planned, bucketed and prefilled as by `TorchRollout` (the `n` samples of a prompt
-  share its prefill), through the model's metered forward;
+- prompts whose lengths differ by up to a key bucket (not `max_pad_tokens`) decode together: a step
+  attends whole key buckets anyway, so the left padding costs at most one more bucket of keys, while
+  every group decoded apart costs a whole decode step per token, and rows padded up to its own row
+  bucket;
+- a group is prefilled straight into the static cache, through the model's metered forward, the `n`
+  samples of a prompt sharing its prefill; prompts whose lengths differ by at most `max_pad_tokens`
+  share one forward, left-padded and masked (the padding is computed, so it is charged). One
+  forward per distinct length, as `TorchRollout` prefills, leaves a GPU idle: a few small batches
+  cost as much as the whole short rollout;
 - the KV cache is one preallocated buffer per layer, [rows, kv heads, capacity, head dim], kept
   across calls; the rows decoding together are always its first A rows;
 - a decode step (embedding, every layer, the LM head and sampling on the GPU) runs on static shapes:
@@ -33,7 +40,8 @@ import torch
 
 from bench.accounting.flops import FlopSpec
 from bench.accounting.metering import charge_outside
-from bench.rollout.kv import compaction
+from bench.hf_compat import cache_argument
+from bench.rollout.kv import compaction, make_cache
 from bench.rollout.torch_engine import TorchRollout, _Chunk, decode_loop, sample_next
 
 GRAPH_TYPES = ("llama", "qwen2")  # Llama-style decoders whose layers `_static_step` runs as HF does
@@ -110,21 +118,24 @@ class GraphRollout(TorchRollout):
         wanted = self.static if self.static is not None else model.device.type == "cuda"
         return wanted and graph_supported(model)
 
+    def _max_pad(self, model: torch.nn.Module) -> int:
+        return max(self.max_pad_tokens, self.key_bucket) if self._uses_static(model) else self.max_pad_tokens
+
     def _decode(self, model, prompt_ids, group, width, max_new, eos_id, sampling) -> _Chunk:
         if not self._uses_static(model):
             return super()._decode(model, prompt_ids, group, width, max_new, eos_id, sampling)
         device, index = model.device, [i for unit in group for i in unit]
         plens = torch.tensor([len(prompt_ids[i]) for i in index], device=device).repeat_interleave(width)  # [R]
-        longest = int(plens.max())
-        cache, logits = self._prefill(model, prompt_ids, group, width, longest + max_new - 1)
-        rows = logits.shape[0]
+        longest, rows = int(plens.max()), len(index) * width
         static = self._static_for(model, _bucket(rows, 0), _bucket(longest + max_new, self.key_bucket))
+        logits = self._prefill_into(static, model, prompt_ids, group, width, longest)
         pad = longest - plens  # [R]
         cols = torch.arange(static.capacity, device=device)[None, :]
         static.valid[:rows] = (cols >= pad[:, None]) & (cols < longest)
-        for layer, k, v in zip(cache.layers, static.keys, static.values):
-            k[:rows, :, :longest], v[:rows, :, :longest] = layer.keys, layer.values
-        del cache  # the prefill's own buffers: the static ones hold its keys now
+        outside = ~static.valid[:rows, None, :longest, None]  # padding, and columns no prompt reached
+        for k, v in zip(static.keys, static.values):  # zeros there, whatever the padded forward left
+            k[:rows, :, :longest].masked_fill_(outside, 0)
+            v[:rows, :, :longest].masked_fill_(outside, 0)
         static.positions[:rows] = plens
 
         def drop(stop: torch.Tensor) -> torch.Tensor:
@@ -137,6 +148,45 @@ class GraphRollout(TorchRollout):
 
         first = sample_next(logits, **sampling)  # the first tokens, from the prefill's logits
         return _Chunk(index, *decode_loop(rows, max_new, eos_id, first, advance, drop, device))
+
+    def _prefill_into(self, static: _Static, model: torch.nn.Module, prompt_ids: list[list[int]],
+                      group: list[list[int]], width: int, longest: int) -> torch.Tensor:
+        """Prefill `group`'s prompts into the static cache's first rows (each prompt's `width` samples
+        in a row each, as `index` orders them), its keys ending at column `longest`; returns the last
+        positions' logits [R, V]. Equal-length buckets whose lengths differ by at most
+        `max_pad_tokens` share one forward, left-padded, the padding masked; `last_stats["pad_keys"]`
+        counts the query-key pairs on padding, charged as compute, as `TorchRollout` counts its
+        decode steps' padded keys."""
+        device, logits, row = model.device, [], 0
+        batches: list[list[int]] = []
+        first = None
+        for unit in group:  # shortest first
+            length = len(prompt_ids[unit[0]])
+            if first is None or length - first > self.max_pad_tokens:
+                batches.append([])
+                first = length
+            batches[-1].extend(unit)
+        for batch in batches:
+            lengths = [len(prompt_ids[i]) for i in batch]
+            span = max(lengths)
+            ids = torch.tensor([[0] * (span - len(prompt_ids[i])) + prompt_ids[i] for i in batch], device=device)
+            call = {"input_ids": ids, "use_cache": True, "logits_to_keep": 1,
+                    cache_argument(model): make_cache(model, span)}
+            if min(lengths) < span:  # left padding: masked, and each prompt's positions start at 0
+                mask = (torch.arange(span, device=device)[None, :]
+                        >= torch.tensor([span - n for n in lengths], device=device)[:, None]).long()
+                call.update(attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
+                # query-key pairs the meter charges (causal, over the span) that the mask leaves out
+                self.last_stats["pad_keys"] += sum(span * (span + 1) // 2 - n * (n + 1) // 2 for n in lengths)
+            logits.append(model(**call).logits[:, -1])
+            end = row + len(batch) * width
+            for layer, k, v in zip(call[cache_argument(model)].layers, static.keys, static.values):
+                k[row:end, :, longest - span:longest] = layer.keys.repeat_interleave(width, dim=0)
+                v[row:end, :, longest - span:longest] = layer.values.repeat_interleave(width, dim=0)
+            self.last_stats["forwards"] += 1
+            self.last_stats["prefill_tokens"] += ids.numel()
+            row = end
+        return torch.cat(logits).repeat_interleave(width, dim=0)
 
     def _static_for(self, model: torch.nn.Module, rows: int, capacity: int) -> _Static:
         """The static tensors of `model`'s layout, reallocated (and the graphs captured on them dropped)
@@ -193,6 +243,14 @@ class GraphRollout(TorchRollout):
         capture needs (lazy initialisation, kernel choice). A capture records kernels without running
         them, so the first use of a graph computes the step once, as every later replay does: the
         engine computes nothing that the ledger's one charge per step does not count.
+
+        cuBLAS keeps a workspace per stream, made by its first matmul there, and a graph bakes in the
+        workspace its matmuls used. Kept from an earlier capture, that workspace may lie in a pool
+        whose graphs were dropped, where clearing cuBLAS's workspaces (compiled code with CUDA graphs
+        does, e.g. `generate` with a static cache) frees it back to the device under the graphs that
+        still use it: their next replay fails with "unspecified launch failure". So the workspaces
+        are cleared around each capture, as torch's own CUDA-graph trees do: a capture makes its
+        workspace in its own pool, which lives as long as the graphs that use it.
         """
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -200,8 +258,10 @@ class GraphRollout(TorchRollout):
             step()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
+        _clear_cublas_workspaces()
         with torch.cuda.graph(graph, pool=self._shared_pool()):
             step()
+        _clear_cublas_workspaces()
         return graph
 
     def _shared_pool(self):
@@ -209,6 +269,13 @@ class GraphRollout(TorchRollout):
         when none is held. A pool whose graphs have all been dropped (buffers reallocated for a larger
         call, a model freed) cannot be captured into again: torch asserts that its use count is > 0."""
         return next((graph.pool() for graph, _ in self._captured.values()), None)
+
+
+def _clear_cublas_workspaces() -> None:
+    """Drop cuBLAS's per-stream workspaces (the next matmul on a stream makes a new one); see `_capture`."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)  # private, as torch's CUDA-graph trees use it
+    if clear is not None:
+        clear()
 
 
 def _static_step(model: torch.nn.Module, static: _Static, rows: int, keys: int, options: dict) -> None:

@@ -134,14 +134,19 @@ class TorchRollout:
             with ledger_context(kind="rollout"), torch.inference_mode(), fast_decode_attention(model):
                 chunks = [
                     self._decode(model, prompt_ids, group, width, max_new_tokens, eos_id, sampling)
-                    for group in self._plan(prompt_ids, width)
+                    for group in self._plan(prompt_ids, width, self._max_pad(model))
                 ]
         finally:
             model.train(was_training)
         return _assemble(prompt_ids, chunks, n, width)
 
-    def _plan(self, prompt_ids: list[list[int]], width: int) -> list[list[list[int]]]:
-        """Decode groups: lists of equal-length prompt buckets (prompt indices), shortest first."""
+    def _max_pad(self, model: torch.nn.Module) -> int:
+        """How far apart prompt lengths may be and still decode together (`_plan`), for `model`."""
+        return self.max_pad_tokens
+
+    def _plan(self, prompt_ids: list[list[int]], width: int, max_pad: int) -> list[list[list[int]]]:
+        """Decode groups: lists of equal-length prompt buckets (prompt indices), shortest first; the
+        lengths in a group differ by at most `max_pad`."""
         buckets: dict[int, list[int]] = {}
         for i, p in enumerate(prompt_ids):
             buckets.setdefault(len(p), []).append(i)
@@ -152,7 +157,7 @@ class TorchRollout:
             for start in range(0, len(members), per_chunk):
                 unit = members[start : start + per_chunk]
                 fits = groups and rows + len(unit) * width <= self.max_rows
-                if fits and plen - first_len <= self.max_pad_tokens:
+                if fits and plen - first_len <= max_pad:
                     groups[-1].append(unit)
                     rows += len(unit) * width
                 else:

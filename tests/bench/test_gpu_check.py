@@ -33,6 +33,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert [batch["shape"], short["shape"]] == ["4x2x8", "4x2x4"]  # the batch first
     assert {"ours", "hf_dynamic", "hf_static"} <= set(batch) and "hf_static" not in short
     assert all(row[e]["tokens"] > 0 for row in (batch, short) for e in ("ours", "hf_dynamic"))
+    assert short["ours_again"]["tokens"] > 0 and "ours_again" not in batch  # after compiled `generate`
     assert batch["ours_vs_hf_static"] > 0 and short["ours_vs_hf_dynamic"] > 0 and short["ours_vs_hf_static"] is None
     assert result["rollout"]["goal_1p5x_hf_static_on_the_batch"] in (True, False)
     assert result["rollout"]["never_below_hf_dynamic"] in (True, False)
@@ -47,8 +48,11 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert len(timed) == 10 and all(t["compiled_while_timed"] == 0 for t in timed)
     profiled = result["profile"]
     assert profiled["rollout"]["wall_s"] > 0
-    assert profiled["rollout"]["compiled_while_profiled"] == profiled["update"]["compiled_while_profiled"] == 0
-    assert {op["op"] for op in profiled["update"]["by_host"]} & {"aten::mm", "aten::addmm", "aten::bmm"}
+    assert [profiled[k]["fused_and_compiled"] for k in ("update_eager", "update")] == [False, True]
+    assert {profiled[k]["compiled_while_profiled"] for k in ("rollout", "update_eager", "update")} == {0}
+    assert all({op["op"] for op in profiled[k]["by_host"]} & {"aten::mm", "aten::addmm", "aten::bmm"}
+               for k in ("update_eager", "update"))
+    assert profiled["update"]["by_device"] == []  # no kernels on the CPU: no device time to rank
     # bf16, as on the GPU: the fused head's probabilities come from its own log-sum-exp, so now and then
     # one of its logit gradients rounds to another bf16 value than eager's (1 batch in 8 here, 5e-5 of
     # the gradient's norm), with one slice as with 8; both are held to bf16's tolerance
@@ -70,6 +74,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert "not measured" not in text and "error" not in text
     assert "graph replays charged" in text and "prepare " in text and " points) |" in text
     assert "rollout 4x2x8: " in text and "update 2x32: " in text and "most host time: `aten::" in text
+    assert "update_eager 2x32: " in text and "ours again, after compiled `generate`, " in text
 
 
 def test_a_spent_budget_skips_every_part_and_says_how_to_run_them(tmp_path):
@@ -152,3 +157,20 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--table", str(files[0]), str(tmp_path / "none.json")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "no results file" in proc.stderr
+
+
+def test_the_table_names_kernels_by_what_they_compute():
+    module = benchmark_module("gpu_check")
+    mul = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor"
+           "<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >"
+           "(at::TensorIteratorBase&, ...)::{lambda(int)#1}>(int, ...)")
+    softmax = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>(float*, int)"
+    assert module._kernel_name(mul) == "elementwise_kernel[MulFunctor]"
+    assert module._kernel_name(softmax) == "cunn_SoftMaxForward"
+    assert module._kernel_name("nvjet_sm90_tst_64x8_64x16_1x1_h_bz_NNT") == "nvjet_sm90_tst_64x8_64x16_1x1_h_bz_NNT"
+    run = {"shape": "1x1", "wall_s": 2.0, "device_busy_share": 0.5, "busy_from": "kernels",
+           "by_device": [{"op": mul, "calls": 3, "device_ms": 40.0}, {"op": softmax, "calls": 1, "device_ms": 9.0}]}
+    assert module._profile_text("rollout", run) == ("rollout 1x1: device busy 50% of 2.00 s; most device time: "
+                                                    "`elementwise_kernel[MulFunctor]` 40.0 ms, `cunn_SoftMaxForward` 9.0 ms")
+    del run["busy_from"]  # an older file summed ops and their kernels: its share is not shown
+    assert "counted twice" in module._profile_text("rollout", run) and "50%" not in module._profile_text("rollout", run)
