@@ -17,9 +17,10 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
    batch 64 x 8 x 256, short 64 x 8 x 16 and long 16 x 8 x 1024; against `generate` with its
    dynamic cache at all three, and with its static cache (compiled) on the batch.
    Goal: >= 1.5x static-cache `generate` on the batch, never below dynamic `generate`.
-4. `update`: one training step (forward, backward, AdamW) at 16 x 1024 and 16 x 2048 tokens, eager
-   and with the fused LM head + log-softmax and the compiled decoder (`Policy.fused_head`,
-   `compile_body`); model FLOP utilisation against the GPU's dense bf16 peak. Goal: 40%.
+4. `update`: one training step (forward, backward, AdamW) at 16 x 1024 and 16 x 2048 tokens, on
+   each of four paths: eager, the compiled decoder, the fused LM head + log-softmax, and both
+   (`Policy.fused_head`, `compile_body`; `UPDATE_PATHS`); model FLOP utilisation against the GPU's
+   dense bf16 peak. Goal: 40%.
 5. `gpu_small`: the `gpu-small` world (a 25M student of the worked tasks, built on the GPU): `bench
    prepare` (the base) and the default run (`opd-multi` on `math_code`), timed.
    Goals: prepare <= 3 min, the run <= 3 min and >= 8 points above its base.
@@ -142,7 +143,8 @@ def _prompts(count: int, vocab: int) -> list[list[int]]:
 # `generate`, gpu-small's from its goals (3 minutes each), and the profile's as the measurements it
 # repeats. A measurement that no longer fits in what is left of `--budget-s` is skipped.
 COST_S = {"ours": 30, "ours_again": 10, "hf_dynamic": 45, "hf_static": 120, "torch_eager": 45, "update_eager": 20,
-          "update_fused_and_compiled": 100, "prepare": 180, "run": 180, "teacher": 150, "curve": 150,
+          "update_compiled": 100, "update_fused": 25, "update_fused_and_compiled": 100, "prepare": 180, "run": 180,
+          "teacher": 150, "curve": 150,
           "profile_rollout": 30, "profile_update_eager": 20, "profile_update": 100}
 
 
@@ -400,30 +402,39 @@ def _update_step(policy, ledger, batch: int, seq: int, model_flops: dict, peak: 
     return row
 
 
-def _update_policy(folder: Path, fused: bool, dry: bool):
-    """The model as a trainable policy, eager or with the fused head and compiled decoder, and its ledger."""
+def _update_policy(folder: Path, fused_head: bool, compiled: bool, dry: bool):
+    """The model as a trainable policy, its LM head fused or not and its decoder compiled or not, and its ledger."""
     from bench.accounting.ledger import Ledger
     from bench.policy import Policy
 
     model, tokenizer = _load(folder)
     ledger = Ledger()
     policy = Policy("student", model, tokenizer, ledger=ledger)
-    policy.fused_head = policy.compile_body = fused
+    policy.fused_head, policy.compile_body = fused_head, compiled
     if dry:
         policy.compile_backend = "eager"
     return policy, ledger
 
 
+# the update's paths, in the order they are measured: (name, fused head, compiled decoder); `bench run`
+# on CUDA takes the last for a model of Qwen2-0.5B's size. Each apart, so that what each piece buys
+# shows: measured together, the fused head and the compiled decoder were slower than neither.
+UPDATE_PATHS = (("eager", False, False), ("compiled", False, True), ("fused", True, False),
+                ("fused_and_compiled", True, True))
+UPDATE_LABELS = {"eager": "eager", "compiled": "compiled decoder", "fused": "fused head",
+                 "fused_and_compiled": "fused head + compiled decoder"}
+
+
 def update(check: Check, folder: Path, out: dict) -> None:
-    """One training step per shape, eager, then fused head + compiled decoder; FLOPs from the ledger."""
+    """One training step per shape on each of the update's paths (`UPDATE_PATHS`); FLOPs from the ledger."""
     peak = out["peak_bf16_flops"] = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
     rows, model_flops = out.setdefault("shapes", []), {}
-    for fused in (False, True):
-        what = "update_fused_and_compiled" if fused else "update_eager"
-        policy, ledger = _update_policy(folder, fused, check.dry)
+    for path, fused_head, compiled in UPDATE_PATHS:
+        what = f"update_{path}"
+        policy, ledger = _update_policy(folder, fused_head, compiled, check.dry)
         for batch, seq in SIZES["update"]:
-            if check.fits(what, f"update: {what} at {batch}x{seq}"):
-                rows.append({"batch": batch, "seq": seq, "fused_and_compiled": fused,
+            if check.fits(what, f"update: {path} at {batch}x{seq}"):
+                rows.append({"batch": batch, "seq": seq, "path": path, "fused_and_compiled": fused_head and compiled,
                              **check.measure(f"{what} at {batch}x{seq}", _update_step, policy, ledger, batch, seq,
                                              model_flops, peak)})
                 print(f"  update {json.dumps(rows[-1], default=str)[:1500]}", flush=True)
@@ -587,7 +598,7 @@ def profile_part(check: Check, folder: Path, out: dict) -> None:
     batch, seq = sizes["update"]
     for key, fused, what in (("update_eager", False, "profile_update_eager"), ("update", True, "profile_update")):
         if check.fits(what, f"profile: {key}"):
-            policy, _ = _update_policy(folder, fused, check.dry)
+            policy, _ = _update_policy(folder, fused, fused, check.dry)
             step = _update_fn(policy, batch, seq)
             step()
             out[key] = {"shape": f"{batch}x{seq}", "fused_and_compiled": fused,
@@ -679,7 +690,7 @@ def table(results: dict) -> str:
         lines.append(f"| rollout tokens/s | {missing} | |")
     update = results.get("update") or {}
     for row in update.get("shapes", []):
-        how = "fused head + compiled decoder" if row["fused_and_compiled"] else "eager"
+        how = UPDATE_LABELS[row.get("path") or ("fused_and_compiled" if row["fused_and_compiled"] else "eager")]
         got = (f"{100 * row['mfu']:.1f}% MFU ({row['flop_per_s'] / 1e12:.0f} TFLOP/s, first step "
                f"{row['first_step_s']} s){_compiled_note(row)}"
                if "mfu" in row else row.get("error", "no known peak for this device"))

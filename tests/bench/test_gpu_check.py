@@ -41,8 +41,9 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert batch_more["ours"]["tokens"] > 0 and short_more["ours"]["tokens"] > 0  # measured again, beside them
     assert short_more["ours_vs_hf_static"] > 0
     assert all(r["torch_eager"]["tokens"] > 0 and r["ours_vs_torch_eager"] > 0 for r in (batch_more, short_more))
-    assert {r["fused_and_compiled"] for r in result["update"]["shapes"]} == {False, True}
-    assert [r["compiled_while_timed"] for r in result["update"]["shapes"]] == [0, 0]  # compiled before the clock
+    assert [r["path"] for r in result["update"]["shapes"]] == ["eager", "compiled", "fused", "fused_and_compiled"]
+    assert [r["compiled_while_timed"] for r in result["update"]["shapes"]] == [0] * 4  # compiled before the clock
+    assert [r["charged_flops"] > r["model_flops"] for r in result["update"]["shapes"]] == [False, False, True, True]
     timed = [r[e] for part in ("rollout", "rollout_more") for r in result[part]["shapes"] for e in r if e in
              ("ours", "hf_dynamic", "hf_static", "torch_eager")]
     assert len(timed) == 10 and all(t["compiled_while_timed"] == 0 for t in timed)
@@ -75,6 +76,8 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert "graph replays charged" in text and "prepare " in text and " points) |" in text
     assert "rollout 4x2x8: " in text and "update 2x32: " in text and "most host time: `aten::" in text
     assert "update_eager 2x32: " in text and "ours again, after compiled `generate`, " in text
+    assert all(f"| update 2 x 32 tokens, {how} | " in text
+               for how in ("eager", "compiled decoder", "fused head", "fused head + compiled decoder"))
 
 
 def test_a_spent_budget_skips_every_part_and_says_how_to_run_them(tmp_path):
@@ -146,7 +149,7 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     assert merged["update"] == first["update"] and merged["gpu_small"] == second["gpu_small"]  # skipped: kept
     assert merged["date"] == "d2" and merged["rerun"] is None
     text = module.table(merged)
-    assert "| update 16 x 1024 tokens, eager | 30.0% MFU (300 TFLOP/s, first step 1.0 s) | 40% |" in text
+    assert "| update 16 x 1024 tokens, eager | 30.0% MFU (300 TFLOP/s, first step 1.0 s) | 40% |" in text  # an older file
     assert "RuntimeError: boom" in text and "prepare 100 s; run: OutOfMemoryError: x" in text
     assert "| rollout tokens/s | not measured | |" in text
     # a third call whose part ran but had time for none of its measurements keeps the second's
