@@ -416,9 +416,10 @@ def _update_policy(folder: Path, fused_head: bool, compiled: bool, dry: bool):
     return policy, ledger
 
 
-# the update's paths, in the order they are measured: (name, fused head, compiled decoder); `bench run`
-# on CUDA takes the last for a model of Qwen2-0.5B's size. Each apart, so that what each piece buys
-# shows: measured together, the fused head and the compiled decoder were slower than neither.
+# the update's paths, in the order they are measured at each shape: (name, fused head, compiled
+# decoder); `bench run` on CUDA takes the last for a model of Qwen2-0.5B's size. Each apart, so that
+# what each piece buys shows: measured together, the fused head and the compiled decoder were slower
+# than neither.
 UPDATE_PATHS = (("eager", False, False), ("compiled", False, True), ("fused", True, False),
                 ("fused_and_compiled", True, True))
 UPDATE_LABELS = {"eager": "eager", "compiled": "compiled decoder", "fused": "fused head",
@@ -426,22 +427,24 @@ UPDATE_LABELS = {"eager": "eager", "compiled": "compiled decoder", "fused": "fus
 
 
 def update(check: Check, folder: Path, out: dict) -> None:
-    """One training step per shape on each of the update's paths (`UPDATE_PATHS`); FLOPs from the ledger."""
+    """One training step on each of the update's paths (`UPDATE_PATHS`) at the first shape, then at the
+    next: each on a fresh policy, so a compiled path compiles for that shape alone, as a run whose
+    shapes are bucketed would, and its peak memory is its own. FLOPs from the ledger."""
     peak = out["peak_bf16_flops"] = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
     rows, model_flops = out.setdefault("shapes", []), {}
-    for path, fused_head, compiled in UPDATE_PATHS:
-        what = f"update_{path}"
-        policy, ledger = _update_policy(folder, fused_head, compiled, check.dry)
-        for batch, seq in SIZES["update"]:
-            if check.fits(what, f"update: {path} at {batch}x{seq}"):
-                rows.append({"batch": batch, "seq": seq, "path": path, "fused_and_compiled": fused_head and compiled,
-                             **check.measure(f"{what} at {batch}x{seq}", _update_step, policy, ledger, batch, seq,
-                                             model_flops, peak)})
-                print(f"  update {json.dumps(rows[-1], default=str)[:1500]}", flush=True)
+    for batch, seq in SIZES["update"]:
+        for path, fused_head, compiled in UPDATE_PATHS:
+            if not check.fits(f"update_{path}", f"update: {path} at {batch}x{seq}"):
+                continue
+            policy, ledger = _update_policy(folder, fused_head, compiled, check.dry)
+            rows.append({"batch": batch, "seq": seq, "path": path, "fused_and_compiled": fused_head and compiled,
+                         **check.measure(f"update: {path} at {batch}x{seq}", _update_step, policy, ledger, batch, seq,
+                                         model_flops, peak)})
+            print(f"  update {json.dumps(rows[-1], default=str)[:1500]}", flush=True)
+            del policy
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-        del policy
     measured = [r["mfu"] for r in rows if "mfu" in r]
     out["best_mfu"] = max(measured) if measured else None
     out["goal_40pct"] = None if not measured else out["best_mfu"] >= 0.4
