@@ -31,11 +31,12 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
 8. `profile`: where the time goes, so that the next optimisation starts from a profile: one call of
    ours (the batch's prompts, 64 new tokens), one eager update step and one fused, compiled update
    step (16 x 1024), each under `torch.profiler` after a call of the same shape: the device's busy
-   time against the wall time, and the ops that take the most device time and the most host time.
+   time against the wall time, the kernels that take the most device time and the ops that take the
+   most host time.
 
-Device time is short, so the parts run in that order (what the goals need first) under an optional
-time budget (`--budget-s`): a measurement whose expected cost (`COST_S`) no longer fits is skipped
-and listed, with the `--parts` that would run what is left. Each part runs in a process of its own
+Device time is short, so the parts run in that order (what the goals need first), or in the order
+`--parts` gives, under an optional time budget (`--budget-s`): a measurement whose expected cost
+(`COST_S`) no longer fits is skipped and listed, with the `--parts` that would run what is left. Each part runs in a process of its own
 (a sticky CUDA error or a crash costs the other parts nothing), stopped a minute after the budget's
 end; every measurement's failure is recorded beside the others, and the JSON (`--out`) is rewritten
 after each one, so a part stopped from outside keeps what it measured. Each engine's first call
@@ -805,7 +806,8 @@ PARTS = {"audit": audit, "fused": fused, "rollout": rollout, "update": update, "
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="gpu_check.json")
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated, run in the order given: of {', '.join(PARTS)} (the default order)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="seconds for the whole check: what no longer fits is skipped and listed")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU with a 2-layer model: does every part run?")
@@ -851,9 +853,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = build_folder(Path(tmp) / "qwen2-0.5b-shape", DRY if args.dry_run else QWEN2_05B)
         os.environ["OPD_BENCH_CACHE"] = str(Path(tmp) / "cache")  # for the parts: gpu-small from scratch, shared
-        for part in sorted(parts, key=list(PARTS).index):
+        for part in dict.fromkeys(parts):  # the order given
             check = _run_part(check, part, folder, args.dry_run)
-    left = sorted({label.split(":")[0] for label in check.skipped}, key=list(PARTS).index)
+    left = list(dict.fromkeys(label.split(":")[0] for label in check.skipped))  # in the order they ran
     check.results["rerun"] = f"--parts {','.join(left)}" if left else None
     check.save()
     print(f"wrote {args.out}" + (f"; {len(check.skipped)} skipped for time (listed under \"skipped\"); "
