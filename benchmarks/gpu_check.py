@@ -36,13 +36,13 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
 
 Device time is short, so the parts run in that order (what the goals need first), or in the order
 `--parts` gives, under an optional time budget (`--budget-s`): a measurement whose expected cost
-(`COST_S`) no longer fits is skipped and listed, with the `--parts` that would run what is left. Each part runs in a process of its own
-(a sticky CUDA error or a crash costs the other parts nothing), stopped a minute after the budget's
-end; every measurement's failure is recorded beside the others, and the JSON (`--out`) is rewritten
-after each one, so a part stopped from outside keeps what it measured. Each engine's first call
-(graph capture, compilation, kernel selection) is timed apart from the measured call: ours and
-static-cache `generate` warm up on the measured shape (their graphs depend on it), the others on 8
-new tokens of the same batch.
+(`COST_S`) no longer fits is skipped and listed, with the `--parts` that would run what is left.
+Each part runs in a process of its own (a sticky CUDA error or a crash costs the other parts
+nothing), stopped a minute after the budget's end; every measurement's failure is recorded beside
+the others, and the JSON (`--out`) is rewritten after each one, so a part stopped from outside
+keeps what it measured. Each engine's first call (graph capture, compilation, kernel selection) is
+timed apart from the measured call: ours and static-cache `generate` warm up on the measured shape
+(their graphs depend on it), the others on 8 new tokens of the same batch.
 """
 
 from __future__ import annotations
@@ -684,7 +684,8 @@ def table(results: dict) -> str:
                      f"`generate` dynamic cache {_tps(row, 'hf_dynamic')} (ours {_x(row.get('ours_vs_hf_dynamic'))}); "
                      f"static cache, compiled, {_tps(static_row, 'hf_static')} (ours {_x(static)}); "
                      f"`TorchRollout` {_tps(extra, 'torch_eager')} (ours {_x(extra.get('ours_vs_torch_eager'))})"
-                     + (f"; ours again, after compiled `generate`, {_tps(row, 'ours_again')}" if "ours_again" in row else "")
+                     + (f"; ours again, after compiled `generate`, {_tps(row, 'ours_again')}"
+                        if "ours_again" in row else "")
                      + " | "
                      + ("ours >= 1.5x static cache: " + _met(None if static is None else static >= 1.5) + "; "
                         if shape == next(iter(rollout)) else "")
@@ -715,7 +716,8 @@ def table(results: dict) -> str:
         ", ".join(f"{r['phase']} {100 * r['rel_diff']:+.3f}%" for r in audit["rows"])
         + (f"; graph replays charged {graph['graphed_charged']:.4g} = the same steps run eagerly "
            f"({100 * graph['eager_rel_diff']:+.3f}% against the counter"
-           + (", prefill padding aside" if graph.get("padding_flops") else "") + f"), same tokens: {graph['same_tokens']}"
+           + (", prefill padding aside" if graph.get("padding_flops") else "")
+           + f"), same tokens: {graph['same_tokens']}"
            if graph else "") if "rows" in audit else audit.get("error", missing)) + " | exact |")
     small = results.get("gpu_small") or {}
     prep, run = small.get("prepare") or {}, small.get("run") or {}
@@ -727,7 +729,8 @@ def table(results: dict) -> str:
         + " | 180 s each, +8 points |")
     prof = results.get("profile") or {}
     lines.append("| where the time goes (`torch.profiler`) | " + ("; ".join(
-        _profile_text(name, prof[name]) for name in ("rollout", "update_eager", "update") if name in prof) or missing) + " | |")
+        _profile_text(name, prof[name]) for name in ("rollout", "update_eager", "update") if name in prof)
+        or missing) + " | |")
     return "\n".join(lines)
 
 

@@ -149,7 +149,8 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     assert merged["update"] == first["update"] and merged["gpu_small"] == second["gpu_small"]  # skipped: kept
     assert merged["date"] == "d2" and merged["rerun"] is None
     text = module.table(merged)
-    assert "| update 16 x 1024 tokens, eager | 30.0% MFU (300 TFLOP/s, first step 1.0 s) | 40% |" in text  # an older file
+    # an older file's rows (no path): eager, or fused and compiled
+    assert "| update 16 x 1024 tokens, eager | 30.0% MFU (300 TFLOP/s, first step 1.0 s) | 40% |" in text
     assert "RuntimeError: boom" in text and "prepare 100 s; run: OutOfMemoryError: x" in text
     assert "| rollout tokens/s | not measured | |" in text
     # a third call whose part ran but had time for none of its measurements keeps the second's
@@ -173,7 +174,9 @@ def test_the_table_names_kernels_by_what_they_compute():
     assert module._kernel_name("nvjet_sm90_tst_64x8_64x16_1x1_h_bz_NNT") == "nvjet_sm90_tst_64x8_64x16_1x1_h_bz_NNT"
     run = {"shape": "1x1", "wall_s": 2.0, "device_busy_share": 0.5, "busy_from": "kernels",
            "by_device": [{"op": mul, "calls": 3, "device_ms": 40.0}, {"op": softmax, "calls": 1, "device_ms": 9.0}]}
-    assert module._profile_text("rollout", run) == ("rollout 1x1: device busy 50% of 2.00 s; most device time: "
-                                                    "`elementwise_kernel[MulFunctor]` 40.0 ms, `cunn_SoftMaxForward` 9.0 ms")
+    assert module._profile_text("rollout", run) == (
+        "rollout 1x1: device busy 50% of 2.00 s; most device time: `elementwise_kernel[MulFunctor]` 40.0 ms, "
+        "`cunn_SoftMaxForward` 9.0 ms")
     del run["busy_from"]  # an older file summed ops and their kernels: its share is not shown
-    assert "counted twice" in module._profile_text("rollout", run) and "50%" not in module._profile_text("rollout", run)
+    text = module._profile_text("rollout", run)
+    assert "counted twice" in text and "50%" not in text
