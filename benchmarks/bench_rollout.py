@@ -119,7 +119,7 @@ def compare(model_name: str, layout: str, prompts: int, n: int, new_tokens: int,
         _timed(lambda: run_engine(model, batch, n, new_tokens, engine, rep), ours, ledger)
         _timed(lambda: run_generate(model, batch, n, new_tokens, rep), theirs, ledger)
     spec = FlopSpec.from_config(model.config)
-    pad_flops = 4 * spec.layers * spec.heads * spec.head_dim * engine.last_stats["pad_keys"]
+    pad_flops = spec.pair_flops * engine.last_stats["pad_keys"]
     return dict(
         model=model_name, params_m=sum(p.numel() for p in model.parameters()) / 1e6, layout=layout,
         ours=ours.tokens_per_s, theirs=theirs.tokens_per_s, ratio=ours.tokens_per_s / theirs.tokens_per_s,

@@ -220,7 +220,7 @@ def audit(check: Check, folder: Path, out: dict) -> None:
                                     generator=torch.Generator().manual_seed(4))
         unmeter(model)
         runs[graphs] = (batch.completion_ids, result, ledger.counted_flops)
-        padding = 4 * spec.layers * spec.heads * spec.head_dim * engine.last_stats["pad_keys"]
+        padding = spec.pair_flops * engine.last_stats["pad_keys"]
     eager = runs[False][1]
     out["graph_rollout"] = {
         "eager_steps_instrumented": eager.instrumented_flops, "eager_steps_charged": eager.charged_flops,

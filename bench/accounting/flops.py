@@ -96,10 +96,15 @@ class FlopSpec:
         """N_mm (docs/design.md, FLOP accounting)."""
         return self.body_params + self.head_params
 
+    @property
+    def pair_flops(self) -> int:
+        """QK^T and AV for one query-key pair, summed over layers and heads (a padded key charged)."""
+        return 4 * self.layers * self.heads * self.head_dim
+
     def attention_flops(self, new_tokens: int, past_tokens: int = 0) -> int:
         """QK^T and AV for `new_tokens` queries after `past_tokens` cached keys (causal), one sequence."""
         keys = new_tokens * past_tokens + new_tokens * (new_tokens + 1) // 2
-        return 4 * self.layers * self.heads * self.head_dim * keys
+        return self.pair_flops * keys
 
     def forward_flops(
         self, new_tokens: int, past_tokens: int = 0, logit_tokens: int | None = None, batch: int = 1

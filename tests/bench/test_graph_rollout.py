@@ -113,7 +113,7 @@ def test_each_static_step_is_charged_what_the_flop_counter_counts(stopper):
     # does (4 L H d_h FLOPs each), the ledger charges them; everything else is equal
     spec, pad_pairs = FlopSpec.from_config(stopper.config), engine.last_stats["pad_keys"]
     assert pad_pairs > 0
-    assert result.charged_flops == result.instrumented_flops + 4 * spec.layers * spec.heads * spec.head_dim * pad_pairs
+    assert result.charged_flops == result.instrumented_flops + spec.pair_flops * pad_pairs
     # the buckets cost more than the exact work TorchRollout does, and the ledger says so
     exact = Ledger()
     meter(stopper, "student", exact)

@@ -161,7 +161,7 @@ def test_ledger_charges_one_prefill_per_prompt_and_no_finished_rows(stopper, sho
     pad_keys = engine.last_stats["pad_keys"]
     assert (pad_keys == 0) == (max_pad_tokens == 0)
     # padded keys are attended (and charged) only in decode: 4 L H d_h FLOPs each
-    flops += 4 * spec.layers * spec.heads * spec.head_dim * pad_keys
+    flops += spec.pair_flops * pad_keys
     rows = ledger.rows()
     assert [r["kind"] for r in rows] == ["rollout"]
     assert rows[0]["flops"] == flops
