@@ -170,8 +170,8 @@ class GraphRollout(TorchRollout):
             lengths = [len(prompt_ids[i]) for i in batch]
             span = max(lengths)
             ids = torch.tensor([[0] * (span - len(prompt_ids[i])) + prompt_ids[i] for i in batch], device=device)
-            call = {"input_ids": ids, "use_cache": True, "logits_to_keep": 1,
-                    cache_argument(model): make_cache(model, span)}
+            cache = make_cache(model, span)
+            call = {"input_ids": ids, "use_cache": True, "logits_to_keep": 1, cache_argument(model): cache}
             if min(lengths) < span:  # left padding: masked, and each prompt's positions start at 0
                 mask = (torch.arange(span, device=device)[None, :]
                         >= torch.tensor([span - n for n in lengths], device=device)[:, None]).long()
@@ -180,7 +180,7 @@ class GraphRollout(TorchRollout):
                 self.last_stats["pad_keys"] += sum(span * (span + 1) // 2 - n * (n + 1) // 2 for n in lengths)
             logits.append(model(**call).logits[:, -1])
             end = row + len(batch) * width
-            for layer, k, v in zip(call[cache_argument(model)].layers, static.keys, static.values):
+            for layer, k, v in zip(cache.layers, static.keys, static.values):
                 k[row:end, :, longest - span:longest] = layer.keys.repeat_interleave(width, dim=0)
                 v[row:end, :, longest - span:longest] = layer.values.repeat_interleave(width, dim=0)
             self.last_stats["forwards"] += 1
