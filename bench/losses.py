@@ -25,63 +25,115 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tenso
     return F.pad(picked, (1, 0))
 
 
+def _head_rows(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of the fused head's forward: log softmax(hidden @ weight^T)[targets] and each row's
+    log-sum-exp. hidden [c, d], weight [V, d], targets [c] -> [c], [c] fp32."""
+    logits = (hidden @ weight.T).float()  # [c, V]
+    lse = torch.logsumexp(logits, dim=-1)
+    return logits.gather(1, targets[:, None]).squeeze(1) - lse, lse
+
+
+def _head_slice_grad(hidden: torch.Tensor, part: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor,
+                     local: torch.Tensor) -> torch.Tensor:
+    """A slice of the fused head's backward: the gradient of the rows' log-probs (weighted by `grad`)
+    with respect to their logits over the slice's vocabulary columns, g (onehot(target) - softmax),
+    from the logits recomputed. hidden [N, d], part [c, d] (the slice's rows of the head), lse and
+    grad [N] fp32, local [N] (each target's column in the slice; outside it where the target is
+    not in the slice) -> [N, c] in the head's dtype. Eager: in place, one buffer of fp32 logits."""
+    dlogits = (hidden @ part.T).float().sub_(lse[:, None]).exp_().mul_(-grad[:, None])  # -g softmax
+    inside = (local >= 0) & (local < part.shape[0])
+    dlogits.scatter_add_(1, local.clamp(0, part.shape[0] - 1)[:, None], (grad * inside)[:, None])
+    return dlogits.to(part.dtype)
+
+
+def _head_slice_grad_pointwise(hidden: torch.Tensor, part: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor,
+                               local: torch.Tensor) -> torch.Tensor:
+    """`_head_slice_grad` with the target's column picked by a comparison instead of a scatter, the
+    same values: compiled, everything after the matmul is one kernel (a scatter would split it in
+    three and keep the fp32 logits in memory between them); run eagerly, each op is a pass."""
+    scaled = torch.exp((hidden @ part.T).float() - lse[:, None]) * grad[:, None]  # g softmax
+    hit = torch.arange(part.shape[0], device=part.device)[None, :] == local[:, None]
+    return torch.where(hit, grad[:, None] - scaled, -scaled).to(part.dtype)
+
+
+# `torch.compile`d forward and backward functions, one pair per backend (`linear_token_logprobs`'s
+# `compile_backend`): each fuses its elementwise work and reductions over the [rows, vocabulary]
+# logits into a kernel or two after the matmul, where eagerly each op is one more pass over them.
+_COMPILED: dict[str, tuple[Callable, Callable]] = {}
+
+
+def _head_functions(backend: str | None) -> tuple[Callable, Callable]:
+    if backend is None:
+        return _head_rows, _head_slice_grad
+    if backend not in _COMPILED:
+        _COMPILED[backend] = tuple(torch.compile(fn, backend=backend, dynamic=True)
+                                   for fn in (_head_rows, _head_slice_grad_pointwise))
+    return _COMPILED[backend]
+
+
 class _LinearTokenLogprobs(torch.autograd.Function):
     """log_softmax(hidden @ weight^T)[target] per row, at most `max_logits` logits alive at a time (see
     `linear_token_logprobs`)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, max_logits, on_recompute):  # [N, d], [V, d], [N] -> [N] fp32
+    def forward(ctx, hidden, weight, targets, max_logits, on_recompute, backend):  # [N, d], [V, d], [N] -> [N]
+        rows_fn, _ = _head_functions(backend)
         out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(out)
-        chunk = max(1, max_logits // weight.shape[0])  # rows at a time, every vocabulary column each
-        for start in range(0, hidden.shape[0], chunk):
-            rows = slice(start, start + chunk)
-            logits = (hidden[rows] @ weight.T).float()  # [c, V]
-            lse[rows] = torch.logsumexp(logits, dim=-1)
-            out[rows] = logits.gather(1, targets[rows, None]).squeeze(1) - lse[rows]
+        # rows at a time, every vocabulary column each; views detached, so that a compiled function
+        # sees plain tensors (it would guard on a view's base, and recompile when that changes)
+        for rows in _even_parts(hidden.shape[0], max(1, max_logits // weight.shape[0])):
+            out[rows], lse[rows] = rows_fn(hidden[rows].detach(), weight.detach(), targets[rows].detach())
         ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.max_logits, ctx.on_recompute = max_logits, on_recompute
+        ctx.max_logits, ctx.on_recompute, ctx.backend = max_logits, on_recompute, backend
         return out
 
     @staticmethod
     def backward(ctx, grad):  # grad [N] -> [N, d], [V, d]
         hidden, weight, targets, lse = ctx.saved_tensors
+        _, slice_fn = _head_functions(ctx.backend)
         want_hidden, want_weight = ctx.needs_input_grad[:2]
         grad_weight = torch.empty_like(weight) if want_weight else None
-        g = grad.float()[:, None]  # [N, 1]
+        grad = grad.float()
         # A slice of vocabulary columns at a time, every row each: each slice's rows of the weight's
         # gradient are one matmul over all N rows, written once. Slicing rows instead would add a
         # [V, d] partial into the weight's gradient per slice, 4 passes over V x d whatever the
         # slice's size (docs/gpu.md). The hidden states' gradient is summed over the slices in fp32;
         # with one slice it is the eager path's one matmul.
-        width = vocab_slice_width(hidden.shape[0], ctx.max_logits)
-        sliced = width < weight.shape[0]
+        slices = _even_parts(weight.shape[0], vocab_slice_width(hidden.shape[0], ctx.max_logits))
+        sliced = len(slices) > 1
         grad_hidden = None
         if want_hidden and sliced:
             accumulate = torch.promote_types(hidden.dtype, torch.float32)
             grad_hidden = torch.zeros(hidden.shape, dtype=accumulate, device=hidden.device)
-        for start in range(0, weight.shape[0], width):
-            part = weight[start:start + width]  # [c, d]
-            # d out / d logits = g (onehot(target) - softmax), from the recomputed logits [N, c]
-            dlogits = (hidden @ part.T).float().sub_(lse[:, None]).exp_().mul_(-g)
-            local = targets - start
-            inside = ((local >= 0) & (local < part.shape[0]))[:, None]  # [N, 1]: the target is in this slice
-            dlogits.scatter_add_(1, local.clamp(0, part.shape[0] - 1)[:, None], g * inside)
-            dlogits = dlogits.to(weight.dtype)
+        for columns in slices:
+            part = weight[columns].detach()  # [c, d]
+            dlogits = slice_fn(hidden.detach(), part, lse, grad, targets - columns.start)  # [N, c]
             if want_hidden and sliced:
                 grad_hidden.add_(_mm_accumulating(dlogits, part))  # each slice's part in fp32, not rounded
             elif want_hidden:
                 grad_hidden = dlogits @ part
             if want_weight:
-                grad_weight[start:start + width] = dlogits.T @ hidden
+                grad_weight[columns] = dlogits.T @ hidden
         if ctx.on_recompute is not None:
             ctx.on_recompute(hidden.shape[0])
-        return None if grad_hidden is None else grad_hidden.to(hidden.dtype), grad_weight, None, None, None
+        return None if grad_hidden is None else grad_hidden.to(hidden.dtype), grad_weight, None, None, None, None
 
 
 def vocab_slice_width(rows: int, max_logits: int) -> int:
-    """The vocabulary columns `linear_token_logprobs`'s backward takes at a time, over `rows` rows."""
+    """The most vocabulary columns `linear_token_logprobs`'s backward takes at a time, over `rows` rows."""
     return max(1, max_logits // rows)
+
+
+def _even_parts(total: int, most: int) -> list[slice]:
+    """0..total in the fewest parts of at most `most` each, their sizes within one of each other: no
+    tail of a few rows or columns, which would be one more shape for a compiled function."""
+    count = -(-total // most)
+    size, extra = divmod(total, count)
+    bounds = [0]
+    for i in range(count):
+        bounds.append(bounds[-1] + size + (i < extra))
+    return [slice(a, b) for a, b in zip(bounds, bounds[1:])]
 
 
 def _mm_accumulating(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -93,7 +145,8 @@ def _mm_accumulating(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *, max_logits: int,
-                          on_recompute: Callable[[int], None] | None = None) -> torch.Tensor:
+                          on_recompute: Callable[[int], None] | None = None,
+                          compile_backend: str | None = None) -> torch.Tensor:
     """log softmax(hidden @ weight^T)[targets] without materialising every logit: the LM head and the
     log-softmax fused, in fp32 as `token_logprobs` computes them, at most `max_logits` logits alive at a
     time (the forward takes slices of rows, the backward slices of the vocabulary).
@@ -102,8 +155,12 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     gradients to hidden and weight. The backward recomputes the logits (one more LM-head forward
     over the N rows, which `on_recompute(N)` is told of so that it can be charged), rather than keep
     N x V fp32 logits alive: 7.8 GB for 64 rows of 200 tokens under a 152k vocabulary.
+
+    With `compile_backend`, the work after each chunk's and slice's matmul runs under `torch.compile`
+    with that backend (shapes dynamic: one graph per direction for every size); otherwise eagerly, as
+    several passes over their logits.
     """
-    return _LinearTokenLogprobs.apply(hidden, weight, targets, max_logits, on_recompute)
+    return _LinearTokenLogprobs.apply(hidden, weight, targets, max_logits, on_recompute, compile_backend)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

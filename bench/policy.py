@@ -93,11 +93,14 @@ class Policy:
         self._extra: dict = {}
         self._chat = chat  # prompts go through the tokenizer's chat template (hf profile)
         # Log-probs with gradients: the LM head fused with the log-softmax (None: on CUDA where the
-        # architecture allows it), and the decoder under torch.compile (None: on CUDA for large
-        # models), with this backend.
+        # architecture allows it), the decoder under torch.compile (None: on CUDA for large models)
+        # and the fused head's work after its matmuls too (None: where the decoder is), with this
+        # backend. The optimiser: AdamW's fused kernel (None: on CUDA) or its multi-tensor one.
         self.fused_head: bool | None = None
         self.compile_body: bool | None = None
+        self.compile_head: bool | None = None
         self.compile_backend = "inductor"
+        self.fused_optimizer: bool | None = None
         self.max_logits = LOGIT_CHUNK  # logits alive at a time in the fused head
         self._compiled: torch.nn.Module | None = None
         meter(self._model, self.name, self._ledger)
@@ -202,6 +205,22 @@ class Policy:
             return self.compile_body
         return self.device.type == "cuda" and sum(p.numel() for p in self._model.parameters()) >= COMPILE_MIN_PARAMS
 
+    @property
+    def compiles_head(self) -> bool:
+        """Whether the fused head's elementwise work and reductions run compiled: by default where the
+        decoder does (a few seconds of compilation, paid back only by a large vocabulary's logits)."""
+        return self.compile_head if self.compile_head is not None else self.compiles_body
+
+    @property
+    def fuses_optimizer(self) -> bool:
+        """Whether AdamW runs as one fused kernel (`AdamW(fused=True)`), by default on CUDA: the
+        multi-tensor one makes several passes over the parameters and their state. On the CPU the
+        multi-tensor one stays, and with it every reference result."""
+        return self.fused_optimizer if self.fused_optimizer is not None else self.device.type == "cuda"
+
+    def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self._model.parameters(), lr=lr, weight_decay=0.0, fused=self.fuses_optimizer)
+
     def _compiled_body(self) -> torch.nn.Module:
         """The decoder stack under torch.compile (built once; shapes go dynamic after their first change)."""
         if self._compiled is None:
@@ -225,7 +244,8 @@ class Policy:
                                 phase=phase, category=category)
 
         out = linear_token_logprobs(hidden.reshape(-1, dim), weight, targets.reshape(-1),
-                                    max_logits=self.max_logits, on_recompute=charge)
+                                    max_logits=self.max_logits, on_recompute=charge,
+                                    compile_backend=self.compile_backend if self.compiles_head else None)
         return F.pad(out.view(batch, positions)[:, :-1], (1, 0))  # [B, S], as token_logprobs
 
     # -- training -------------------------------------------------------------------------------
@@ -237,7 +257,7 @@ class Policy:
         if not self._trainable:
             raise RuntimeError(f"policy {self.name!r} is frozen (a teacher) and cannot be updated")
         if self._optimizer is None:
-            self._optimizer = torch.optim.AdamW(self._model.parameters(), lr=lr, weight_decay=0.0)
+            self._optimizer = self._new_optimizer(lr)
         scale = min(1.0, (self._updates + 1) / warmup_updates) if warmup_updates else 1.0
         for group in self._optimizer.param_groups:
             group["lr"] = lr * scale
@@ -246,6 +266,10 @@ class Policy:
             loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self._model.parameters(), max_grad_norm)
         self._optimizer.step()
+        if any(group.get("fused") for group in self._optimizer.param_groups):  # as built or as loaded
+            # the fused kernel writes the weights without bumping their version counters, through
+            # which the vLLM engine sees changed weights (bench/rollout/vllm_engine.py)
+            torch.autograd.graph.increment_version(list(self._model.parameters()))
         self._optimizer.zero_grad(set_to_none=True)
         self._updates += 1
         return float(norm)
@@ -278,5 +302,5 @@ class Policy:
         self._updates = state["updates"]
         self._extra = state.get("extra", {})
         if state["optimizer"] is not None:
-            self._optimizer = torch.optim.AdamW(self._model.parameters(), lr=1e-3, weight_decay=0.0)
+            self._optimizer = self._new_optimizer(1e-3)
             self._optimizer.load_state_dict(state["optimizer"])

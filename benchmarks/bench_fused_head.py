@@ -7,8 +7,10 @@ fp32 log-softmax and its backward, as `token_logprobs` runs them. Fused: `linear
 `Policy`'s logit budget, which never holds more than that many logits and recomputes them in the
 backward: 4 head matmuls against eager's 3, so 4/3 is the ratio a compute-bound head would show
 where all four run at one speed (on a CPU the hidden states' gradient is an fp32 matmul, slower).
-Rounds alternate the two so that drift on a shared machine hits both; prints the median seconds
-and their ratio, and the largest logit tensor each holds.
+Fused and compiled: the same with its work after each matmul under inductor (`compile_backend`, as
+`Policy` runs it beside a compiled decoder), compiled before the timing. Rounds alternate the three
+so that drift on a shared machine hits each; prints the median seconds, their ratios to eager, and
+the largest logit tensor each holds.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ def _fused(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) ->
     return linear_token_logprobs(hidden, weight, targets, max_logits=LOGIT_CHUNK)
 
 
+def _fused_compiled(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return linear_token_logprobs(hidden, weight, targets, max_logits=LOGIT_CHUNK, compile_backend="inductor")
+
+
+VARIANTS = {"eager": _eager, "fused": _fused, "fused_compiled": _fused_compiled}
+
+
 def _seconds(fn, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> float:
     hidden.grad = weight.grad = None
     start = time.perf_counter()
@@ -45,12 +54,14 @@ def measure(rows: int, vocab: int, dim: int, dtype: torch.dtype, rounds: int) ->
     hidden = (torch.randn(rows, dim) * 0.5).to(dtype).requires_grad_()
     weight = (torch.randn(vocab, dim) * 0.02).to(dtype).requires_grad_()
     targets = torch.randint(0, vocab, (rows,))
-    times: dict[str, list[float]] = {"eager": [], "fused": []}
+    _seconds(_fused_compiled, hidden, weight, targets)  # compilation, untimed
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for _ in range(rounds):
-        for name, fn in (("eager", _eager), ("fused", _fused)):
+        for name, fn in VARIANTS.items():
             times[name].append(_seconds(fn, hidden, weight, targets))
-    eager, fused = statistics.median(times["eager"]), statistics.median(times["fused"])
-    return {"eager_s": eager, "fused_s": fused, "fused_over_eager": fused / eager,
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {**{f"{name}_s": value for name, value in median.items()},
+            **{f"{name}_over_eager": median[name] / median["eager"] for name in ("fused", "fused_compiled")},
             "eager_logits": rows * vocab, "fused_logits": min(rows * vocab, LOGIT_CHUNK)}
 
 
@@ -65,9 +76,10 @@ def main() -> None:
     torch.set_num_threads(1)
     out = measure(args.rows, args.vocab, args.hidden, getattr(torch, args.dtype), args.rounds)
     print(f"{args.rows} rows x {args.vocab} x {args.hidden}, {args.dtype}, median of {args.rounds}: "
-          f"eager {out['eager_s']:.2f} s, fused {out['fused_s']:.2f} s, fused / eager {out['fused_over_eager']:.2f} "
-          f"(4/3 = 1.33 if the head were compute-bound); largest logits {out['eager_logits']:,} eager, "
-          f"{out['fused_logits']:,} fused")
+          f"eager {out['eager_s']:.2f} s, fused {out['fused_s']:.2f} s, fused and compiled "
+          f"{out['fused_compiled_s']:.2f} s; over eager: fused {out['fused_over_eager']:.2f}, fused and compiled "
+          f"{out['fused_compiled_over_eager']:.2f} (4/3 = 1.33 if the head were compute-bound); largest logits "
+          f"{out['eager_logits']:,} eager, {out['fused_logits']:,} fused")
 
 
 if __name__ == "__main__":

@@ -232,8 +232,9 @@ def audit(check: Check, folder: Path, out: dict) -> None:
 # -- 2. fused head ------------------------------------------------------------------------------
 def fused(check: Check, folder: Path, out: dict) -> None:
     """Fused and eager log-probs and gradients of the same batch (bf16 on CUDA: within its rounding),
-    the fused head at `Policy`'s logit budget (one slice here) and at one that cuts its backward into
-    8 slices of the vocabulary, as the update's shapes are cut."""
+    the fused head at `Policy`'s logit budget (one slice here), at one that cuts its backward into
+    8 slices of the vocabulary, as the update's shapes are cut, and in 8 slices compiled (its work
+    after each matmul under inductor, as beside a compiled decoder; the dry run traces it only)."""
     from bench.accounting.ledger import Ledger
     from bench.losses import sft_loss, vocab_slice_width
     from bench.policy import Policy
@@ -241,12 +242,14 @@ def fused(check: Check, folder: Path, out: dict) -> None:
     ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
     mask, keep = torch.ones_like(ids), ids.shape[1] // 2
     got, rows = [], ids.shape[0] * (keep + 1)  # the positions that get logits
-    for on, sliced in ((False, False), (True, False), (True, True)):
+    for on, sliced, compiled in ((False, False, False), (True, False, False), (True, True, False), (True, True, True)):
         model, tokenizer = _load(folder)
         vocab = model.config.vocab_size
         budget = rows * vocab // 8  # the backward in 8 slices of the vocabulary
         policy = Policy("student", model, tokenizer, ledger=Ledger())
-        policy.fused_head, policy.compile_body = on, False
+        policy.fused_head, policy.compile_body, policy.compile_head = on, False, compiled
+        if check.dry:
+            policy.compile_backend = "eager"
         if sliced:
             policy.max_logits = budget
         lp = policy.logprobs(ids, mask, keep=keep)
@@ -262,7 +265,9 @@ def fused(check: Check, folder: Path, out: dict) -> None:
                 "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g, dim=0))}
 
     out.update(against_eager(*fused_runs[0]))
-    out["sliced"] = {"slices": -(-vocab // vocab_slice_width(rows, budget)), **against_eager(*fused_runs[1])}
+    slices = -(-vocab // vocab_slice_width(rows, budget))
+    out["sliced"] = {"slices": slices, **against_eager(*fused_runs[1])}
+    out["sliced_compiled"] = {"slices": slices, **against_eager(*fused_runs[2])}
 
 
 # -- 3. rollout ---------------------------------------------------------------------------------
@@ -395,6 +400,7 @@ def _update_step(policy, ledger, batch: int, seq: int, model_flops: dict, peak: 
     # MFU counts the model's FLOPs, the eager step's charge: not the fused head's recomputation
     flops = model_flops.setdefault((batch, seq), charged)
     row = {"first_step_s": round(first, 1), "seconds": seconds, "model_flops": flops, "charged_flops": charged,
+           "compiled_head": policy.fuses_head and policy.compiles_head, "fused_optimizer": policy.fuses_optimizer,
            "compiled_while_timed": _graphs_compiled() - compiled,  # 0, or the timing holds a compilation
            "flop_per_s": flops / seconds,
            "peak_memory_gb": torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else None}
@@ -696,6 +702,8 @@ def table(results: dict) -> str:
     update = results.get("update") or {}
     for row in update.get("shapes", []):
         how = UPDATE_LABELS[row.get("path") or ("fused_and_compiled" if row["fused_and_compiled"] else "eager")]
+        how += " and head" if row.get("compiled_head") else ""  # the fused head's work after its matmuls
+        how += ", fused AdamW" if row.get("fused_optimizer") else ""
         got = (f"{100 * row['mfu']:.1f}% MFU ({row['flop_per_s'] / 1e12:.0f} TFLOP/s, first step "
                f"{row['first_step_s']} s){_compiled_note(row)}"
                if "mfu" in row else row.get("error", "no known peak for this device"))
@@ -703,9 +711,12 @@ def table(results: dict) -> str:
     if not update.get("shapes"):
         lines.append(f"| update MFU | {missing} | 40% |")
     fused = results.get("fused") or {}
+    slices = (fused.get("sliced") or {}).get("slices", 8)
     for name, got in (("fused head against eager, bf16", fused),
-                      (f"fused head in {(fused.get('sliced') or {}).get('slices', 8)} slices against eager, bf16",
-                       fused.get("sliced") or {"error": fused.get("error", missing)})):
+                      (f"fused head in {slices} slices against eager, bf16",
+                       fused.get("sliced") or {"error": fused.get("error", missing)}),
+                      *([(f"fused head in {slices} slices, compiled, against eager, bf16", fused["sliced_compiled"])]
+                        if "sliced_compiled" in fused else [])):
         lines.append(f"| {name} | " + (
             f"log-probs within {got['max_abs_logprob_diff']:.2g}; gradients' relative difference "
             f"{got['grad_rel_diff']:.2g}, cosine {got['grad_cosine']:.6f}" if "grad_cosine" in got

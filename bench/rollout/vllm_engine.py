@@ -14,7 +14,7 @@ engine is built.
   `reload_weights`, then its prefix cache is dropped) unless it is the model loaded last and no
   parameter changed since. Changes are seen through torch's version counters, which every in-place
   write through torch bumps (optimiser steps, `load_state_dict`) except fused optimiser kernels
-  (`AdamW(fused=True)`; `Policy.step` does not use them).
+  (`AdamW(fused=True)`, which `Policy.step` uses on CUDA and follows with a bump of its own).
 - Log-probs: `logprobs=0` in `raw_logprobs` mode returns log softmax of the raw logits at the sampled
   token, the unscaled log-prob `RolloutBatch` promises, whatever temperature and top_p sampled it.
 - FLOPs: vLLM cannot be hooked, so each call is charged analytically to the model's ledger (kind

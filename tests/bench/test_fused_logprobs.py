@@ -82,10 +82,9 @@ def test_policy_logprobs_fused_equal_eager_in_fp32(keep):
 def test_policy_logprobs_fused_equal_eager_in_bf16(max_logits):
     """The GPU's dtype, on the CPU: bf16 weights and hidden states, the head's logits in fp32 against
     the eager bf16 logits cast to fp32, within torch.testing's bf16 tolerance. At `Policy`'s budget the
-    tiny vocabulary fits one slice; at 4,096 logits the forward takes 15 rows at a time and the
-    backward 7 slices of the vocabulary; at 256, one row and 132 slices. Measured: log-probs within
-    5e-7 at all three; gradients identical to the eager ones at the first two, within 4e-3 of their
-    norm at the third."""
+    tiny vocabulary fits one slice; at 4,096 logits the forward takes at most 15 rows at a time and
+    the backward 7 slices of the vocabulary; at 256, one row and 132 slices. Measured: log-probs
+    within 5e-7 and gradients identical to the eager ones at all three."""
     (lp_eager, g_eager), (lp_fused, g_fused) = _eager_and_fused(torch.bfloat16, max_logits=max_logits)
     assert lp_fused.dtype == torch.float32
     torch.testing.assert_close(lp_fused, lp_eager, rtol=1.6e-2, atol=1e-5)
@@ -148,3 +147,78 @@ def test_the_compiled_decoder_gives_the_same_logprobs_and_recompiles_a_few_times
     assert 1 <= torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 3
     # outside the update the decoder runs uncompiled, and the model's own module tree is untouched
     assert type(getattr(compiled._model, compiled._model.base_model_prefix)).__name__ != "OptimizedModule"
+
+
+def _head_grads(compile_backend: str | None, dtype: torch.dtype, max_logits: int, rows: int):
+    """linear_token_logprobs' values and gradients on a fixed batch, the backward run in a thread of its
+    own as autograd runs a CUDA backward."""
+    import threading
+
+    torch.manual_seed(2)
+    hidden = (torch.randn(rows, 24) * 0.5).to(dtype).requires_grad_()
+    weight = (torch.randn(97, 24) * 0.3).to(dtype).requires_grad_()
+    targets, upstream = torch.randint(0, 97, (rows,)), torch.randn(rows)
+    out = linear_token_logprobs(hidden, weight, targets, max_logits=max_logits, compile_backend=compile_backend)
+    backward = threading.Thread(target=lambda: (out * upstream).sum().backward())
+    backward.start()
+    backward.join()
+    return out.detach(), hidden.grad, weight.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_compiled_fused_head_gives_the_eager_values_and_recompiles_rarely(dtype):
+    """The fused head's work after its matmuls under inductor (on this CPU its C++ code; on CUDA
+    Triton's): the eager function's log-probs and gradients, in fp32 within 1e-6 and in bf16 within
+    bf16's tolerance, with the backward in another thread. Three batches of rows and three logit
+    budgets make forward chunks of 5 to 50 rows and vocabulary slices of 19 to 97 columns: each
+    function compiles once, for every shape."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    for rows, max_logits in ((50, 97 * 50), (37, 97 * 9), (29, 97 * 6)):
+        want = _head_grads(None, dtype, max_logits, rows)
+        got = _head_grads("inductor", dtype, max_logits, rows)
+        tolerance = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-5)
+        torch.testing.assert_close(got[0], want[0], **tolerance)
+        for g, w in zip(got[1:], want[1:]):
+            assert float((g.float() - w.float()).norm()) <= tolerance["rtol"] * float(w.float().norm())
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_two_forms_of_a_backward_slice_are_equal(dtype):
+    """The backward slice compiled (the target's column by comparison) and run eagerly (by scatter),
+    both run eagerly here: the same values, exactly, with targets before, inside and after the slice."""
+    from bench.losses import _head_slice_grad, _head_slice_grad_pointwise
+
+    torch.manual_seed(3)
+    hidden, part = torch.randn(40, 16).to(dtype), torch.randn(30, 16).to(dtype)
+    lse, grad, local = torch.randn(40) + 5, torch.randn(40), torch.randint(-20, 50, (40,))
+    assert ((local >= 0) & (local < 30)).any() and (local < 0).any() and (local >= 30).any()
+    assert torch.equal(_head_slice_grad_pointwise(hidden, part, lse, grad, local),
+                       _head_slice_grad(hidden, part, lse, grad, local))
+
+
+def test_a_policy_with_a_fused_optimizer_bumps_its_weights_versions():
+    """AdamW's fused kernel writes the weights without bumping their version counters, the vLLM
+    engine's sign of changed weights: `step` bumps them itself. The step equals the multi-tensor
+    one's within fp32 rounding, and a checkpoint's optimiser comes back fused."""
+    from bench.rollout.vllm_engine import _fingerprint
+
+    batch = update.supervised_batch(_policy(), PROMPTS, TARGETS)
+    weights = []
+    for fused in (False, True):
+        policy = _policy()
+        policy.fused_optimizer = fused
+        before = _fingerprint(policy._model)
+        policy.step(sft_loss(policy.logprobs(batch.input_ids, batch.attention_mask), batch.completion_mask), 1e-3)
+        after = _fingerprint(policy._model)
+        assert all(v1 > v0 for (_, v0), (_, v1) in zip(before, after))
+        assert all(g.get("fused") is fused for g in policy._optimizer.param_groups)
+        weights.append([p.detach().clone() for p in policy._model.parameters()])
+    for a, b in zip(*weights):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    restored = _policy()
+    restored._load_state(policy._state())
+    assert all(g.get("fused") for g in restored._optimizer.param_groups)

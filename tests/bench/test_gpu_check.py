@@ -44,6 +44,8 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert [r["path"] for r in result["update"]["shapes"]] == ["eager", "compiled", "fused", "fused_and_compiled"]
     assert [r["compiled_while_timed"] for r in result["update"]["shapes"]] == [0] * 4  # compiled before the clock
     assert [r["charged_flops"] > r["model_flops"] for r in result["update"]["shapes"]] == [False, False, True, True]
+    assert [r["compiled_head"] for r in result["update"]["shapes"]] == [False, False, False, True]
+    assert [r["fused_optimizer"] for r in result["update"]["shapes"]] == [False] * 4  # on CUDA only
     timed = [r[e] for part in ("rollout", "rollout_more") for r in result[part]["shapes"] for e in r if e in
              ("ours", "hf_dynamic", "hf_static", "torch_eager")]
     assert len(timed) == 10 and all(t["compiled_while_timed"] == 0 for t in timed)
@@ -60,6 +62,8 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert result["fused"]["max_abs_logprob_diff"] < 1e-5 and result["fused"]["grad_rel_diff"] < 1.6e-2
     sliced = result["fused"]["sliced"]
     assert sliced["slices"] == 8 and sliced["max_abs_logprob_diff"] < 1e-5 and sliced["grad_rel_diff"] < 1.6e-2
+    compiled = result["fused"]["sliced_compiled"]
+    assert compiled["slices"] == 8 and compiled["max_abs_logprob_diff"] < 1e-5 and compiled["grad_rel_diff"] < 1.6e-2
     audit = result["audit"]
     assert audit["within_2pct"] and audit["graph_rollout"]["eager_rel_diff"] == 0
     assert audit["graph_rollout"]["same_charge"] and audit["graph_rollout"]["same_tokens"]
@@ -77,7 +81,8 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert "rollout 4x2x8: " in text and "update 2x32: " in text and "most host time: `aten::" in text
     assert "update_eager 2x32: " in text and "ours again, after compiled `generate`, " in text
     assert all(f"| update 2 x 32 tokens, {how} | " in text
-               for how in ("eager", "compiled decoder", "fused head", "fused head + compiled decoder"))
+               for how in ("eager", "compiled decoder", "fused head", "fused head + compiled decoder and head"))
+    assert "| fused head in 8 slices, compiled, against eager, bf16 | log-probs within " in text
 
 
 def test_a_spent_budget_skips_every_part_and_says_how_to_run_them(tmp_path):
