@@ -38,6 +38,11 @@ def fused_head_supported(model: torch.nn.Module) -> bool:
             and not getattr(config, "logit_scale", None))
 
 
+def right_padded(mask: torch.Tensor) -> bool:
+    """Whether each row of an attention mask [B, T] is ones then zeros (padding on the right only)."""
+    return bool((mask[:, 1:] <= mask[:, :-1]).all())
+
+
 @contextlib.contextmanager
 def _swapped(module: torch.nn.Module, attr: str, replacement: torch.nn.Module):
     """`module.<attr>` replaced for the block; yields the original."""
@@ -101,6 +106,8 @@ class Policy:
         self.compile_head: bool | None = None
         self.compile_backend = "inductor"
         self.fused_optimizer: bool | None = None
+        # A right-padded batch's log-probs without its attention mask (None: on CUDA; `drops_padding_mask`).
+        self.drop_padding_mask: bool | None = None
         self.max_logits = LOGIT_CHUNK  # logits alive at a time in the fused head
         self._compiled: torch.nn.Module | None = None
         meter(self._model, self.name, self._ledger)
@@ -172,6 +179,8 @@ class Policy:
         width = input_ids.shape[1]
         kept = width if keep is None or keep + 1 >= width else keep + 1  # positions that get logits
         call = dict(input_ids=input_ids, attention_mask=mask)
+        if self.drops_padding_mask and right_padded(mask):
+            call["attention_mask"] = None  # causal attention alone: the same keys for every real position
         if kept < width:
             call["logits_to_keep"] = kept
         training = torch.is_grad_enabled()
@@ -204,6 +213,17 @@ class Policy:
         if self.compile_body is not None:
             return self.compile_body
         return self.device.type == "cuda" and sum(p.numel() for p in self._model.parameters()) >= COMPILE_MIN_PARAMS
+
+    @property
+    def drops_padding_mask(self) -> bool:
+        """Whether `logprobs` runs a right-padded batch without its attention mask, by default on CUDA.
+        Causal attention alone gives each real position the keys the mask gives it (padding only
+        follows them), so the real positions' log-probs are the same up to the kernels' rounding.
+        With a mask, sdpa cannot take its causal kernels, and the compiled decoder builds a
+        [B, 1, T, T] mask, even one of all ones, and repeats the grouped keys and values for every
+        query head. Padding's own positions then see each other, which nothing reads. On the CPU the
+        mask stays, and with it every reference result."""
+        return self.drop_padding_mask if self.drop_padding_mask is not None else self.device.type == "cuda"
 
     @property
     def compiles_head(self) -> bool:

@@ -418,8 +418,8 @@ def _update_policy(folder: Path, fused_head: bool, compiled: bool, dry: bool):
     ledger = Ledger()
     policy = Policy("student", model, tokenizer, ledger=ledger)
     policy.fused_head, policy.compile_body = fused_head, compiled
-    if dry:
-        policy.compile_backend = "eager"
+    if dry:  # the CUDA defaults that the CPU's differ from, and no code generation
+        policy.compile_backend, policy.fused_optimizer, policy.drop_padding_mask = "eager", True, True
     return policy, ledger
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from bench import update
 from bench.accounting.audit import audited
@@ -222,3 +223,71 @@ def test_a_policy_with_a_fused_optimizer_bumps_its_weights_versions():
     restored = _policy()
     restored._load_state(policy._state())
     assert all(g.get("fused") for g in restored._optimizer.param_groups)
+
+
+def test_right_padded_masks():
+    from bench.policy import right_padded
+
+    assert right_padded(torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [0, 0, 0]]))
+    assert not right_padded(torch.tensor([[1, 1, 1], [0, 1, 1]]))  # left padding
+    assert not right_padded(torch.tensor([[1, 0, 1]]))  # a hole
+
+
+def test_a_right_padded_batch_without_its_mask_gives_the_same_logprobs_gradients_and_charge():
+    """On CUDA `logprobs` drops a right-padded batch's attention mask (`drops_padding_mask`): here on
+    the CPU, in fp32, the real positions' log-probs and the masked loss's gradients equal the masked
+    run's and the ledger charges the same. The counter, which counts the pairs a mask allows, now
+    also counts the pairs among each row's p padding positions, p (p + 1) / 2 of them, forward and
+    backward: the ledger charged them already, as padding is computed. A left-padded batch keeps its
+    mask: its log-probs are the masked run's exactly."""
+    from bench.policy import right_padded
+
+    batch = update.supervised_batch(_policy(), PROMPTS, TARGETS)
+    mask = batch.attention_mask
+    assert right_padded(mask) and not bool(mask.all())  # rows of several lengths
+    real = mask.bool()
+    results = {}
+    for drop in (False, True):
+        policy = _policy("tiny-qwen2")
+        policy.drop_padding_mask = drop
+        with audited(policy._ledger, "student") as result:
+            lp = policy.logprobs(batch.input_ids, mask)
+            sft_loss(lp, batch.completion_mask).backward()
+        grads = {n: p.grad.clone() for n, p in policy._model.named_parameters()}
+        left = torch.stack([row.roll(int((~m.bool()).sum())) for row, m in zip(batch.input_ids, mask)])
+        left_mask = torch.stack([m.roll(int((~m.bool()).sum())) for m in mask])
+        assert not right_padded(left_mask)
+        with torch.no_grad():
+            lp_left = policy.logprobs(left, left_mask)
+        results[drop] = (lp.detach(), grads, result.charged_flops, result.instrumented_flops, lp_left)
+    (lp0, g0, charged0, counted0, left0), (lp1, g1, charged1, counted1, left1) = results[False], results[True]
+    torch.testing.assert_close(lp1[real], lp0[real], rtol=1e-5, atol=1e-6)
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-6, msg=name)
+    pads = (~mask.bool()).sum(1)
+    padding_pairs = int((pads * (pads + 1) // 2).sum())
+    assert charged1 == charged0 and counted1 - counted0 == 3 * policy._model.flop_spec.pair_flops * padding_pairs
+    assert torch.equal(left1, left0)
+
+
+def test_the_compiled_decoder_takes_causal_attention_for_a_right_padded_batch():
+    """What dropping the mask is for: traced by torch.compile, the decoder's attention gets an
+    explicit [B, 1, T, T] mask and no grouped-query attention when the mask is passed (even one of
+    all ones), and the causal flag with grouped-query attention when it is not."""
+    import torch._dynamo
+
+    seen = []
+
+    def backend(gm, inputs):
+        seen.extend(dict(node.kwargs) for node in gm.graph.nodes if node.target is F.scaled_dot_product_attention)
+        return gm.forward
+
+    batch = update.supervised_batch(_policy(), PROMPTS, TARGETS)
+    for drop in (False, True):
+        torch._dynamo.reset()
+        seen.clear()
+        policy = _policy("tiny-qwen2")
+        policy.compile_body, policy.compile_backend, policy.drop_padding_mask = True, backend, drop
+        policy.logprobs(batch.input_ids, batch.attention_mask).sum().backward()
+        assert seen and all(k["is_causal"] is drop and (k.get("attn_mask") is None) is drop for k in seen)
+        assert all(bool(k.get("enable_gqa")) is drop for k in seen)

@@ -45,7 +45,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert [r["compiled_while_timed"] for r in result["update"]["shapes"]] == [0] * 4  # compiled before the clock
     assert [r["charged_flops"] > r["model_flops"] for r in result["update"]["shapes"]] == [False, False, True, True]
     assert [r["compiled_head"] for r in result["update"]["shapes"]] == [False, False, False, True]
-    assert [r["fused_optimizer"] for r in result["update"]["shapes"]] == [False] * 4  # on CUDA only
+    assert [r["fused_optimizer"] for r in result["update"]["shapes"]] == [True] * 4  # CUDA's default, in the dry run
     timed = [r[e] for part in ("rollout", "rollout_more") for r in result[part]["shapes"] for e in r if e in
              ("ours", "hf_dynamic", "hf_static", "torch_eager")]
     assert len(timed) == 10 and all(t["compiled_while_timed"] == 0 for t in timed)
@@ -80,7 +80,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert "graph replays charged" in text and "prepare " in text and " points) |" in text
     assert "rollout 4x2x8: " in text and "update 2x32: " in text and "most host time: `aten::" in text
     assert "update_eager 2x32: " in text and "ours again, after compiled `generate`, " in text
-    assert all(f"| update 2 x 32 tokens, {how} | " in text
+    assert all(f"| update 2 x 32 tokens, {how}, fused AdamW | " in text
                for how in ("eager", "compiled decoder", "fused head", "fused head + compiled decoder and head"))
     assert "| fused head in 8 slices, compiled, against eager, bf16 | log-probs within " in text
 
