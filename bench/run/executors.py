@@ -89,7 +89,10 @@ class LocalExecutor:
         finally:
             if not ended:
                 _kill_workers(pool)
-            pool.shutdown(wait=ended, cancel_futures=True)
+            # Waited for even when interrupted (its workers are dead by now, so it ends at once): a pool
+            # thread still running at exit races the interpreter's own pool clean-up, which may then write
+            # to a pipe the thread has just closed and print a traceback after the command's one line.
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _worker_signals() -> None:
