@@ -236,21 +236,16 @@ def fused(check: Check, folder: Path, out: dict) -> None:
     the fused head at `Policy`'s logit budget (one slice here), at one that cuts its backward into
     8 slices of the vocabulary, as the update's shapes are cut, and in 8 slices compiled (its work
     after each matmul under inductor, as beside a compiled decoder; the dry run traces it only)."""
-    from bench.accounting.ledger import Ledger
     from bench.losses import sft_loss, vocab_slice_width
-    from bench.policy import Policy
 
     ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
     mask, keep = torch.ones_like(ids), ids.shape[1] // 2
     got, rows = [], ids.shape[0] * (keep + 1)  # the positions that get logits
     for on, sliced, compiled in ((False, False, False), (True, False, False), (True, True, False), (True, True, True)):
-        model, tokenizer = _load(folder)
+        policy, _ = _update_policy(folder, on, False, check.dry)
+        policy.compile_head, model = compiled, policy._model
         vocab = model.config.vocab_size
         budget = rows * vocab // 8  # the backward in 8 slices of the vocabulary
-        policy = Policy("student", model, tokenizer, ledger=Ledger())
-        policy.fused_head, policy.compile_body, policy.compile_head = on, False, compiled
-        if check.dry:
-            policy.compile_backend = "eager"
         if sliced:
             policy.max_logits = budget
         lp = policy.logprobs(ids, mask, keep=keep)
