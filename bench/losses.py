@@ -100,7 +100,7 @@ class _LinearTokenLogprobs(torch.autograd.Function):
         # [V, d] partial into the weight's gradient per slice, 4 passes over V x d whatever the
         # slice's size (docs/gpu.md). The hidden states' gradient is summed over the slices in fp32;
         # with one slice it is the eager path's one matmul.
-        slices = _even_parts(weight.shape[0], vocab_slice_width(hidden.shape[0], ctx.max_logits))
+        slices = vocab_slices(hidden.shape[0], weight.shape[0], ctx.max_logits)
         sliced = len(slices) > 1
         grad_hidden = None
         if want_hidden and sliced:
@@ -120,9 +120,9 @@ class _LinearTokenLogprobs(torch.autograd.Function):
         return None if grad_hidden is None else grad_hidden.to(hidden.dtype), grad_weight, None, None, None, None
 
 
-def vocab_slice_width(rows: int, max_logits: int) -> int:
-    """The most vocabulary columns `linear_token_logprobs`'s backward takes at a time, over `rows` rows."""
-    return max(1, max_logits // rows)
+def vocab_slices(rows: int, vocab: int, max_logits: int) -> list[slice]:
+    """The slices of the vocabulary `linear_token_logprobs`'s backward takes, one at a time, over `rows` rows."""
+    return _even_parts(vocab, max(1, max_logits // rows))
 
 
 def _even_parts(total: int, most: int) -> list[slice]:

@@ -236,7 +236,7 @@ def fused(check: Check, folder: Path, out: dict) -> None:
     the fused head at `Policy`'s logit budget (one slice here), at one that cuts its backward into
     8 slices of the vocabulary, as the update's shapes are cut, and in 8 slices compiled (its work
     after each matmul under inductor, as beside a compiled decoder; the dry run traces it only)."""
-    from bench.losses import sft_loss, vocab_slice_width
+    from bench.losses import sft_loss, vocab_slices
 
     ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
     mask, keep = torch.ones_like(ids), ids.shape[1] // 2
@@ -261,7 +261,7 @@ def fused(check: Check, folder: Path, out: dict) -> None:
                 "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g, dim=0))}
 
     out.update(against_eager(*fused_runs[0]))
-    slices = -(-vocab // vocab_slice_width(rows, budget))
+    slices = len(vocab_slices(rows, vocab, budget))
     out["sliced"] = {"slices": slices, **against_eager(*fused_runs[1])}
     out["sliced_compiled"] = {"slices": slices, **against_eager(*fused_runs[2])}
 

@@ -246,6 +246,9 @@ def test_a_right_padded_batch_without_its_mask_gives_the_same_logprobs_gradients
     mask = batch.attention_mask
     assert right_padded(mask) and not bool(mask.all())  # rows of several lengths
     real = mask.bool()
+    left = torch.stack([row.roll(int((~m.bool()).sum())) for row, m in zip(batch.input_ids, mask)])
+    left_mask = torch.stack([m.roll(int((~m.bool()).sum())) for m in mask])
+    assert not right_padded(left_mask)
     results = {}
     for drop in (False, True):
         policy = _policy("tiny-qwen2")
@@ -254,9 +257,6 @@ def test_a_right_padded_batch_without_its_mask_gives_the_same_logprobs_gradients
             lp = policy.logprobs(batch.input_ids, mask)
             sft_loss(lp, batch.completion_mask).backward()
         grads = {n: p.grad.clone() for n, p in policy._model.named_parameters()}
-        left = torch.stack([row.roll(int((~m.bool()).sum())) for row, m in zip(batch.input_ids, mask)])
-        left_mask = torch.stack([m.roll(int((~m.bool()).sum())) for m in mask])
-        assert not right_padded(left_mask)
         with torch.no_grad():
             lp_left = policy.logprobs(left, left_mask)
         results[drop] = (lp.detach(), grads, result.charged_flops, result.instrumented_flops, lp_left)
