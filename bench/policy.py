@@ -174,13 +174,13 @@ class Policy:
         decoder may run compiled and the LM head fused with the log-softmax (`fuses_head`,
         `compiles_body`): the same log-probs and gradients, without [B, keep + 1, V] fp32 logits.
         """
-        device = self.device
-        input_ids, mask = input_ids.to(device), attention_mask.to(device)
+        # read where the caller's mask is (the update's are on the host: no wait for the device)
+        causal_alone = self.drops_padding_mask and right_padded(attention_mask)
+        input_ids = input_ids.to(self.device)
         width = input_ids.shape[1]
         kept = width if keep is None or keep + 1 >= width else keep + 1  # positions that get logits
-        call = dict(input_ids=input_ids, attention_mask=mask)
-        if self.drops_padding_mask and right_padded(mask):
-            call["attention_mask"] = None  # causal attention alone: the same keys for every real position
+        # without a mask, causal attention alone gives every real position the same keys
+        call = dict(input_ids=input_ids, attention_mask=None if causal_alone else attention_mask.to(self.device))
         if kept < width:
             call["logits_to_keep"] = kept
         training = torch.is_grad_enabled()
