@@ -485,9 +485,21 @@ def _run_small(profile) -> dict:
     config = RunConfig(method="opd-multi", suite="math_code", profile=profile.name, runs_dir=runs)
     start = time.perf_counter()
     record = Runner(config, progress=False).run()
+    # where a run falls short, what calibrating the world next needs: the curve, and per phase its
+    # steps with the mean reward of the first and last five (a rise, a plateau or a collapse)
+    phases: dict[str, list] = {}
+    for step in record["steps"]:
+        phases.setdefault(step.get("phase", ""), []).append(step.get("reward"))
+    mean = lambda xs: None if None in xs or not xs else sum(xs) / len(xs)  # noqa: E731
     return {"wall_s": round(time.perf_counter() - start, 1), "base_accuracy": record["base_accuracy"],
             "final_accuracy": record["final_accuracy"], "counted_flops": record["flops"]["counted"],
             "gain_points": 100 * (record["final_accuracy"] - record["base_accuracy"]),
+            "base_domain_accuracy": record["base_domain_accuracy"],
+            "final_domain_accuracy": record["final_domain_accuracy"],
+            "curve": [{k: point.get(k) for k in ("flops", "phase", "accuracy", "domain_accuracy", "wall_s")}
+                      for point in record["curve"]],
+            "phases": {phase: {"steps": len(rewards), "reward_first5": mean(rewards[:5]),
+                               "reward_last5": mean(rewards[-5:])} for phase, rewards in phases.items()},
             "throughput": record.get("throughput")}
 
 

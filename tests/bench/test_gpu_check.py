@@ -70,6 +70,10 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert audit["graph_rollout"]["same_charge"] and audit["graph_rollout"]["same_tokens"]
     small, more = result["gpu_small"], result["gpu_small_more"]
     assert small["prepare"]["seconds"] > 0 and small["run"]["counted_flops"] > 0
+    # what a run that falls short leaves for the world's calibration: its curve and its steps per phase
+    assert small["run"]["curve"][0]["flops"] == 0 and small["run"]["curve"][-1]["flops"] > 0
+    assert sum(p["steps"] for p in small["run"]["phases"].values()) > 0
+    assert set(small["run"]["final_domain_accuracy"]) == {"math", "code"}
     assert set(small["goals"]) == {"prepare_3min", "run_3min", "gain_8_points"}
     assert None not in small["goals"].values()
     assert more["teacher"]["model_hash"] and more["curve"] and "base_prepare" not in more
