@@ -174,10 +174,12 @@ PROFILES["direct-smoke"] = replace(
 # `gpu-small`: the GPU path's learning check, since no pretrained weights can be had offline: the
 # worked world's tasks at 20-100M parameters (a ~25M student and its experts, a ~118M external
 # teacher, 4.7x), built from scratch on one CUDA GPU by `bench prepare` and trained there in fp32. Its
-# recipe and budget are first guesses, scaled from `tiny`'s (a lower rate for a 19x larger model):
-# benchmarks/gpu_check.py measures the warm-up along one run and the default run, and the recipe is
-# chosen by `tiny`'s base-choosing rule (docs/world.md) from that measurement. No calibrated method
-# settings: the library's rates apply.
+# recipe, budget and method settings are first guesses, written before any run on it, scaled from
+# `tiny`'s: the warm-up's rate a third of tiny's, for a model 19x larger and 4x wider; the methods'
+# settings tiny's calibrated ones, their rates a third too (tiny's calibration found the library's GRPO
+# rate too high at a quarter of this width). benchmarks/gpu_check.py measures the warm-up along one
+# run and the default run, and the recipe is chosen by `tiny`'s base-choosing rule (docs/world.md)
+# from that measurement; the rates by tiny's rate rule from calibration runs.
 PROFILES["gpu-small"] = replace(
     WORKED,
     name="gpu-small",
@@ -190,7 +192,7 @@ PROFILES["gpu-small"] = replace(
     description="the GPU learning check: the worked world's tasks, a ~25M student and ~118M teacher built on one "
                 "CUDA GPU (recipe provisional until measured there)",
     warmup=replace(WORKED.warmup, student_steps=600, teacher_steps=1500, student_lr=1e-3, teacher_lr=5e-4),
-    method_defaults=(),
+    method_defaults=calibrated(grpo=8e-5, distill=1.6e-4, kl_threshold=0.03, reward_rule=False),
 )
 
 # `hf`: real models. The student is `--model PATH` (any local HF causal LM folder), teachers come from
