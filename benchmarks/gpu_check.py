@@ -387,14 +387,16 @@ def _update_fn(policy, batch: int, seq: int):
     return step
 
 
-def _update_step(policy, ledger, batch: int, seq: int, model_flops: dict, peak: float | None) -> dict:
+def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> dict:
     step = _update_fn(policy, batch, seq)
     first = _timed(step)  # kernels, allocator, compilation
     before, compiled = ledger.counted_flops, _graphs_compiled()
     seconds = _timed(step, 3)
     charged = (ledger.counted_flops - before) / 3
-    # MFU counts the model's FLOPs, the eager step's charge: not the fused head's recomputation
-    flops = model_flops.setdefault((batch, seq), charged)
+    # MFU counts the model's FLOPs, not the fused head's recomputation: one more LM-head forward in its
+    # backward over the positions that get logits (`_update_fn`'s keep + 1 a row), booked as `update`
+    rows = batch * (seq - seq // 4 + 1)
+    flops = charged - (2 * policy._model.get_output_embeddings().weight.numel() * rows if policy.fuses_head else 0)
     row = {"first_step_s": round(first, 1), "seconds": seconds, "model_flops": flops, "charged_flops": charged,
            "compiled_head": policy.fuses_head and policy.compiles_head, "fused_optimizer": policy.fuses_optimizer,
            "compiled_while_timed": _graphs_compiled() - compiled,  # 0, or the timing holds a compilation
@@ -436,7 +438,7 @@ def update(check: Check, folder: Path, out: dict) -> None:
     shape alone, as a run whose shapes are bucketed would, and its peak memory is its own. FLOPs from
     the ledger."""
     peak = out["peak_bf16_flops"] = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
-    rows, model_flops = out.setdefault("shapes", []), {}
+    rows = out.setdefault("shapes", [])
     order = [(shape, path) for paths in (UPDATE_PATHS[:GOAL_PATHS], UPDATE_PATHS[GOAL_PATHS:])
              for shape in SIZES["update"] for path in paths]
     for (batch, seq), (path, fused_head, compiled) in order:
@@ -445,7 +447,7 @@ def update(check: Check, folder: Path, out: dict) -> None:
         policy, ledger = _update_policy(folder, fused_head, compiled, check.dry)
         rows.append({"batch": batch, "seq": seq, "path": path, "fused_and_compiled": fused_head and compiled,
                      **check.measure(f"update: {path} at {batch}x{seq}", _update_step, policy, ledger, batch, seq,
-                                     model_flops, peak)})
+                                     peak)})
         print(f"  update {json.dumps(rows[-1], default=str)[:1500]}", flush=True)
         del policy
         if DEVICE == "cuda":
@@ -490,7 +492,10 @@ def _run_small(profile) -> dict:
     phases: dict[str, list] = {}
     for step in record["steps"]:
         phases.setdefault(step.get("phase", ""), []).append(step.get("reward"))
-    mean = lambda xs: None if None in xs or not xs else sum(xs) / len(xs)  # noqa: E731
+
+    def mean(xs: list) -> float | None:
+        return None if None in xs or not xs else sum(xs) / len(xs)
+
     return {"wall_s": round(time.perf_counter() - start, 1), "base_accuracy": record["base_accuracy"],
             "final_accuracy": record["final_accuracy"], "counted_flops": record["flops"]["counted"],
             "gain_points": 100 * (record["final_accuracy"] - record["base_accuracy"]),
@@ -711,6 +716,7 @@ def table(results: dict) -> str:
     if not rollout:
         lines.append(f"| rollout tokens/s | {missing} | |")
     update = results.get("update") or {}
+
     def path_of(row: dict) -> str:  # files from before the paths were measured apart have no "path"
         return row.get("path") or ("fused_and_compiled" if row["fused_and_compiled"] else "eager")
 

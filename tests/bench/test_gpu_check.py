@@ -45,6 +45,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert [r["path"] for r in result["update"]["shapes"]] == ["eager", "fused_and_compiled", "compiled", "fused"]
     assert [r["compiled_while_timed"] for r in result["update"]["shapes"]] == [0] * 4  # compiled before the clock
     assert [r["charged_flops"] > r["model_flops"] for r in result["update"]["shapes"]] == [False, True, False, True]
+    assert len({r["model_flops"] for r in result["update"]["shapes"]}) == 1  # recomputation taken off: one model
     assert [r["compiled_head"] for r in result["update"]["shapes"]] == [False, True, False, False]
     assert [r["fused_optimizer"] for r in result["update"]["shapes"]] == [True] * 4  # CUDA's default, in the dry run
     timed = [r[e] for part in ("rollout", "rollout_more") for r in result[part]["shapes"] for e in r if e in
@@ -168,7 +169,8 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     measured = [{**row, "seq": seq, "path": path} for seq, path in (
         (1024, "eager"), (1024, "fused_and_compiled"), (2048, "eager"), (2048, "fused_and_compiled"),
         (1024, "compiled"), (1024, "fused"), (2048, "compiled"), (2048, "fused"))]
-    lines = [line for line in module.table({"update": {"shapes": measured}}).splitlines() if line.startswith("| update")]
+    text = module.table({"update": {"shapes": measured}})
+    lines = [line for line in text.splitlines() if line.startswith("| update")]
     assert [line.split(" | ")[0] for line in lines] == [
         f"| update 16 x {seq} tokens, {how}" for seq in (1024, 2048)
         for how in ("eager", "compiled decoder", "fused head", "fused head + compiled decoder")]
