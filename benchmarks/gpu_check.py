@@ -139,11 +139,12 @@ def _prompts(count: int, vocab: int) -> list[list[int]]:
 
 # -- the budget -----------------------------------------------------------------------------------
 # What each measurement is expected to cost on an H200 at full size, in seconds, warm-up included: the
-# compiled update from the last GPU check (its first step compiled for 51-68 s), the rollouts from its
-# tokens/s (about 131k tokens a call at 11-33k tokens/s) with a minute for compiling static-cache
-# `generate`, gpu-small's prepare as measured (42 s) and the rest of gpu-small from its goals (3
-# minutes each), and the profile's as the measurements it repeats. A measurement that no longer fits
-# in what is left of `--budget-s` is skipped.
+# compiled update from the last GPU check (its first step compiled for 51-68 s, the decoder compiled
+# whole then; layer by layer it compiled in 0.42x the time on a CPU, not yet measured here), the
+# rollouts from its tokens/s (about 131k tokens a call at 11-33k tokens/s) with a minute for compiling
+# static-cache `generate`, gpu-small's prepare as measured (42 s) and the rest of gpu-small from its
+# goals (3 minutes each), and the profile's as the measurements it repeats. A measurement that no
+# longer fits in what is left of `--budget-s` is skipped.
 COST_S = {"ours": 30, "ours_again": 10, "hf_dynamic": 45, "hf_static": 120, "torch_eager": 45, "update_eager": 20,
           "update_compiled": 100, "update_fused": 25, "update_fused_and_compiled": 100, "prepare": 60, "run": 180,
           "teacher": 150, "curve": 150,

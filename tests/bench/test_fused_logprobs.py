@@ -147,7 +147,28 @@ def test_the_compiled_decoder_gives_the_same_logprobs_and_recompiles_a_few_times
     assert compiled._compiled is not None
     assert 1 <= torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 3
     # outside the update the decoder runs uncompiled, and the model's own module tree is untouched
-    assert type(getattr(compiled._model, compiled._model.base_model_prefix)).__name__ != "OptimizedModule"
+    body = getattr(compiled._model, compiled._model.base_model_prefix)
+    assert all(type(m).__name__ != "OptimizedModule" for m in (body, *body.layers))
+
+
+def test_a_decoder_without_a_layer_list_compiles_whole():
+    """GPT-2 keeps its blocks in `transformer.h`, not `layers`: its whole decoder stack is compiled
+    instead, with the eager log-probs."""
+    import torch._dynamo
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch._dynamo.reset()
+    _, tokenizer = build_tiny(TINY_SPECS["tiny-llama"])
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    eager, compiled = (Policy(name, model, tokenizer, ledger=Ledger()) for name in ("eager", "compiled"))
+    compiled.compile_body, compiled.compile_backend = True, "eager"
+    batch = update.supervised_batch(eager, PROMPTS, TARGETS)
+    torch.testing.assert_close(compiled.logprobs(batch.input_ids, batch.attention_mask),
+                               eager.logprobs(batch.input_ids, batch.attention_mask), rtol=1e-5, atol=1e-6)
+    parent, attribute, module = compiled._compiled
+    assert parent is model and attribute == "transformer" and type(module).__name__ == "OptimizedModule"
 
 
 def _head_grads(compile_backend: str | None, dtype: torch.dtype, max_logits: int, rows: int):
@@ -291,3 +312,5 @@ def test_the_compiled_decoder_takes_causal_attention_for_a_right_padded_batch():
         policy.logprobs(batch.input_ids, batch.attention_mask).sum().backward()
         assert seen and all(k["is_causal"] is drop and (k.get("attn_mask") is None) is drop for k in seen)
         assert all(bool(k.get("enable_gqa")) is drop for k in seen)
+        # compiled layer by layer: one graph of one layer's attention serves both layers
+        assert len(policy._model.model.layers) == 2 and len(seen) == 1
