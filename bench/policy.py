@@ -250,9 +250,9 @@ class Policy:
         every layer runs the same code on parameters of the same shapes, so one graph serves them all,
         and compiling takes one layer's time, not the stack's (`benchmarks/bench_compile.py`: for 24
         layers of Qwen2-0.5B's width on a CPU, a first step of 21 s against 51 s, and of 9 s against
-        60 s at a second shape). What lies between
-        the layers (embedding, rotary angles, attention mask, final norm) runs eagerly; eagerly, a
-        mask of all ones is skipped. Otherwise the whole decoder stack is one compiled module."""
+        60 s at a second shape). What lies between the layers (embedding, rotary angles, attention
+        mask, final norm) runs eagerly, where a mask of all ones is skipped. Otherwise the whole
+        decoder stack is one compiled module."""
         if self._compiled is None:
             body = getattr(self._model, self._model.base_model_prefix)
             compiled = lambda module: torch.compile(module, backend=self.compile_backend, dynamic=None)  # noqa: E731

@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import bench  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch loads)
+
 WAYS = ("layers", "whole")
 
 
