@@ -372,6 +372,11 @@ def rollout_more(check: Check, folder: Path, out: dict) -> None:
 
 
 # -- 4. update ---------------------------------------------------------------------------------
+def _completion_width(seq: int) -> int:
+    """An update's completion in `seq` tokens: all but a prompt quarter (logits on it only, as in RL)."""
+    return seq - seq // 4
+
+
 def _update_fn(policy, batch: int, seq: int):
     """One training step of `policy` on a random batch of `batch` x `seq` tokens, as a function."""
     from bench.losses import sft_loss
@@ -379,10 +384,10 @@ def _update_fn(policy, batch: int, seq: int):
     ids = torch.randint(3, 259, (batch, seq))
     mask = torch.ones_like(ids)
     completion = mask.clone()
-    completion[:, : seq // 4] = 0  # a prompt quarter: logits on the completion only, as in RL
+    completion[:, : seq - _completion_width(seq)] = 0
 
     def step():
-        lp = policy.logprobs(ids, mask, keep=seq - seq // 4)
+        lp = policy.logprobs(ids, mask, keep=_completion_width(seq))
         policy.step(sft_loss(lp, completion.to(policy.device)), 1e-6)
 
     return step
@@ -395,8 +400,8 @@ def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> di
     seconds = _timed(step, 3)
     charged = (ledger.counted_flops - before) / 3
     # MFU counts the model's FLOPs, not the fused head's recomputation: one more LM-head forward in its
-    # backward over the positions that get logits (`_update_fn`'s keep + 1 a row), booked as `update`
-    rows = batch * (seq - seq // 4 + 1)
+    # backward over the positions that get logits (the completion's and the one before it), booked as `update`
+    rows = batch * (_completion_width(seq) + 1)
     flops = charged - (2 * policy._model.get_output_embeddings().weight.numel() * rows if policy.fuses_head else 0)
     row = {"first_step_s": round(first, 1), "seconds": seconds, "model_flops": flops, "charged_flops": charged,
            "compiled_head": policy.fuses_head and policy.compiles_head, "fused_optimizer": policy.fuses_optimizer,
