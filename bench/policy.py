@@ -220,10 +220,10 @@ class Policy:
         """Whether `logprobs` runs a right-padded batch without its attention mask, by default on CUDA.
         Causal attention alone gives each real position the keys the mask gives it (padding only
         follows them), so the real positions' log-probs are the same up to the kernels' rounding.
-        With a mask, sdpa cannot take its causal kernels, and the compiled decoder builds a
-        [B, 1, T, T] mask, even one of all ones, and repeats the grouped keys and values for every
-        query head. Padding's own positions then see each other, which nothing reads. On the CPU the
-        mask stays, and with it every reference result."""
+        With a mask of any padding, sdpa gets the [B, 1, T, T] mask, cannot take its causal kernels
+        and repeats the grouped keys and values for every query head (a decoder compiled whole builds
+        that mask even when it is all ones). Padding's own positions then see each other, which
+        nothing reads. On the CPU the mask stays, and with it every reference result."""
         return self.drop_padding_mask if self.drop_padding_mask is not None else self.device.type == "cuda"
 
     @property

@@ -292,9 +292,9 @@ def test_a_right_padded_batch_without_its_mask_gives_the_same_logprobs_gradients
 
 
 def test_the_compiled_decoder_takes_causal_attention_for_a_right_padded_batch():
-    """What dropping the mask is for: traced by torch.compile, the decoder's attention gets an
-    explicit [B, 1, T, T] mask and no grouped-query attention when the mask is passed (even one of
-    all ones), and the causal flag with grouped-query attention when it is not."""
+    """What dropping the mask is for: traced by torch.compile, the attention of a padded batch gets
+    an explicit [B, 1, T, T] mask and no grouped-query attention when the mask is passed, and the
+    causal flag with grouped-query attention when it is not."""
     import torch._dynamo
 
     seen = []
