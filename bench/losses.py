@@ -6,6 +6,7 @@ Log-probs at position t are of token t given tokens < t (targets already shifted
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -56,6 +57,27 @@ def _head_slice_grad_pointwise(hidden: torch.Tensor, part: torch.Tensor, lse: to
     return torch.where(hit, grad[:, None] - scaled, -scaled).to(part.dtype)
 
 
+def distinct_symbols() -> contextlib.AbstractContextManager:
+    """For code traced by `torch.compile` with symbolic sizes in the block: a symbol of its own for
+    every size. By default dynamo gives sizes of equal value one symbol, so a first chunk of as many
+    rows as the model's hidden size, or a batch as wide as its head size, would be fixed to that size
+    when the two meet in a matmul or a broadcast, and compiled again at the next size."""
+    import torch.fx.experimental._config
+
+    return torch.fx.experimental._config.patch(use_duck_shape=False)
+
+
+def _symbolic(fn: Callable, backend: str) -> Callable:
+    """`fn` under `torch.compile` with `backend`, every size symbolic and a symbol of its own."""
+    compiled = torch.compile(fn, backend=backend, dynamic=True)
+
+    def call(*args):
+        with distinct_symbols():
+            return compiled(*args)
+
+    return call
+
+
 # `torch.compile`d forward and backward functions, one pair per backend (`linear_token_logprobs`'s
 # `compile_backend`): each fuses its elementwise work and reductions over the [rows, vocabulary]
 # logits into a kernel or two after the matmul, where eagerly each op is one more pass over them.
@@ -66,8 +88,7 @@ def _head_functions(backend: str | None) -> tuple[Callable, Callable]:
     if backend is None:
         return _head_rows, _head_slice_grad
     if backend not in _COMPILED:
-        _COMPILED[backend] = tuple(torch.compile(fn, backend=backend, dynamic=True)
-                                   for fn in (_head_rows, _head_slice_grad_pointwise))
+        _COMPILED[backend] = tuple(_symbolic(fn, backend) for fn in (_head_rows, _head_slice_grad_pointwise))
     return _COMPILED[backend]
 
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from bench.accounting.ledger import Ledger, current_category, current_phase
 from bench.accounting.metering import meter
-from bench.losses import linear_token_logprobs, token_logprobs
+from bench.losses import distinct_symbols, linear_token_logprobs, token_logprobs
 
 # Architectures whose logits are exactly lm_head(final hidden state): no soft-capping or scaling, so
 # the LM head can be fused with the log-softmax (`Policy.logprobs`).
@@ -191,6 +191,7 @@ class Policy:
                 # for evaluation starts in eval mode): the compiled decoder is traced once, not per mode
                 self._model.train()
                 stack.enter_context(_swapped(*self._compiled_body()))
+                stack.enter_context(distinct_symbols())
             if not (training and self.fuses_head):
                 logits = self._model(**call).logits  # [B, kept, V]
                 picked = token_logprobs(logits, input_ids[:, width - kept:])  # [B, kept]
@@ -244,18 +245,21 @@ class Policy:
 
     def _compiled_body(self) -> tuple[torch.nn.Module, str, torch.nn.Module]:
         """The decoder under torch.compile, as (parent, attribute, compiled module) to swap in for an
-        update; built once, and shapes go dynamic after their first change.
+        update; built once, its sizes symbolic from the first compilation, each a symbol of its own
+        (`distinct_symbols`). An update's width is its longest row's, so nearly every batch has a
+        shape of its own: compiled for its first shape alone (torch's default), the graph would be
+        compiled again at the second, with symbolic sizes, and that one would serve the rest of the
+        run. So a run compiles once, at its first update (a batch of one row: once more).
 
         Layer by layer where the decoder keeps its layers in a list (`layers`, as Llama and Qwen2 do):
         every layer runs the same code on parameters of the same shapes, so one graph serves them all,
         and compiling takes one layer's time, not the stack's (`benchmarks/bench_compile.py`: for 24
-        layers of Qwen2-0.5B's width on a CPU, a first step of 21 s against 51 s, and of 9 s against
-        60 s at a second shape). What lies between the layers (embedding, rotary angles, attention
-        mask, final norm) runs eagerly, where a mask of all ones is skipped. Otherwise the whole
-        decoder stack is one compiled module."""
+        layers of Qwen2-0.5B's width on a CPU, a first step of 32-34 s against 126-130 s). What lies
+        between the layers (embedding, rotary angles, attention mask, final norm) runs eagerly, where
+        a mask of all ones is skipped. Otherwise the whole decoder stack is one compiled module."""
         if self._compiled is None:
             body = getattr(self._model, self._model.base_model_prefix)
-            compiled = lambda module: torch.compile(module, backend=self.compile_backend, dynamic=None)  # noqa: E731
+            compiled = lambda module: torch.compile(module, backend=self.compile_backend, dynamic=True)  # noqa: E731
             layers = getattr(body, "layers", None)
             if isinstance(layers, torch.nn.ModuleList):
                 self._compiled = (body, "layers", torch.nn.ModuleList([compiled(layer) for layer in layers]))

@@ -133,18 +133,18 @@ def _graphs_compiled() -> int:
 
 def _prompts(count: int, vocab: int) -> list[list[int]]:
     gen = torch.Generator().manual_seed(0)
-    return [torch.randint(3, min(vocab, 259), (int(torch.randint(32, 64, (1,), generator=gen)),), generator=gen).tolist()
-            for _ in range(count)]
+    return [torch.randint(3, min(vocab, 259), (int(torch.randint(32, 64, (1,), generator=gen)),),
+                          generator=gen).tolist() for _ in range(count)]
 
 
 # -- the budget -----------------------------------------------------------------------------------
 # What each measurement is expected to cost on an H200 at full size, in seconds, warm-up included: the
-# compiled update from the last GPU check (its first step compiled for 51-68 s, the decoder compiled
-# whole then; layer by layer it compiled in 0.42x the time on a CPU, not yet measured here), the
-# rollouts from its tokens/s (about 131k tokens a call at 11-33k tokens/s) with a minute for compiling
-# static-cache `generate`, gpu-small's prepare as measured (42 s) and the rest of gpu-small from its
-# goals (3 minutes each), and the profile's as the measurements it repeats. A measurement that no
-# longer fits in what is left of `--budget-s` is skipped.
+# compiled update from the last GPU check (its first step compiled for 51-100 s, the decoder compiled
+# whole then; layer by layer, with symbolic sizes, not yet measured here), the rollouts from its
+# tokens/s (about 131k tokens a call at 11-33k tokens/s) with a minute for compiling static-cache
+# `generate`, gpu-small's prepare as measured (42 s) and the rest of gpu-small from its goals (3
+# minutes each), and the profile's as the measurements it repeats. A measurement that no longer fits
+# in what is left of `--budget-s` is skipped.
 COST_S = {"ours": 30, "ours_again": 10, "hf_dynamic": 45, "hf_static": 120, "torch_eager": 45, "update_eager": 20,
           "update_compiled": 100, "update_fused": 25, "update_fused_and_compiled": 100, "prepare": 60, "run": 180,
           "teacher": 150, "curve": 150,
@@ -440,9 +440,12 @@ UPDATE_LABELS = {"eager": "eager", "compiled": "compiled decoder", "fused": "fus
 
 def update(check: Check, folder: Path, out: dict) -> None:
     """One training step on each of the goal's paths (`UPDATE_PATHS[:GOAL_PATHS]`) at each shape, then
-    on each of the others at each shape: each on a fresh policy, so a compiled path compiles for that
-    shape alone, as a run whose shapes are bucketed would, and its peak memory is its own. FLOPs from
-    the ledger."""
+    on each of the others at each shape: each on a fresh policy, its peak memory its own, and after
+    dynamo's caches are cleared, so that a compiled path compiles as a fresh run's first update does
+    (its shapes symbolic, the graph that serves a whole run) and reuses nothing the path before it
+    compiled in this process; inductor's cache on disk stays. FLOPs from the ledger."""
+    import torch._dynamo
+
     peak = out["peak_bf16_flops"] = device_peak_flops(torch.cuda.get_device_name(0)) if DEVICE == "cuda" else None
     rows = out.setdefault("shapes", [])
     order = [(shape, path) for paths in (UPDATE_PATHS[:GOAL_PATHS], UPDATE_PATHS[GOAL_PATHS:])
@@ -450,6 +453,7 @@ def update(check: Check, folder: Path, out: dict) -> None:
     for (batch, seq), (path, fused_head, compiled) in order:
         if not check.fits(f"update_{path}", f"update: {path} at {batch}x{seq}"):
             continue
+        torch._dynamo.reset()
         policy, ledger = _update_policy(folder, fused_head, compiled, check.dry)
         rows.append({"batch": batch, "seq": seq, "path": path, "fused_and_compiled": fused_head and compiled,
                      **check.measure(f"update: {path} at {batch}x{seq}", _update_step, policy, ledger, batch, seq,
