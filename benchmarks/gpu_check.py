@@ -395,6 +395,7 @@ def _update_fn(policy, batch: int, seq: int):
 
 def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> dict:
     step = _update_fn(policy, batch, seq)
+    graphs = _graphs_compiled()
     first = _timed(step)  # kernels, allocator, compilation
     before, compiled = ledger.counted_flops, _graphs_compiled()
     seconds = _timed(step, 3)
@@ -403,7 +404,8 @@ def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> di
     # backward over the positions that get logits (the completion's and the one before it), booked as `update`
     rows = batch * (_completion_width(seq) + 1)
     flops = charged - (2 * policy._model.get_output_embeddings().weight.numel() * rows if policy.fuses_head else 0)
-    row = {"first_step_s": round(first, 1), "seconds": seconds, "model_flops": flops, "charged_flops": charged,
+    row = {"first_step_s": round(first, 1), "graphs_compiled": compiled - graphs,  # in the first step
+           "seconds": seconds, "model_flops": flops, "charged_flops": charged,
            "compiled_head": policy.fuses_head and policy.compiles_head, "fused_optimizer": policy.fuses_optimizer,
            "compiled_while_timed": _graphs_compiled() - compiled,  # 0, or the timing holds a compilation
            "flop_per_s": flops / seconds,
@@ -736,8 +738,10 @@ def table(results: dict) -> str:
         how = UPDATE_LABELS[path_of(row)]
         how += " and head" if row.get("compiled_head") else ""  # the fused head's work after its matmuls
         how += ", fused AdamW" if row.get("fused_optimizer") else ""
+        compiled = row.get("graphs_compiled")
+        graphs = f", {compiled} graph{'s' if compiled > 1 else ''} compiled" if compiled else ""
         got = (f"{100 * row['mfu']:.1f}% MFU ({row['flop_per_s'] / 1e12:.0f} TFLOP/s, first step "
-               f"{row['first_step_s']} s){_compiled_note(row)}"
+               f"{row['first_step_s']} s{graphs}){_compiled_note(row)}"
                if "mfu" in row else row.get("error", "no known peak for this device"))
         lines.append(f"| update {row['batch']} x {row['seq']} tokens, {how} | {got} | 40% |")
     if not update.get("shapes"):

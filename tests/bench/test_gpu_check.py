@@ -44,6 +44,9 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     # the goal's paths first, then the pieces apart
     assert [r["path"] for r in result["update"]["shapes"]] == ["eager", "fused_and_compiled", "compiled", "fused"]
     assert [r["compiled_while_timed"] for r in result["update"]["shapes"]] == [0] * 4  # compiled before the clock
+    # each path compiles from cleared caches in its first step: the decoder's one graph for every layer, and the
+    # fused head's forward and backward where it runs compiled
+    assert [r["graphs_compiled"] for r in result["update"]["shapes"]] == [0, 3, 1, 0]
     assert [r["charged_flops"] > r["model_flops"] for r in result["update"]["shapes"]] == [False, True, False, True]
     assert len({r["model_flops"] for r in result["update"]["shapes"]}) == 1  # recomputation taken off: one model
     assert [r["compiled_head"] for r in result["update"]["shapes"]] == [False, True, False, False]
@@ -162,6 +165,9 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     text = module.table(merged)
     # an older file's rows (no path): eager, or fused and compiled
     assert "| update 16 x 1024 tokens, eager | 30.0% MFU (300 TFLOP/s, first step 1.0 s) | 40% |" in text
+    compiled = {"batch": 16, "seq": 1024, "path": "compiled", "mfu": 0.3, "flop_per_s": 3e14, "first_step_s": 20.0,
+                "graphs_compiled": 1}
+    assert "(300 TFLOP/s, first step 20.0 s, 1 graph compiled) |" in module.table({"update": {"shapes": [compiled]}})
     assert "RuntimeError: boom" in text and "prepare 100 s; run: OutOfMemoryError: x" in text
     assert "| rollout tokens/s | not measured | |" in text
     # the table's update rows by shape, then eager, each piece and both, whatever order they were measured in
