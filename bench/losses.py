@@ -165,6 +165,12 @@ def _mm_accumulating(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
 
 
+def head_recompute_flops(weight: torch.Tensor, rows: int) -> int:
+    """FLOPs of `linear_token_logprobs`'s recomputation in its backward over `rows` rows: one more
+    LM-head forward, 2 x the head's weight per row (what `on_recompute(rows)` is to charge)."""
+    return 2 * weight.numel() * rows
+
+
 def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *, max_logits: int,
                           on_recompute: Callable[[int], None] | None = None,
                           compile_backend: str | None = None) -> torch.Tensor:

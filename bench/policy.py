@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from bench.accounting.ledger import Ledger, current_category, current_phase
 from bench.accounting.metering import meter
-from bench.losses import distinct_symbols, linear_token_logprobs, token_logprobs
+from bench.losses import distinct_symbols, head_recompute_flops, linear_token_logprobs, token_logprobs
 
 # Architectures whose logits are exactly lm_head(final hidden state): no soft-capping or scaling, so
 # the LM head can be fused with the log-softmax (`Policy.logprobs`).
@@ -276,10 +276,10 @@ class Policy:
         """
         batch, positions, dim = hidden.shape
         targets = F.pad(ids[:, 1:], (0, 1))  # [B, S]: position t predicts token t + 1
-        phase, category, per_row = current_phase(), current_category(), 2 * weight.numel()
+        phase, category = current_phase(), current_category()
 
         def charge(rows: int) -> None:
-            self._ledger.charge(model=self.name, flops=per_row * rows, tokens=0, kind="update",
+            self._ledger.charge(model=self.name, flops=head_recompute_flops(weight, rows), tokens=0, kind="update",
                                 phase=phase, category=category)
 
         out = linear_token_logprobs(hidden.reshape(-1, dim), weight, targets.reshape(-1),

@@ -394,6 +394,8 @@ def _update_fn(policy, batch: int, seq: int):
 
 
 def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> dict:
+    from bench.losses import head_recompute_flops
+
     step = _update_fn(policy, batch, seq)
     graphs = _graphs_compiled()
     first = _timed(step)  # kernels, allocator, compilation
@@ -402,8 +404,8 @@ def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> di
     charged = (ledger.counted_flops - before) / 3
     # MFU counts the model's FLOPs, not the fused head's recomputation: one more LM-head forward in its
     # backward over the positions that get logits (the completion's and the one before it), booked as `update`
-    rows = batch * (_completion_width(seq) + 1)
-    flops = charged - (2 * policy._model.get_output_embeddings().weight.numel() * rows if policy.fuses_head else 0)
+    head = policy._model.get_output_embeddings().weight
+    flops = charged - (head_recompute_flops(head, batch * (_completion_width(seq) + 1)) if policy.fuses_head else 0)
     row = {"first_step_s": round(first, 1), "graphs_compiled": compiled - graphs,  # in the first step
            "seconds": seconds, "model_flops": flops, "charged_flops": charged,
            "compiled_head": policy.fuses_head and policy.compiles_head, "fused_optimizer": policy.fuses_optimizer,
