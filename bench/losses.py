@@ -26,35 +26,34 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tenso
     return F.pad(picked, (1, 0))
 
 
-def _head_rows(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of the fused head's forward: log softmax(hidden @ weight^T)[targets] and each row's
-    log-sum-exp. hidden [c, d], weight [V, d], targets [c] -> [c], [c] fp32."""
-    logits = (hidden @ weight.T).float()  # [c, V]
+def _head_rows(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of the fused head's forward from their logits (the head's matmul, in its dtype): log
+    softmax(logits)[targets] and each row's log-sum-exp. logits [c, V], targets [c] -> [c], [c] fp32."""
+    logits = logits.float()
     lse = torch.logsumexp(logits, dim=-1)
     return logits.gather(1, targets[:, None]).squeeze(1) - lse, lse
 
 
-def _head_slice_grad(hidden: torch.Tensor, part: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor,
-                     local: torch.Tensor) -> torch.Tensor:
-    """A slice of the fused head's backward: the gradient of the rows' log-probs (weighted by `grad`)
-    with respect to their logits over the slice's vocabulary columns, g (onehot(target) - softmax),
-    from the logits recomputed. hidden [N, d], part [c, d] (the slice's rows of the head), lse and
-    grad [N] fp32, local [N] (each target's column in the slice; outside it where the target is
-    not in the slice) -> [N, c] in the head's dtype. Eager: in place, one buffer of fp32 logits."""
-    dlogits = (hidden @ part.T).float().sub_(lse[:, None]).exp_().mul_(-grad[:, None])  # -g softmax
-    inside = (local >= 0) & (local < part.shape[0])
-    dlogits.scatter_add_(1, local.clamp(0, part.shape[0] - 1)[:, None], (grad * inside)[:, None])
-    return dlogits.to(part.dtype)
+def _head_grad(logits: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """The fused head's backward over a block of logits: the gradient of the rows' log-probs (weighted
+    by `grad`) with respect to their logits, g (onehot(target) - softmax). logits [N, c] (the head's
+    matmul over a slice of the vocabulary's columns, in its dtype), lse and grad [N] fp32, local [N]
+    (each target's column in the block; outside it where the target is not in the block) -> [N, c]
+    in the logits' dtype. Eager: in place, one buffer of fp32 logits (fp32 logits themselves)."""
+    dlogits = logits.float().sub_(lse[:, None]).exp_().mul_(-grad[:, None])  # -g softmax
+    inside = (local >= 0) & (local < logits.shape[1])
+    dlogits.scatter_add_(1, local.clamp(0, logits.shape[1] - 1)[:, None], (grad * inside)[:, None])
+    return dlogits.to(logits.dtype)
 
 
-def _head_slice_grad_pointwise(hidden: torch.Tensor, part: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor,
-                               local: torch.Tensor) -> torch.Tensor:
-    """`_head_slice_grad` with the target's column picked by a comparison instead of a scatter, the
-    same values: compiled, everything after the matmul is one kernel (a scatter would split it in
-    three and keep the fp32 logits in memory between them); run eagerly, each op is a pass."""
-    scaled = torch.exp((hidden @ part.T).float() - lse[:, None]) * grad[:, None]  # g softmax
-    hit = torch.arange(part.shape[0], device=part.device)[None, :] == local[:, None]
-    return torch.where(hit, grad[:, None] - scaled, -scaled).to(part.dtype)
+def _head_grad_pointwise(logits: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor,
+                         local: torch.Tensor) -> torch.Tensor:
+    """`_head_grad` with the target's column picked by a comparison instead of a scatter, the same
+    values: compiled, it is one kernel (a scatter would split it in three and keep the fp32 logits in
+    memory between them); run eagerly, each op is a pass."""
+    scaled = torch.exp(logits.float() - lse[:, None]) * grad[:, None]  # g softmax
+    hit = torch.arange(logits.shape[1], device=logits.device)[None, :] == local[:, None]
+    return torch.where(hit, grad[:, None] - scaled, -scaled).to(logits.dtype)
 
 
 def distinct_symbols() -> contextlib.AbstractContextManager:
@@ -86,39 +85,56 @@ _COMPILED: dict[str, tuple[Callable, Callable]] = {}
 
 def _head_functions(backend: str | None) -> tuple[Callable, Callable]:
     if backend is None:
-        return _head_rows, _head_slice_grad
+        return _head_rows, _head_grad
     if backend not in _COMPILED:
-        _COMPILED[backend] = tuple(_symbolic(fn, backend) for fn in (_head_rows, _head_slice_grad_pointwise))
+        _COMPILED[backend] = tuple(_symbolic(fn, backend) for fn in (_head_rows, _head_grad_pointwise))
     return _COMPILED[backend]
 
 
 class _LinearTokenLogprobs(torch.autograd.Function):
-    """log_softmax(hidden @ weight^T)[target] per row, at most `max_logits` logits alive at a time (see
+    """log_softmax(hidden @ weight^T)[target] per row, at most `max_logits` fp32 logits alive at a time,
+    the head's logits kept for the backward where there are at most `keep_logits` of them (see
     `linear_token_logprobs`)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, max_logits, on_recompute, backend):  # [N, d], [V, d], [N] -> [N]
+    def forward(ctx, hidden, weight, targets, max_logits, keep_logits, on_recompute, backend):
+        # [N, d], [V, d], [N] -> [N]
         rows_fn, _ = _head_functions(backend)
         out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(out)
+        kept = keeps_logits(hidden.shape[0], weight.shape[0], keep_logits)
+        logits = hidden.detach() @ weight.detach().T if kept else None  # [N, V]: one matmul, kept
         # rows at a time, every vocabulary column each; views detached, so that a compiled function
         # sees plain tensors (it would guard on a view's base, and recompile when that changes)
         for rows in _even_parts(hidden.shape[0], max(1, max_logits // weight.shape[0])):
-            out[rows], lse[rows] = rows_fn(hidden[rows].detach(), weight.detach(), targets[rows].detach())
+            block = logits[rows] if kept else hidden[rows].detach() @ weight.detach().T
+            out[rows], lse[rows] = rows_fn(block.detach(), targets[rows].detach())
         ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.max_logits, ctx.on_recompute, ctx.backend = max_logits, on_recompute, backend
+        ctx.logits, ctx.max_logits, ctx.on_recompute, ctx.backend = logits, max_logits, on_recompute, backend
         return out
 
     @staticmethod
     def backward(ctx, grad):  # grad [N] -> [N, d], [V, d]
         hidden, weight, targets, lse = ctx.saved_tensors
-        _, slice_fn = _head_functions(ctx.backend)
+        _, grad_fn = _head_functions(ctx.backend)
         want_hidden, want_weight = ctx.needs_input_grad[:2]
-        grad_weight = torch.empty_like(weight) if want_weight else None
         grad = grad.float()
-        # A slice of vocabulary columns at a time, every row each: each slice's rows of the weight's
-        # gradient are one matmul over all N rows, written once. Slicing rows instead would add a
-        # [V, d] partial into the weight's gradient per slice, 4 passes over V x d whatever the
+        if ctx.logits is not None:
+            # the kept logits become their gradient in place, rows at a time, then the eager path's
+            # two matmuls: nothing recomputed, no more memory
+            dlogits, ctx.logits = ctx.logits, None
+            for rows in _even_parts(hidden.shape[0], max(1, ctx.max_logits // weight.shape[0])):
+                block = dlogits[rows]
+                got = grad_fn(block.detach(), lse[rows].detach(), grad[rows].detach(), targets[rows].detach())
+                if got.data_ptr() != block.data_ptr():
+                    block.copy_(got)
+            grad_hidden = dlogits @ weight.detach() if want_hidden else None
+            grad_weight = dlogits.T @ hidden.detach() if want_weight else None
+            return grad_hidden, grad_weight, None, None, None, None, None
+        grad_weight = torch.empty_like(weight) if want_weight else None
+        # Recomputed a slice of vocabulary columns at a time, every row each: each slice's rows of the
+        # weight's gradient are one matmul over all N rows, written once. Slicing rows instead would
+        # add a [V, d] partial into the weight's gradient per slice, 4 passes over V x d whatever the
         # slice's size (docs/gpu.md). The hidden states' gradient is summed over the slices in fp32;
         # with one slice it is the eager path's one matmul.
         slices = vocab_slices(hidden.shape[0], weight.shape[0], ctx.max_logits)
@@ -129,7 +145,7 @@ class _LinearTokenLogprobs(torch.autograd.Function):
             grad_hidden = torch.zeros(hidden.shape, dtype=accumulate, device=hidden.device)
         for columns in slices:
             part = weight[columns].detach()  # [c, d]
-            dlogits = slice_fn(hidden.detach(), part, lse, grad, targets - columns.start)  # [N, c]
+            dlogits = grad_fn(hidden.detach() @ part.T, lse, grad, targets - columns.start)  # [N, c]
             if want_hidden and sliced:
                 grad_hidden.add_(_mm_accumulating(dlogits, part))  # each slice's part in fp32, not rounded
             elif want_hidden:
@@ -138,7 +154,14 @@ class _LinearTokenLogprobs(torch.autograd.Function):
                 grad_weight[columns] = dlogits.T @ hidden
         if ctx.on_recompute is not None:
             ctx.on_recompute(hidden.shape[0])
-        return None if grad_hidden is None else grad_hidden.to(hidden.dtype), grad_weight, None, None, None, None
+        grad_hidden = None if grad_hidden is None else grad_hidden.to(hidden.dtype)
+        return grad_hidden, grad_weight, None, None, None, None, None
+
+
+def keeps_logits(rows: int, vocab: int, keep_logits: int) -> bool:
+    """Whether `linear_token_logprobs` keeps the head's logits of `rows` rows for its backward (at most
+    `keep_logits` of them) instead of recomputing them there."""
+    return rows * vocab <= keep_logits
 
 
 def vocab_slices(rows: int, vocab: int, max_logits: int) -> list[slice]:
@@ -172,22 +195,28 @@ def head_recompute_flops(weight: torch.Tensor, rows: int) -> int:
 
 
 def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *, max_logits: int,
-                          on_recompute: Callable[[int], None] | None = None,
+                          keep_logits: int = 0, on_recompute: Callable[[int], None] | None = None,
                           compile_backend: str | None = None) -> torch.Tensor:
-    """log softmax(hidden @ weight^T)[targets] without materialising every logit: the LM head and the
-    log-softmax fused, in fp32 as `token_logprobs` computes them, at most `max_logits` logits alive at a
-    time (the forward takes slices of rows, the backward slices of the vocabulary).
+    """log softmax(hidden @ weight^T)[targets] without materialising every logit in fp32: the LM head
+    and the log-softmax fused, in fp32 as `token_logprobs` computes them, at most `max_logits` fp32
+    logits alive at a time (the forward takes slices of rows, the backward slices of rows or of the
+    vocabulary).
 
     hidden [N, d] (model dtype), weight [V, d] (the LM head), targets [N] int64 -> [N] float32, with
-    gradients to hidden and weight. The backward recomputes the logits (one more LM-head forward
+    gradients to hidden and weight. The backward needs the logits again. Where there are at most
+    `keep_logits` of them (N x V), the forward keeps the head's output, in the model's dtype (2 bytes
+    a logit in bf16; the eager path keeps its fp32 log-softmax, 4, and holds 10 at its forward's
+    peak), and the backward turns it into its gradient in place: the eager path's three head
+    matmuls. Otherwise the backward recomputes them, a slice at a time (one more LM-head forward
     over the N rows, which `on_recompute(N)` is told of so that it can be charged), rather than keep
-    N x V fp32 logits alive: 7.8 GB for 64 rows of 200 tokens under a 152k vocabulary.
+    N x V logits alive: 7.8 GB in fp32 for 64 rows of 200 tokens under a 152k vocabulary.
 
-    With `compile_backend`, the work after each chunk's and slice's matmul runs under `torch.compile`
-    with that backend (shapes dynamic: one graph per direction for every size); otherwise eagerly, as
-    several passes over their logits.
+    With `compile_backend`, the work after each matmul runs under `torch.compile` with that backend
+    (shapes dynamic: one graph per direction for every size); otherwise eagerly, as several passes
+    over their logits.
     """
-    return _LinearTokenLogprobs.apply(hidden, weight, targets, max_logits, on_recompute, compile_backend)
+    return _LinearTokenLogprobs.apply(hidden, weight, targets, max_logits, keep_logits, on_recompute,
+                                      compile_backend)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

@@ -27,6 +27,10 @@ FUSED_HEAD_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 # over the [tokens, hidden] gradient besides their matmuls: 28 slices at 16 x 1536 completion tokens
 # of Qwen2-0.5B, a few percent of the head's backward (docs/gpu.md).
 LOGIT_CHUNK = 2**27
+# Logits the fused head keeps for its backward rather than recompute them there (4 GiB in bf16, less
+# than the eager path holds at its micro-batches' cap of 2^29 logits, 10 bytes each at its peak):
+# 16 x 1024 tokens of Qwen2-0.5B with a prompt quarter fit, 16 x 2048 do not (docs/gpu.md).
+KEEP_LOGITS = 2**31
 COMPILE_MIN_PARAMS = 10**8
 
 
@@ -108,7 +112,8 @@ class Policy:
         self.fused_optimizer: bool | None = None
         # A right-padded batch's log-probs without its attention mask (None: on CUDA; `drops_padding_mask`).
         self.drop_padding_mask: bool | None = None
-        self.max_logits = LOGIT_CHUNK  # logits alive at a time in the fused head
+        self.max_logits = LOGIT_CHUNK  # fp32 logits alive at a time in the fused head
+        self.keep_logits = KEEP_LOGITS  # the most logits the fused head keeps for its backward
         self._compiled: tuple[torch.nn.Module, str, torch.nn.Module] | None = None  # (parent, attribute, compiled)
         meter(self._model, self.name, self._ledger)
         if not self._trainable:
@@ -271,8 +276,8 @@ class Policy:
         """`token_logprobs` of ids [B, S] from hidden states [B, S, d] and the LM head's weight, fused.
 
         Every position gets its head row, the last one too (its target is a placeholder and its
-        log-prob dropped), exactly the work the meter charged for the call; the backward's
-        recomputation of the head is one more LM-head forward, charged here as `update`.
+        log-prob dropped), exactly the work the meter charged for the call. Beyond `keep_logits`
+        logits the backward recomputes the head, one more LM-head forward, charged here as `update`.
         """
         batch, positions, dim = hidden.shape
         targets = F.pad(ids[:, 1:], (0, 1))  # [B, S]: position t predicts token t + 1
@@ -283,7 +288,7 @@ class Policy:
                                 phase=phase, category=category)
 
         out = linear_token_logprobs(hidden.reshape(-1, dim), weight, targets.reshape(-1),
-                                    max_logits=self.max_logits, on_recompute=charge,
+                                    max_logits=self.max_logits, keep_logits=self.keep_logits, on_recompute=charge,
                                     compile_backend=self.compile_backend if self.compiles_head else None)
         return F.pad(out.view(batch, positions)[:, :-1], (1, 0))  # [B, S], as token_logprobs
 

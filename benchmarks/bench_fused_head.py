@@ -4,13 +4,14 @@
 
 Qwen2-0.5B's head by default (vocabulary 151,936, hidden 896, bf16). Eager: the [N, V] logits, their
 fp32 log-softmax and its backward, as `token_logprobs` runs them. Fused: `linear_token_logprobs` at
-`Policy`'s logit budget, which never holds more than that many logits and recomputes them in the
-backward: 4 head matmuls against eager's 3, so 4/3 is the ratio a compute-bound head would show
-where all four run at one speed (on a CPU the hidden states' gradient is an fp32 matmul, slower).
-Fused and compiled: the same with its work after each matmul under inductor (`compile_backend`, as
-`Policy` runs it beside a compiled decoder), compiled before the timing. Rounds alternate the three
-so that drift on a shared machine hits each; prints the median seconds, their ratios to eager, and
-the largest logit tensor each holds.
+`Policy`'s fp32 logit budget, its logits either kept for the backward in the model's dtype (`kept`:
+the eager path's 3 head matmuls) or recomputed there (`recomputed`: 4 matmuls, so 4/3 is the ratio
+a compute-bound head would show where all four run at one speed; on a CPU the hidden states'
+gradient is then an fp32 matmul, slower). Each again with its work after each matmul under inductor
+(`compile_backend`, as `Policy` runs it beside a compiled decoder), compiled before the timing.
+Rounds alternate the variants so that drift on a shared machine hits each; prints the median
+seconds, their ratios to eager, and the most logits each holds. `benchmarks/gpu_check.py` runs the
+same measurement on a GPU at the update's shape.
 """
 
 from __future__ import annotations
@@ -31,38 +32,52 @@ def _eager(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) ->
     return logp.gather(1, targets[:, None]).squeeze(1)
 
 
-def _fused(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return linear_token_logprobs(hidden, weight, targets, max_logits=LOGIT_CHUNK)
+def _fused(keep: bool, backend: str | None):
+    def run(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return linear_token_logprobs(hidden, weight, targets, max_logits=LOGIT_CHUNK,
+                                     keep_logits=hidden.shape[0] * weight.shape[0] if keep else 0,
+                                     compile_backend=backend)
+    return run
 
 
-def _fused_compiled(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return linear_token_logprobs(hidden, weight, targets, max_logits=LOGIT_CHUNK, compile_backend="inductor")
+def variants(backend: str = "inductor") -> dict:
+    """The variants timed, the compiled ones with `backend`."""
+    return {"eager": _eager, "kept": _fused(True, None), "recomputed": _fused(False, None),
+            "kept_compiled": _fused(True, backend), "recomputed_compiled": _fused(False, backend)}
 
 
-VARIANTS = {"eager": _eager, "fused": _fused, "fused_compiled": _fused_compiled}
+NAMES = tuple(variants())
 
 
 def _seconds(fn, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> float:
     hidden.grad = weight.grad = None
+    if hidden.is_cuda:
+        torch.cuda.synchronize()
     start = time.perf_counter()
     fn(hidden, weight, targets).sum().backward()
+    if hidden.is_cuda:
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
-def measure(rows: int, vocab: int, dim: int, dtype: torch.dtype, rounds: int) -> dict:
+def measure(rows: int, vocab: int, dim: int, dtype: torch.dtype, rounds: int, device: str = "cpu",
+            backend: str = "inductor") -> dict:
+    """Median seconds of each variant (the compiled ones with `backend`) and their ratios to eager."""
     torch.manual_seed(0)
-    hidden = (torch.randn(rows, dim) * 0.5).to(dtype).requires_grad_()
-    weight = (torch.randn(vocab, dim) * 0.02).to(dtype).requires_grad_()
-    targets = torch.randint(0, vocab, (rows,))
-    _seconds(_fused_compiled, hidden, weight, targets)  # compilation, untimed
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    timed = variants(backend)
+    hidden = (torch.randn(rows, dim) * 0.5).to(device, dtype).requires_grad_()
+    weight = (torch.randn(vocab, dim) * 0.02).to(device, dtype).requires_grad_()
+    targets = torch.randint(0, vocab, (rows,), device=device)
+    for fn in timed.values():  # compilation, kernel choice and the allocator, untimed
+        _seconds(fn, hidden, weight, targets)
+    times: dict[str, list[float]] = {name: [] for name in NAMES}
     for _ in range(rounds):
-        for name, fn in VARIANTS.items():
+        for name, fn in timed.items():
             times[name].append(_seconds(fn, hidden, weight, targets))
     median = {name: statistics.median(values) for name, values in times.items()}
-    return {**{f"{name}_s": value for name, value in median.items()},
-            **{f"{name}_over_eager": median[name] / median["eager"] for name in ("fused", "fused_compiled")},
-            "eager_logits": rows * vocab, "fused_logits": min(rows * vocab, LOGIT_CHUNK)}
+    return {"rows": rows, **{f"{name}_s": value for name, value in median.items()},
+            **{f"{name}_over_eager": median[name] / median["eager"] for name in NAMES[1:]},
+            "eager_logits": rows * vocab, "recomputed_logits": min(rows * vocab, LOGIT_CHUNK)}
 
 
 def main() -> None:
@@ -75,11 +90,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     out = measure(args.rows, args.vocab, args.hidden, getattr(torch, args.dtype), args.rounds)
-    print(f"{args.rows} rows x {args.vocab} x {args.hidden}, {args.dtype}, median of {args.rounds}: "
-          f"eager {out['eager_s']:.2f} s, fused {out['fused_s']:.2f} s, fused and compiled "
-          f"{out['fused_compiled_s']:.2f} s; over eager: fused {out['fused_over_eager']:.2f}, fused and compiled "
-          f"{out['fused_compiled_over_eager']:.2f} (4/3 = 1.33 if the head were compute-bound); largest logits "
-          f"{out['eager_logits']:,} eager, {out['fused_logits']:,} fused")
+    print(f"{args.rows} rows x {args.vocab} x {args.hidden}, {args.dtype}, median of {args.rounds}: eager "
+          f"{out['eager_s']:.2f} s; over eager: " + ", ".join(
+              f"{name.replace('_', ' ')} {out[f'{name}_over_eager']:.2f}" for name in NAMES[1:])
+          + f" (recomputed: 4/3 = 1.33 if the head were compute-bound); most logits held: {out['eager_logits']:,}"
+          f" eager and kept (the kept ones in {args.dtype}, eager's in fp32 too), "
+          f"{out['recomputed_logits']:,} recomputed")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
 1. `audit`: the FLOP ledger against `FlopCounterMode` on CUDA (forward, forward + backward, cached
    generation), and `GraphRollout`'s analytic charge per graph replay against the instrumented count
    of the same steps run eagerly, with the tokens and charge of the graphed run beside them.
-2. `fused`: the fused head's log-probs and gradients against the eager path, in bf16.
+2. `fused`: the fused head's log-probs and gradients against the eager path, in bf16, its logits kept
+   for the backward and recomputed there; then the head alone timed at the update's first shape.
 3. `rollout`: tokens/s of our engine (`GraphRollout`: static KV cache, CUDA-graph decode steps) and
    of Hugging Face `generate`, all sampling, at three shapes (prompts x samples x new tokens): the
    batch 64 x 8 x 256, short 64 x 8 x 16 and long 16 x 8 x 1024; against `generate` with its
@@ -82,8 +83,11 @@ SIZES = {"audit": dict(batch=4, seq_len=512, gen_prompt=64, gen_tokens=64),
          "rollout": ((64, 8, 256), (64, 8, 16), (16, 8, 1024)), "update": ((16, 1024), (16, 2048)),
          "curve": dict(steps=1000, every=100, eval=200), "profile": dict(new=64, update=(16, 1024))}
 DRY_SIZES = {"audit": dict(batch=2, seq_len=32, gen_prompt=8, gen_tokens=8),
-             "rollout": ((4, 2, 8), (4, 2, 4)), "update": ((2, 32),),
+             "rollout": ((4, 2, 8), (4, 2, 4)), "update": ((2, 32), (2, 64)),
              "curve": dict(steps=4, every=2, eval=4), "profile": dict(new=8, update=(2, 32))}
+# the dry run's fused head keeps the logits of its first update shape (2 x 25 positions x 512) and
+# recomputes its second's (2 x 49 x 512), as `Policy`'s budget does at full size
+DRY_KEEP_LOGITS = 2**15
 DEVICE = "cuda"
 
 
@@ -143,11 +147,12 @@ def _prompts(count: int, vocab: int) -> list[list[int]]:
 # whole then; layer by layer, with symbolic sizes, not yet measured here), the rollouts from its
 # tokens/s (about 131k tokens a call at 11-33k tokens/s) with a minute for compiling static-cache
 # `generate`, gpu-small's prepare as measured (42 s) and the rest of gpu-small from its goals (3
-# minutes each), and the profile's as the measurements it repeats. A measurement that no longer fits
+# minutes each), the profile's as the measurements it repeats, and the head alone a guess (two compiled
+# functions and 20 calls of about 0.1 s at most). A measurement that no longer fits
 # in what is left of `--budget-s` is skipped.
 COST_S = {"ours": 30, "ours_again": 10, "hf_dynamic": 45, "hf_static": 120, "torch_eager": 45, "update_eager": 20,
           "update_compiled": 100, "update_fused": 25, "update_fused_and_compiled": 100, "prepare": 60, "run": 180,
-          "teacher": 150, "curve": 150,
+          "teacher": 150, "curve": 150, "fused_timing": 40,
           "profile_rollout": 30, "profile_update_eager": 20, "profile_update": 100}
 
 
@@ -233,21 +238,30 @@ def audit(check: Check, folder: Path, out: dict) -> None:
 
 # -- 2. fused head ------------------------------------------------------------------------------
 def fused(check: Check, folder: Path, out: dict) -> None:
-    """Fused and eager log-probs and gradients of the same batch (bf16 on CUDA: within its rounding),
-    the fused head at `Policy`'s logit budget (one slice here), at one that cuts its backward into
-    8 slices of the vocabulary, as the update's shapes are cut, and in 8 slices compiled (its work
-    after each matmul under inductor, as beside a compiled decoder; the dry run traces it only)."""
+    """Fused and eager log-probs and gradients of the same batch (bf16 on CUDA: within its rounding):
+    the fused head with its logits kept for the backward (`Policy`'s default here), recomputed there
+    in one slice, in 8 slices of the vocabulary (as the update's larger shapes are cut), and in 8
+    slices compiled (its work after each matmul under inductor, as beside a compiled decoder; the dry
+    run traces it only). Then the head alone timed, eager against fused, its logits kept and
+    recomputed, each uncompiled and compiled (`benchmarks/bench_fused_head.py`), at the update's
+    first shape: 16 x 1024 tokens, the completion's positions."""
     from bench.losses import sft_loss, vocab_slices
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_fused_head
 
     ids = torch.randint(3, 259, (4, 256 if not check.dry else 16))
     mask, keep = torch.ones_like(ids), ids.shape[1] // 2
     got, rows = [], ids.shape[0] * (keep + 1)  # the positions that get logits
-    for on, sliced, compiled in ((False, False, False), (True, False, False), (True, True, False), (True, True, True)):
+    runs = ((False, None, False), (True, None, False), (True, 1, False), (True, 8, False), (True, 8, True))
+    for on, slices, compiled in runs:  # slices: None keeps the logits, else recomputes them in that many
         policy, _ = _update_policy(folder, on, False, check.dry)
         policy.compile_head, model = compiled, policy._model
         vocab = model.config.vocab_size
         budget = rows * vocab // 8  # the backward in 8 slices of the vocabulary
-        if sliced:
+        if slices is not None:
+            policy.keep_logits = 0
+        if slices == 8:
             policy.max_logits = budget
         lp = policy.logprobs(ids, mask, keep=keep)
         sft_loss(lp, mask.to(policy.device)).backward()
@@ -262,9 +276,17 @@ def fused(check: Check, folder: Path, out: dict) -> None:
                 "grad_cosine": float(torch.nn.functional.cosine_similarity(g0, g, dim=0))}
 
     out.update(against_eager(*fused_runs[0]))
+    out["recomputed"] = against_eager(*fused_runs[1])
     slices = len(vocab_slices(rows, vocab, budget))
-    out["sliced"] = {"slices": slices, **against_eager(*fused_runs[1])}
-    out["sliced_compiled"] = {"slices": slices, **against_eager(*fused_runs[2])}
+    out["sliced"] = {"slices": slices, **against_eager(*fused_runs[2])}
+    out["sliced_compiled"] = {"slices": slices, **against_eager(*fused_runs[3])}
+    check.save()
+    if check.fits("fused_timing", "fused: the head alone, timed"):
+        batch, seq = SIZES["update"][0]
+        shape = QWEN2_05B if not check.dry else DRY
+        out["timing"] = check.measure("fused: the head alone, timed", bench_fused_head.measure,
+                                      batch * (_completion_width(seq) + 1), shape["vocab_size"], shape["hidden_size"],
+                                      torch.bfloat16, 3, DEVICE, "eager" if check.dry else "inductor")
 
 
 # -- 3. rollout ---------------------------------------------------------------------------------
@@ -394,7 +416,7 @@ def _update_fn(policy, batch: int, seq: int):
 
 
 def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> dict:
-    from bench.losses import head_recompute_flops
+    from bench.losses import head_recompute_flops, keeps_logits
 
     step = _update_fn(policy, batch, seq)
     graphs = _graphs_compiled()
@@ -402,13 +424,16 @@ def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> di
     before, compiled = ledger.counted_flops, _graphs_compiled()
     seconds = _timed(step, 3)
     charged = (ledger.counted_flops - before) / 3
-    # MFU counts the model's FLOPs, not the fused head's recomputation: one more LM-head forward in its
-    # backward over the positions that get logits (the completion's and the one before it), booked as `update`
-    head = policy._model.get_output_embeddings().weight
-    flops = charged - (head_recompute_flops(head, batch * (_completion_width(seq) + 1)) if policy.fuses_head else 0)
+    # MFU counts the model's FLOPs, not the fused head's recomputation where its logits are not kept: one
+    # more LM-head forward in its backward over the positions that get logits (the completion's and the one
+    # before it), booked as `update`
+    head, rows = policy._model.get_output_embeddings().weight, batch * (_completion_width(seq) + 1)
+    kept = policy.fuses_head and keeps_logits(rows, head.shape[0], policy.keep_logits)
+    flops = charged - (head_recompute_flops(head, rows) if policy.fuses_head and not kept else 0)
     row = {"first_step_s": round(first, 1), "graphs_compiled": compiled - graphs,  # in the first step
            "seconds": seconds, "model_flops": flops, "charged_flops": charged,
-           "compiled_head": policy.fuses_head and policy.compiles_head, "fused_optimizer": policy.fuses_optimizer,
+           "compiled_head": policy.fuses_head and policy.compiles_head, "head_logits_kept": kept,
+           "fused_optimizer": policy.fuses_optimizer,
            "compiled_while_timed": _graphs_compiled() - compiled,  # 0, or the timing holds a compilation
            "flop_per_s": flops / seconds,
            "peak_memory_gb": torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else None}
@@ -426,8 +451,9 @@ def _update_policy(folder: Path, fused_head: bool, compiled: bool, dry: bool):
     ledger = Ledger()
     policy = Policy("student", model, tokenizer, ledger=ledger)
     policy.fused_head, policy.compile_body = fused_head, compiled
-    if dry:  # the CUDA defaults that the CPU's differ from, and no code generation
+    if dry:  # the CUDA defaults that the CPU's differ from, no code generation, the budget scaled down
         policy.compile_backend, policy.fused_optimizer, policy.drop_padding_mask = "eager", True, True
+        policy.keep_logits = DRY_KEEP_LOGITS
     return policy, ledger
 
 
@@ -739,6 +765,7 @@ def table(results: dict) -> str:
     for row in sorted(update.get("shapes", []), key=lambda r: (r["seq"], r["batch"], order.index(path_of(r)))):
         how = UPDATE_LABELS[path_of(row)]
         how += " and head" if row.get("compiled_head") else ""  # the fused head's work after its matmuls
+        how += ", logits kept" if row.get("head_logits_kept") else ""
         how += ", fused AdamW" if row.get("fused_optimizer") else ""
         compiled = row.get("graphs_compiled")
         graphs = f", {compiled} graph{'s' if compiled > 1 else ''} compiled" if compiled else ""
@@ -750,7 +777,10 @@ def table(results: dict) -> str:
         lines.append(f"| update MFU | {missing} | 40% |")
     fused = results.get("fused") or {}
     slices = (fused.get("sliced") or {}).get("slices", 8)
-    for name, got in (("fused head against eager, bf16", fused),
+    kept = "fused head, logits kept" if "recomputed" in fused else "fused head"  # files from before: recomputed
+    for name, got in ((f"{kept}, against eager, bf16", fused),
+                      *([("fused head, recomputed, against eager, bf16", fused["recomputed"])]
+                        if "recomputed" in fused else []),
                       (f"fused head in {slices} slices against eager, bf16",
                        fused.get("sliced") or {"error": fused.get("error", missing)}),
                       *([(f"fused head in {slices} slices, compiled, against eager, bf16", fused["sliced_compiled"])]
@@ -759,6 +789,12 @@ def table(results: dict) -> str:
             f"log-probs within {got['max_abs_logprob_diff']:.2g}; gradients' relative difference "
             f"{got['grad_rel_diff']:.2g}, cosine {got['grad_cosine']:.6f}" if "grad_cosine" in got
             else got.get("error", missing)) + " | within bf16 rounding |")
+    if "timing" in fused:
+        timing = fused["timing"]
+        lines.append(f"| the head alone, {timing['rows']:,} rows: log-probs and backward, time over eager "
+                     f"({1e3 * timing['eager_s']:.1f} ms) | " + ", ".join(
+                         f"{key.removesuffix('_over_eager').replace('_', ' ')} {value:.2f}"
+                         for key, value in timing.items() if key.endswith("_over_eager")) + " | |")
     audit = results.get("audit") or {}
     graph = audit.get("graph_rollout") or {}
     lines.append("| FLOP ledger against torch's counter on CUDA | " + (

@@ -25,8 +25,10 @@ def _policy(family: str = "tiny-llama") -> Policy:
 
 
 # 14 rows, 11 columns: the forward takes 1, 3 and all rows at a time, the backward 1, 2 and all columns
+# (recomputed) or 1, 3 and all rows (kept)
+@pytest.mark.parametrize("keep_logits", [0, 14 * 11 - 1, 14 * 11])
 @pytest.mark.parametrize("max_logits", [1, 33, 1000])
-def test_the_fused_head_gives_token_logprobs_values_and_gradients(max_logits):
+def test_the_fused_head_gives_token_logprobs_values_and_gradients(max_logits, keep_logits):
     torch.manual_seed(1)
     hidden = torch.randn(2, 7, 16, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(11, 16, dtype=torch.float64, requires_grad=True)
@@ -41,18 +43,38 @@ def test_the_fused_head_gives_token_logprobs_values_and_gradients(max_logits):
     rows = []
     targets = torch.nn.functional.pad(ids[:, 1:], (0, 1)).reshape(-1)
     out = linear_token_logprobs(hidden.reshape(-1, 16), weight, targets, max_logits=max_logits,
-                               on_recompute=rows.append)
+                                keep_logits=keep_logits, on_recompute=rows.append)
     fused = torch.nn.functional.pad(out.view(2, 7)[:, :-1], (1, 0))
     (fused * upstream.float()).sum().backward()
     assert out.dtype == torch.float32
     torch.testing.assert_close(fused, want[0].float(), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(hidden.grad, want[1], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(weight.grad, want[2], rtol=1e-6, atol=1e-6)
-    assert rows == [14]  # the backward recomputed the head once over every row
+    # the backward recomputed the head once over every row, or kept all 14 x 11 logits
+    assert rows == ([] if keep_logits >= 14 * 11 else [14])
 
 
-def _eager_and_fused(dtype: torch.dtype, keep: int | None = None,
-                     max_logits: int | None = None) -> list[tuple[torch.Tensor, dict]]:
+def test_a_second_backward_through_kept_logits_recomputes_them():
+    """The kept logits become their gradient in the first backward: a second one through the same graph
+    recomputes them, gets the same gradients, and says so to be charged."""
+    torch.manual_seed(1)
+    hidden = torch.randn(9, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(11, 16, dtype=torch.float64, requires_grad=True)
+    rows = []
+    out = linear_token_logprobs(hidden, weight, torch.randint(0, 11, (9,)), max_logits=1000, keep_logits=1000,
+                                on_recompute=rows.append)
+    grads = []
+    for _ in range(2):
+        hidden.grad = weight.grad = None
+        out.sum().backward(retain_graph=True)
+        grads.append((hidden.grad.clone(), weight.grad.clone()))
+    assert rows == [9]
+    for first, second in zip(*grads):
+        torch.testing.assert_close(second, first, rtol=1e-6, atol=1e-9)
+
+
+def _eager_and_fused(dtype: torch.dtype, keep: int | None = None, max_logits: int | None = None,
+                     keep_logits: int | None = None) -> list[tuple[torch.Tensor, dict]]:
     """The metered policy's log-probs and parameter gradients (as fp32), eager head then fused head."""
     batch = update.supervised_batch(_policy(), PROMPTS, TARGETS)
     results = []
@@ -62,31 +84,36 @@ def _eager_and_fused(dtype: torch.dtype, keep: int | None = None,
         policy._model.to(dtype)
         policy.fused_head = fused
         policy.max_logits = max_logits or policy.max_logits
+        policy.keep_logits = policy.keep_logits if keep_logits is None else keep_logits
         lp = policy.logprobs(batch.input_ids, batch.attention_mask, keep=keep)
         sft_loss(lp, batch.completion_mask).backward()
         results.append((lp.detach(), {n: p.grad.float() for n, p in policy._model.named_parameters()}))
     return results
 
 
+@pytest.mark.parametrize("keep_logits", [None, 0])
 @pytest.mark.parametrize("keep", [None, 4])
-def test_policy_logprobs_fused_equal_eager_in_fp32(keep):
+def test_policy_logprobs_fused_equal_eager_in_fp32(keep, keep_logits):
     """The metered policy's log-probs and parameter gradients, fused head or not (tied embeddings: the
-    head's gradient lands on the embedding)."""
-    (lp_eager, g_eager), (lp_fused, g_fused) = _eager_and_fused(torch.float32, keep)
+    head's gradient lands on the embedding), its logits kept for the backward (`Policy`'s budget) or
+    recomputed there."""
+    (lp_eager, g_eager), (lp_fused, g_fused) = _eager_and_fused(torch.float32, keep, keep_logits=keep_logits)
     torch.testing.assert_close(lp_fused, lp_eager, rtol=1e-5, atol=1e-6)
     assert g_eager.keys() == g_fused.keys()
     for name in g_eager:
         torch.testing.assert_close(g_fused[name], g_eager[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize("keep_logits", [None, 0])
 @pytest.mark.parametrize("max_logits", [None, 4096, 256])
-def test_policy_logprobs_fused_equal_eager_in_bf16(max_logits):
+def test_policy_logprobs_fused_equal_eager_in_bf16(max_logits, keep_logits):
     """The GPU's dtype, on the CPU: bf16 weights and hidden states, the head's logits in fp32 against
     the eager bf16 logits cast to fp32, within torch.testing's bf16 tolerance. At `Policy`'s budget the
     tiny vocabulary fits one slice; at 4,096 logits the forward takes at most 15 rows at a time and
-    the backward 7 slices of the vocabulary; at 256, one row and 132 slices. Measured: log-probs
-    within 5e-7 and gradients identical to the eager ones at all three."""
-    (lp_eager, g_eager), (lp_fused, g_fused) = _eager_and_fused(torch.bfloat16, max_logits=max_logits)
+    the backward 7 slices of the vocabulary when it recomputes them (15 rows at a time when it keeps
+    them); at 256, one row and 132 slices (one row)."""
+    (lp_eager, g_eager), (lp_fused, g_fused) = _eager_and_fused(torch.bfloat16, max_logits=max_logits,
+                                                                keep_logits=keep_logits)
     assert lp_fused.dtype == torch.float32
     torch.testing.assert_close(lp_fused, lp_eager, rtol=1.6e-2, atol=1e-5)
     for name in g_eager:
@@ -94,20 +121,24 @@ def test_policy_logprobs_fused_equal_eager_in_bf16(max_logits):
         assert float((g_fused[name] - g_eager[name]).norm()) <= 1.6e-2 * float(g_eager[name].norm()), name
 
 
-def test_a_fused_update_is_charged_every_flop_it_runs():
-    """FlopCounterMode over a whole update: the fused head's backward recomputes the head, one more
-    LM-head forward over every position, and that is exactly what the ledger charges beyond the eager
-    update (itself within the audit's tolerance of its instrumented count)."""
+@pytest.mark.parametrize("keep_logits", [None, 0])
+def test_a_fused_update_is_charged_every_flop_it_runs(keep_logits):
+    """FlopCounterMode over a whole update: where the fused head's backward recomputes the head, one
+    more LM-head forward over every position, that is exactly what the ledger charges beyond the eager
+    update (itself within the audit's tolerance of its instrumented count); where it keeps the logits,
+    the fused update runs and is charged the eager update's FLOPs."""
     charged, counted = {}, {}
     for fused in (False, True):
         policy = _policy("tiny-qwen2")
         policy.fused_head = fused
+        policy.keep_logits = policy.keep_logits if keep_logits is None else keep_logits
         with audited(policy._ledger, "student") as result:
             update.sft_step(policy, PROMPTS, TARGETS, lr=1e-3)
         assert abs(result.rel_diff) < 0.02
         charged[fused], counted[fused] = result.charged_flops, result.instrumented_flops
     batch = update.supervised_batch(policy, PROMPTS, TARGETS)
     recompute = 2 * policy._model.config.vocab_size * policy._model.config.hidden_size * batch.input_ids.numel()
+    recompute *= keep_logits == 0
     assert counted[True] - counted[False] == recompute
     assert charged[True] - charged[False] == recompute
 
@@ -192,7 +223,7 @@ def test_a_decoder_without_a_layer_list_compiles_whole():
     assert parent is model and attribute == "transformer" and type(module).__name__ == "OptimizedModule"
 
 
-def _head_grads(compile_backend: str | None, dtype: torch.dtype, max_logits: int, rows: int):
+def _head_grads(compile_backend: str | None, dtype: torch.dtype, max_logits: int, rows: int, keep_logits: int):
     """linear_token_logprobs' values and gradients on a fixed batch, the backward run in a thread of its
     own as autograd runs a CUDA backward."""
     import threading
@@ -201,7 +232,8 @@ def _head_grads(compile_backend: str | None, dtype: torch.dtype, max_logits: int
     hidden = (torch.randn(rows, 24) * 0.5).to(dtype).requires_grad_()
     weight = (torch.randn(97, 24) * 0.3).to(dtype).requires_grad_()
     targets, upstream = torch.randint(0, 97, (rows,)), torch.randn(rows)
-    out = linear_token_logprobs(hidden, weight, targets, max_logits=max_logits, compile_backend=compile_backend)
+    out = linear_token_logprobs(hidden, weight, targets, max_logits=max_logits, keep_logits=keep_logits,
+                                compile_backend=compile_backend)
     backward = threading.Thread(target=lambda: (out * upstream).sum().backward())
     backward.start()
     backward.join()
@@ -213,16 +245,20 @@ def test_the_compiled_fused_head_gives_the_eager_values_and_recompiles_rarely(dt
     """The fused head's work after its matmuls under inductor (on this CPU its C++ code; on CUDA
     Triton's): the eager function's log-probs and gradients, in fp32 within 1e-6 and in bf16 within
     bf16's tolerance, with the backward in another thread. Four batches of rows and four logit
-    budgets make forward chunks of 5 to 50 rows and vocabulary slices of 19 to 97 columns: each
-    function compiles once, for every shape, though the first chunk has as many rows as the hidden
-    states have columns (24), which would otherwise share one symbol and fix the rows to 24."""
+    budgets make forward chunks of 5 to 50 rows and vocabulary slices of 19 to 97 columns, the
+    logits kept for the backward at two of them (chunks of 24 and 6 rows, every column) and
+    recomputed at the others: each function compiles once, for every shape, though the first chunk
+    has as many rows as the hidden states have columns (24), which would otherwise share one symbol
+    and fix the rows to 24."""
     import torch._dynamo
 
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    for rows, max_logits in ((24, 97 * 24), (50, 97 * 50), (37, 97 * 9), (29, 97 * 6)):
-        want = _head_grads(None, dtype, max_logits, rows)
-        got = _head_grads("inductor", dtype, max_logits, rows)
+    for rows, max_logits, kept in ((24, 97 * 24, True), (50, 97 * 50, False), (37, 97 * 9, False),
+                                   (29, 97 * 6, True)):
+        keep_logits = rows * 97 if kept else 0
+        want = _head_grads(None, dtype, max_logits, rows, keep_logits)
+        got = _head_grads("inductor", dtype, max_logits, rows, keep_logits)
         tolerance = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-5)
         torch.testing.assert_close(got[0], want[0], **tolerance)
         for g, w in zip(got[1:], want[1:]):
@@ -231,17 +267,17 @@ def test_the_compiled_fused_head_gives_the_eager_values_and_recompiles_rarely(dt
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_two_forms_of_a_backward_slice_are_equal(dtype):
-    """The backward slice compiled (the target's column by comparison) and run eagerly (by scatter),
-    both run eagerly here: the same values, exactly, with targets before, inside and after the slice."""
-    from bench.losses import _head_slice_grad, _head_slice_grad_pointwise
+def test_the_two_forms_of_a_backward_block_are_equal(dtype):
+    """The backward's block compiled (the target's column by comparison) and run eagerly (by scatter,
+    in place), both run eagerly here: the same values, exactly, with targets before, inside and after
+    the block."""
+    from bench.losses import _head_grad, _head_grad_pointwise
 
     torch.manual_seed(3)
-    hidden, part = torch.randn(40, 16).to(dtype), torch.randn(30, 16).to(dtype)
+    logits = (torch.randn(40, 16) @ torch.randn(30, 16).T).to(dtype)
     lse, grad, local = torch.randn(40) + 5, torch.randn(40), torch.randint(-20, 50, (40,))
     assert ((local >= 0) & (local < 30)).any() and (local < 0).any() and (local >= 30).any()
-    assert torch.equal(_head_slice_grad_pointwise(hidden, part, lse, grad, local),
-                       _head_slice_grad(hidden, part, lse, grad, local))
+    assert torch.equal(_head_grad_pointwise(logits, lse, grad, local), _head_grad(logits.clone(), lse, grad, local))
 
 
 def test_a_policy_with_a_fused_optimizer_bumps_its_weights_versions():

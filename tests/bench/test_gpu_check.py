@@ -41,16 +41,22 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert batch_more["ours"]["tokens"] > 0 and short_more["ours"]["tokens"] > 0  # measured again, beside them
     assert short_more["ours_vs_hf_static"] > 0
     assert all(r["torch_eager"]["tokens"] > 0 and r["ours_vs_torch_eager"] > 0 for r in (batch_more, short_more))
-    # the goal's paths first, then the pieces apart
-    assert [r["path"] for r in result["update"]["shapes"]] == ["eager", "fused_and_compiled", "compiled", "fused"]
-    assert [r["compiled_while_timed"] for r in result["update"]["shapes"]] == [0] * 4  # compiled before the clock
+    # at each shape the goal's paths, then the pieces apart at each shape
+    shapes = result["update"]["shapes"]
+    assert [(r["seq"], r["path"]) for r in shapes] == [
+        (32, "eager"), (32, "fused_and_compiled"), (64, "eager"), (64, "fused_and_compiled"),
+        (32, "compiled"), (32, "fused"), (64, "compiled"), (64, "fused")]
+    assert [r["compiled_while_timed"] for r in shapes] == [0] * 8  # compiled before the clock
     # each path compiles from cleared caches in its first step: the decoder's one graph for every layer, and the
     # fused head's forward and backward where it runs compiled
-    assert [r["graphs_compiled"] for r in result["update"]["shapes"]] == [0, 3, 1, 0]
-    assert [r["charged_flops"] > r["model_flops"] for r in result["update"]["shapes"]] == [False, True, False, True]
-    assert len({r["model_flops"] for r in result["update"]["shapes"]}) == 1  # recomputation taken off: one model
-    assert [r["compiled_head"] for r in result["update"]["shapes"]] == [False, True, False, False]
-    assert [r["fused_optimizer"] for r in result["update"]["shapes"]] == [True] * 4  # CUDA's default, in the dry run
+    assert [r["graphs_compiled"] for r in shapes] == [0, 3, 0, 3, 1, 0, 1, 0]
+    # the fused head keeps the first shape's logits and recomputes the second's (the budget scaled down), and
+    # only a recomputation is charged beyond the model's FLOPs
+    assert [r["head_logits_kept"] for r in shapes] == [False, True, False, False, False, True, False, False]
+    assert [r["charged_flops"] > r["model_flops"] for r in shapes] == [False, False, False, True] * 2
+    assert len({(r["seq"], r["model_flops"]) for r in shapes}) == 2  # recomputation taken off: one model
+    assert [r["compiled_head"] for r in shapes] == [False, True, False, True, False, False, False, False]
+    assert [r["fused_optimizer"] for r in shapes] == [True] * 8  # CUDA's default, in the dry run
     timed = [r[e] for part in ("rollout", "rollout_more") for r in result[part]["shapes"] for e in r if e in
              ("ours", "hf_dynamic", "hf_static", "torch_eager")]
     assert len(timed) == 10 and all(t["compiled_while_timed"] == 0 for t in timed)
@@ -64,7 +70,12 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     # bf16, as on the GPU: the fused head's probabilities come from its own log-sum-exp, so now and then
     # one of its logit gradients rounds to another bf16 value than eager's (1 batch in 8 here, 5e-5 of
     # the gradient's norm), with one slice as with 8; both are held to bf16's tolerance
-    assert result["fused"]["max_abs_logprob_diff"] < 1e-5 and result["fused"]["grad_rel_diff"] < 1.6e-2
+    for fused in (result["fused"], result["fused"]["recomputed"]):  # the logits kept, then recomputed
+        assert fused["max_abs_logprob_diff"] < 1e-5 and fused["grad_rel_diff"] < 1.6e-2
+    timing = result["fused"]["timing"]
+    assert timing["rows"] == 50 and timing["eager_s"] > 0
+    assert all(timing[f"{name}_over_eager"] > 0 for name in ("kept", "recomputed", "kept_compiled",
+                                                            "recomputed_compiled"))
     sliced = result["fused"]["sliced"]
     assert sliced["slices"] == 8 and sliced["max_abs_logprob_diff"] < 1e-5 and sliced["grad_rel_diff"] < 1.6e-2
     compiled = result["fused"]["sliced_compiled"]
@@ -89,9 +100,15 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert "graph replays charged" in text and "prepare " in text and " points) |" in text
     assert "rollout 4x2x8: " in text and "update 2x32: " in text and "most host time: `aten::" in text
     assert "update_eager 2x32: " in text and "ours again, after compiled `generate`, " in text
-    assert all(f"| update 2 x 32 tokens, {how}, fused AdamW | " in text
-               for how in ("eager", "compiled decoder", "fused head", "fused head + compiled decoder and head"))
+    assert all(f"| update 2 x {seq} tokens, {how}, fused AdamW | " in text
+               for how in ("eager", "compiled decoder", "fused head", "fused head + compiled decoder and head")
+               for seq in (32, 64) if how == "eager" or "fused" not in how or seq == 64)
+    assert all(f"| update 2 x 32 tokens, {how}, logits kept, fused AdamW | " in text
+               for how in ("fused head", "fused head + compiled decoder and head"))
     assert "| fused head in 8 slices, compiled, against eager, bf16 | log-probs within " in text
+    assert "| fused head, logits kept, against eager, bf16 | log-probs within " in text
+    assert "| fused head, recomputed, against eager, bf16 | log-probs within " in text
+    assert "| the head alone, 50 rows: log-probs and backward, time over eager (" in text
 
 
 def test_a_spent_budget_skips_every_part_and_says_how_to_run_them(tmp_path):
