@@ -162,6 +162,7 @@ class Check:
     def __init__(self, out: Path, deadline: float | None, dry: bool) -> None:
         """`deadline`: a `time.time()`, shared by the parts' processes, or None for no budget."""
         self.out, self.deadline, self.dry, self.results, self.skipped = out, deadline, dry, {}, []
+        self.costs: dict[str, float] = {}  # measured in this process, in place of COST_S's guesses
 
     @classmethod
     def resume(cls, out: Path, deadline: float | None, dry: bool) -> Check:
@@ -176,7 +177,7 @@ class Check:
 
     def fits(self, what: str, label: str) -> bool:
         """Whether `what` (a COST_S key) fits in the time left; if not, `label` is listed as skipped."""
-        cost = 0 if self.dry else COST_S[what]
+        cost = 0 if self.dry else self.costs.get(what, COST_S[what])
         if self.left() > 0 and self.left() >= cost:
             return True
         self.skipped.append(label)
@@ -484,10 +485,14 @@ def update(check: Check, folder: Path, out: dict) -> None:
         if not check.fits(f"update_{path}", f"update: {path} at {batch}x{seq}"):
             continue
         torch._dynamo.reset()
+        start = time.perf_counter()
         policy, ledger = _update_policy(folder, fused_head, compiled, check.dry)
         rows.append({"batch": batch, "seq": seq, "path": path, "fused_and_compiled": fused_head and compiled,
                      **check.measure(f"update: {path} at {batch}x{seq}", _update_step, policy, ledger, batch, seq,
                                      peak)})
+        rows[-1]["cost_s"] = round(time.perf_counter() - start, 1)  # the model's load included
+        # the path's next shape: what this one cost, half again for its longer steps, not COST_S's guess
+        check.costs[f"update_{path}"] = 1.5 * rows[-1]["cost_s"]
         print(f"  update {json.dumps(rows[-1], default=str)[:1500]}", flush=True)
         del policy
         if DEVICE == "cuda":

@@ -57,6 +57,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert len({(r["seq"], r["model_flops"]) for r in shapes}) == 2  # recomputation taken off: one model
     assert [r["compiled_head"] for r in shapes] == [False, True, False, True, False, False, False, False]
     assert [r["fused_optimizer"] for r in shapes] == [True] * 8  # CUDA's default, in the dry run
+    assert all(r["cost_s"] > 0 for r in shapes)
     timed = [r[e] for part in ("rollout", "rollout_more") for r in result[part]["shapes"] for e in r if e in
              ("ours", "hf_dynamic", "hf_static", "torch_eager")]
     assert len(timed) == 10 and all(t["compiled_while_timed"] == 0 for t in timed)
@@ -127,6 +128,8 @@ def test_a_measurement_that_does_not_fit_or_fails_is_listed_and_the_rest_kept(tm
     assert check.fits("ours", "rollout: ours at 1x1x1")  # 30 s of 60
     assert not check.fits("hf_static", "rollout: hf_static at 1x1x1")  # 120 s
     assert check.skipped == ["rollout: hf_static at 1x1x1"]
+    check.costs["hf_static"] = 40.0  # measured in this process: it replaces the guess
+    assert check.fits("hf_static", "rollout: hf_static at 1x1x2") and len(check.skipped) == 1
     check.results["part"] = {"a": check.measure("a", lambda: {"x": 1}), "b": check.measure("b", lambda: 1 / 0)}
     check.save()
     saved = json.loads((tmp_path / "r.json").read_text())
