@@ -104,12 +104,15 @@ class Policy:
         # Log-probs with gradients: the LM head fused with the log-softmax (None: on CUDA where the
         # architecture allows it), the decoder under torch.compile (None: on CUDA for large models)
         # and the fused head's work after its matmuls too (None: where the decoder is), with this
-        # backend. The optimiser: AdamW's fused kernel (None: on CUDA) or its multi-tensor one.
+        # backend. The optimiser: AdamW's fused kernel (None: on CUDA) or its multi-tensor one, on an
+        # fp32 copy of the weights (None: where they are bf16 or fp16) or on the weights themselves.
         self.fused_head: bool | None = None
         self.compile_body: bool | None = None
         self.compile_head: bool | None = None
         self.compile_backend = "inductor"
         self.fused_optimizer: bool | None = None
+        self.master_weights: bool | None = None
+        self._master: list[torch.Tensor] | None = None  # the fp32 weights AdamW steps (`keeps_master_weights`)
         # A right-padded batch's log-probs without its attention mask (None: on CUDA; `drops_padding_mask`).
         self.drop_padding_mask: bool | None = None
         self.max_logits = LOGIT_CHUNK  # fp32 logits alive at a time in the fused head
@@ -245,8 +248,25 @@ class Policy:
         multi-tensor one stays, and with it every reference result."""
         return self.fused_optimizer if self.fused_optimizer is not None else self.device.type == "cuda"
 
+    @property
+    def keeps_master_weights(self) -> bool:
+        """Whether AdamW steps an fp32 copy of the weights, each step's result rounded into the model's
+        own, by default where they are bf16 or fp16 (the hf profile on CUDA). Stepped in bf16, an
+        update smaller than half the spacing of bf16 values around a weight (2^-9 of it) is rounded
+        away: at a learning rate of 1e-6, AdamW's step is about 1e-6, and a weight of 0.02 moves only
+        by more than 3.9e-5, so nearly every weight of a pretrained model would stay put (a test shows
+        it). The model stays in its dtype for its forwards, backwards and rollouts; its gradients are
+        accumulated in it and cast to fp32 for the step. On fp32 weights (every CPU world) it is off."""
+        if self.master_weights is not None:
+            return self.master_weights
+        return any(p.dtype in (torch.bfloat16, torch.float16) for p in self._model.parameters())
+
     def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self._model.parameters(), lr=lr, weight_decay=0.0, fused=self.fuses_optimizer)
+        params = list(self._model.parameters())
+        if self.keeps_master_weights:
+            self._master = [p.detach().to(torch.float32, copy=True) for p in params]
+            params = self._master
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=self.fuses_optimizer)
 
     def _compiled_body(self) -> tuple[torch.nn.Module, str, torch.nn.Module]:
         """The decoder under torch.compile, as (parent, attribute, compiled module) to swap in for an
@@ -308,12 +328,21 @@ class Policy:
         self._model.train()
         if loss is not None:
             loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self._model.parameters(), max_grad_norm)
+        weights = list(self._model.parameters())
+        if self._master is not None:  # the gradients move to the fp32 weights, which AdamW steps
+            for weight, master in zip(weights, self._master):
+                master.grad = None if weight.grad is None else weight.grad.float()
+                weight.grad = None
+        norm = torch.nn.utils.clip_grad_norm_(self._master or weights, max_grad_norm)
         self._optimizer.step()
-        if any(group.get("fused") for group in self._optimizer.param_groups):  # as built or as loaded
+        if self._master is not None:
+            with torch.no_grad():  # rounded into the model's weights, their version counters bumped
+                for weight, master in zip(weights, self._master):
+                    weight.copy_(master)
+        elif any(group.get("fused") for group in self._optimizer.param_groups):  # as built or as loaded
             # the fused kernel writes the weights without bumping their version counters, through
             # which the vLLM engine sees changed weights (bench/rollout/vllm_engine.py)
-            torch.autograd.graph.increment_version(list(self._model.parameters()))
+            torch.autograd.graph.increment_version(weights)
         self._optimizer.zero_grad(set_to_none=True)
         self._updates += 1
         return float(norm)
@@ -336,6 +365,7 @@ class Policy:
         return {
             "model": self._model.state_dict(),
             "optimizer": self._optimizer.state_dict() if self._optimizer is not None else None,
+            "master": list(self._master) if self._master is not None else None,  # fp32 weights, where kept
             "updates": self._updates,
             "trainable": self._trainable,
             "extra": self._extra,
@@ -348,3 +378,7 @@ class Policy:
         if state["optimizer"] is not None:
             self._optimizer = self._new_optimizer(1e-3)
             self._optimizer.load_state_dict(state["optimizer"])
+            if self._master is not None and state.get("master") is not None:  # the fp32 weights, not rounded
+                with torch.no_grad():
+                    for master, saved in zip(self._master, state["master"]):
+                        master.copy_(saved)

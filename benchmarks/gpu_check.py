@@ -18,10 +18,10 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
    batch 64 x 8 x 256, short 64 x 8 x 16 and long 16 x 8 x 1024; against `generate` with its
    dynamic cache at all three, and with its static cache (compiled) on the batch.
    Goal: >= 1.5x static-cache `generate` on the batch, never below dynamic `generate`.
-4. `update`: one training step (forward, backward, AdamW) at 16 x 1024 and 16 x 2048 tokens, on
-   each of four paths: eager, the compiled decoder, the fused LM head + log-softmax, and both
-   (`Policy.fused_head`, `compile_body`; `UPDATE_PATHS`); model FLOP utilisation against the GPU's
-   dense bf16 peak. Goal: 40%.
+4. `update`: one training step (forward, backward, AdamW on fp32 master weights) at 16 x 1024 and
+   16 x 2048 tokens, on each of four paths: eager, the compiled decoder, the fused LM head +
+   log-softmax, and both (`Policy.fused_head`, `compile_body`; `UPDATE_PATHS`); model FLOP
+   utilisation against the GPU's dense bf16 peak. Goal: 40%.
 5. `gpu_small`: the `gpu-small` world (a 25M student of the worked tasks, built on the GPU): `bench
    prepare` (the base) and the default run (`opd-multi` on `math_code`), timed.
    Goals: prepare <= 3 min, the run <= 3 min and >= 8 points above its base.
@@ -434,7 +434,7 @@ def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> di
     row = {"first_step_s": round(first, 1), "graphs_compiled": compiled - graphs,  # in the first step
            "seconds": seconds, "model_flops": flops, "charged_flops": charged,
            "compiled_head": policy.fuses_head and policy.compiles_head, "head_logits_kept": kept,
-           "fused_optimizer": policy.fuses_optimizer,
+           "fused_optimizer": policy.fuses_optimizer, "master_weights": policy.keeps_master_weights,
            "compiled_while_timed": _graphs_compiled() - compiled,  # 0, or the timing holds a compilation
            "flop_per_s": flops / seconds,
            "peak_memory_gb": torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else None}
@@ -772,6 +772,7 @@ def table(results: dict) -> str:
         how += " and head" if row.get("compiled_head") else ""  # the fused head's work after its matmuls
         how += ", logits kept" if row.get("head_logits_kept") else ""
         how += ", fused AdamW" if row.get("fused_optimizer") else ""
+        how += " on fp32 master weights" if row.get("master_weights") else ""
         compiled = row.get("graphs_compiled")
         graphs = f", {compiled} graph{'s' if compiled > 1 else ''} compiled" if compiled else ""
         got = (f"{100 * row['mfu']:.1f}% MFU ({row['flop_per_s'] / 1e12:.0f} TFLOP/s, first step "

@@ -58,6 +58,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert [r["compiled_head"] for r in shapes] == [False, True, False, True, False, False, False, False]
     assert [r["fused_optimizer"] for r in shapes] == [True] * 8  # CUDA's default, in the dry run
     assert all(r["cost_s"] > 0 for r in shapes)
+    assert [r["master_weights"] for r in shapes] == [True] * 8  # the model is bf16
     timed = [r[e] for part in ("rollout", "rollout_more") for r in result[part]["shapes"] for e in r if e in
              ("ours", "hf_dynamic", "hf_static", "torch_eager")]
     assert len(timed) == 10 and all(t["compiled_while_timed"] == 0 for t in timed)
@@ -101,10 +102,10 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert "graph replays charged" in text and "prepare " in text and " points) |" in text
     assert "rollout 4x2x8: " in text and "update 2x32: " in text and "most host time: `aten::" in text
     assert "update_eager 2x32: " in text and "ours again, after compiled `generate`, " in text
-    assert all(f"| update 2 x {seq} tokens, {how}, fused AdamW | " in text
+    assert all(f"| update 2 x {seq} tokens, {how}, fused AdamW on fp32 master weights | " in text
                for how in ("eager", "compiled decoder", "fused head", "fused head + compiled decoder and head")
                for seq in (32, 64) if how == "eager" or "fused" not in how or seq == 64)
-    assert all(f"| update 2 x 32 tokens, {how}, logits kept, fused AdamW | " in text
+    assert all(f"| update 2 x 32 tokens, {how}, logits kept, fused AdamW on fp32 master weights | " in text
                for how in ("fused head", "fused head + compiled decoder and head"))
     assert "| fused head in 8 slices, compiled, against eager, bf16 | log-probs within " in text
     assert "| fused head, logits kept, against eager, bf16 | log-probs within " in text
