@@ -74,7 +74,7 @@ class Profile:
         return dict(self.method_defaults).get(method, ())
 
 
-def calibrated(grpo: float, distill: float, kl_threshold: float | None = None, reward_rule: bool = True
+def method_settings(grpo: float, distill: float, kl_threshold: float | None = None, reward_rule: bool = True
                ) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
     """`method_defaults` giving every built-in method's GRPO steps the rate `grpo`, its distillation
     steps the rate `distill` and its distillation stopping rule, where given, the per-token reverse-KL
@@ -135,7 +135,7 @@ WORKED = Profile(
     # sft draws eight updates' worth of teacher samples a step (each update 32 prompts' worth, as
     # before): a throughput setting, not a calibrated one. This teacher writes ~76-token answers, and
     # sampling them 32 prompts at a time was 69-76% of an sft run, at a third of its updates' FLOP rate.
-    method_defaults=calibrated(grpo=2.5e-4, distill=5e-4, kl_threshold=0.03, reward_rule=False)
+    method_defaults=method_settings(grpo=2.5e-4, distill=5e-4, kl_threshold=0.03, reward_rule=False)
     + (("sft", (("prompts_per_step", "256"), ("minibatches", "8"))),),
 )
 
@@ -192,7 +192,7 @@ PROFILES["gpu-small"] = replace(
     description="the GPU learning check: the worked world's tasks, a ~25M student and ~118M teacher built on one "
                 "CUDA GPU (recipe provisional until measured there)",
     warmup=replace(WORKED.warmup, student_steps=600, teacher_steps=1500, student_lr=1e-3, teacher_lr=5e-4),
-    method_defaults=calibrated(grpo=8e-5, distill=1.6e-4, kl_threshold=0.03, reward_rule=False),
+    method_defaults=method_settings(grpo=8e-5, distill=1.6e-4, kl_threshold=0.03, reward_rule=False),
 )
 
 # `hf`: real models. The student is `--model PATH` (any local HF causal LM folder), teachers come from
@@ -207,4 +207,10 @@ PROFILES["hf"] = Profile(
     budget_flops=1e17,
     eval_size=1000,
     description="real models: a local HF causal LM (--model), chat prompts, bf16 on CUDA (--device cuda)",
+    # Rates for full fine-tuning of a pretrained model, not calibrated here (no pretrained weights can be
+    # had offline): GRPO steps at TRL's GRPO default, 1e-6; distillation steps, the same policy-gradient
+    # update with the teacher's log-ratio as the advantage, at the same; sft at TRL's SFT default, 2e-5.
+    # The library's own rates were set on worlds of a few million parameters trained from scratch (grpo
+    # 5e-4, sft 1e-3) and would wreck a pretrained model in a few steps. `--set lr=...` overrides.
+    method_defaults=method_settings(grpo=1e-6, distill=1e-6) + (("sft", (("lr", "2e-05"),)),),
 )

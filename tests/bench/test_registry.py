@@ -97,6 +97,20 @@ def test_a_world_gives_built_in_methods_its_calibrated_rates_beneath_the_users_s
     assert config("opd-external", "direct").distill.lr == DistillStepConfig().lr
 
 
+def test_the_hf_profile_steps_pretrained_models_at_fine_tuning_rates():
+    """Real models get full fine-tuning rates (TRL's GRPO and SFT defaults), not the rates set for
+    small models trained from scratch, in every built-in method."""
+    from bench.world.profiles import PROFILES
+    from methods.grpo import GRPOStepConfig
+
+    hf = PROFILES["hf"]
+    rates = {(method, key): float(value) for method in ("grpo", "grpo-joint", "opd-multi", "opd-external",
+                                                         "self-grpo", "recover", "sft")
+             for key, value in hf.defaults_for(method) if key.endswith("lr")}
+    assert len(rates) == 10 and rates.pop(("sft", "lr")) == 2e-5
+    assert set(rates.values()) == {1e-6} and GRPOStepConfig().lr >= 100 * 1e-6  # the library's: for small models
+
+
 def test_the_worked_worlds_distillation_stops_by_its_calibrated_rules(tmp_path):
     """Every built-in method that stops distillation by the per-token reverse-KL rule uses the
     threshold the world's shipped calibration chose, and the accuracy rule only where the calibration
