@@ -75,7 +75,7 @@ class Profile:
 
 
 def method_settings(grpo: float, distill: float, kl_threshold: float | None = None, reward_rule: bool = True
-               ) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+                    ) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
     """`method_defaults` giving every built-in method's GRPO steps the rate `grpo`, its distillation
     steps the rate `distill` and its distillation stopping rule, where given, the per-token reverse-KL
     threshold `kl_threshold` (nats) and, with `reward_rule=False`, no accuracy rule."""
