@@ -106,7 +106,7 @@ class _LinearTokenLogprobs(torch.autograd.Function):
         logits = hidden.detach() @ weight.detach().T if kept else None  # [N, V]: one matmul, kept
         # rows at a time, every vocabulary column each; views detached, so that a compiled function
         # sees plain tensors (it would guard on a view's base, and recompile when that changes)
-        for rows in _even_parts(hidden.shape[0], max(1, max_logits // weight.shape[0])):
+        for rows in row_parts(hidden.shape[0], weight.shape[0], max_logits):
             block = logits[rows] if kept else hidden[rows].detach() @ weight.detach().T
             out[rows], lse[rows] = rows_fn(block.detach(), targets[rows].detach())
         ctx.save_for_backward(hidden, weight, targets, lse)
@@ -123,7 +123,7 @@ class _LinearTokenLogprobs(torch.autograd.Function):
             # the kept logits become their gradient in place, rows at a time, then the eager path's
             # two matmuls: nothing recomputed, no more memory
             dlogits, ctx.logits = ctx.logits, None
-            for rows in _even_parts(hidden.shape[0], max(1, ctx.max_logits // weight.shape[0])):
+            for rows in row_parts(hidden.shape[0], weight.shape[0], ctx.max_logits):
                 block = dlogits[rows]
                 got = grad_fn(block.detach(), lse[rows].detach(), grad[rows].detach(), targets[rows].detach())
                 if got.data_ptr() != block.data_ptr():
@@ -167,6 +167,12 @@ def keeps_logits(rows: int, vocab: int, keep_logits: int) -> bool:
 def vocab_slices(rows: int, vocab: int, max_logits: int) -> list[slice]:
     """The slices of the vocabulary `linear_token_logprobs`'s backward takes, one at a time, over `rows` rows."""
     return _even_parts(vocab, max(1, max_logits // rows))
+
+
+def row_parts(rows: int, vocab: int, max_logits: int) -> list[slice]:
+    """The slices of rows `linear_token_logprobs` takes one at a time, every vocabulary column each: its
+    forward, and its backward where it kept the logits."""
+    return _even_parts(rows, max(1, max_logits // vocab))
 
 
 def _even_parts(total: int, most: int) -> list[slice]:
