@@ -255,8 +255,9 @@ class Policy:
         update smaller than half the spacing of bf16 values around a weight (2^-9 to 2^-8 of it) is
         rounded away: at a learning rate of 1e-6, AdamW's step is about 1e-6, and a weight of 0.02
         moves only by a step of more than 6.1e-5, so nearly every weight of a pretrained model would
-        stay put (a test shows it). The model stays in its dtype for its forwards, backwards and rollouts; its gradients are
-        accumulated in it and cast to fp32 for the step. On fp32 weights (every CPU world) it is off."""
+        stay put (a test shows it). The model stays in its dtype for its forwards, backwards and
+        rollouts; its gradients are accumulated in it and cast to fp32 for the step. On fp32 weights
+        (every CPU world) it is off."""
         if self.master_weights is not None:
             return self.master_weights
         return any(p.dtype in (torch.bfloat16, torch.float16) for p in self._model.parameters())

@@ -286,7 +286,7 @@ def fused(check: Check, folder: Path, out: dict) -> None:
         batch, seq = SIZES["update"][0]
         shape = QWEN2_05B if not check.dry else DRY
         out["timing"] = check.measure("fused: the head alone, timed", bench_fused_head.measure,
-                                      batch * (_completion_width(seq) + 1), shape["vocab_size"], shape["hidden_size"],
+                                      _logit_rows(batch, seq), shape["vocab_size"], shape["hidden_size"],
                                       torch.bfloat16, 3, DEVICE, "eager" if check.dry else "inductor")
 
 
@@ -400,6 +400,11 @@ def _completion_width(seq: int) -> int:
     return seq - seq // 4
 
 
+def _logit_rows(batch: int, seq: int) -> int:
+    """The positions of an update of `batch` x `seq` tokens that get logits: the completion's and the one before it."""
+    return batch * (_completion_width(seq) + 1)
+
+
 def _update_fn(policy, batch: int, seq: int):
     """One training step of `policy` on a random batch of `batch` x `seq` tokens, as a function."""
     from bench.losses import sft_loss
@@ -428,7 +433,7 @@ def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> di
     # MFU counts the model's FLOPs, not the fused head's recomputation where its logits are not kept: one
     # more LM-head forward in its backward over the positions that get logits (the completion's and the one
     # before it), booked as `update`
-    head, rows = policy._model.get_output_embeddings().weight, batch * (_completion_width(seq) + 1)
+    head, rows = policy._model.get_output_embeddings().weight, _logit_rows(batch, seq)
     kept = policy.fuses_head and keeps_logits(rows, head.shape[0], policy.keep_logits)
     flops = charged - (head_recompute_flops(head, rows) if policy.fuses_head and not kept else 0)
     row = {"first_step_s": round(first, 1), "graphs_compiled": compiled - graphs,  # in the first step
