@@ -495,7 +495,7 @@ def update(check: Check, folder: Path, out: dict) -> None:
         rows.append({"batch": batch, "seq": seq, "path": path, "fused_and_compiled": fused_head and compiled,
                      **check.measure(f"update: {path} at {batch}x{seq}", _update_step, policy, ledger, batch, seq,
                                      peak)})
-        rows[-1]["cost_s"] = round(time.perf_counter() - start, 1)  # the model's load included
+        rows[-1]["cost_s"] = round(time.perf_counter() - start, 3)  # the model's load included
         # the path's next shape: what this one cost, half again for its longer steps, not COST_S's guess
         check.costs[f"update_{path}"] = 1.5 * rows[-1]["cost_s"]
         print(f"  update {json.dumps(rows[-1], default=str)[:1500]}", flush=True)
