@@ -256,8 +256,9 @@ class Policy:
         rounded away: at a learning rate of 1e-6, AdamW's step is about 1e-6, and a weight of 0.02
         moves only by a step of more than 6.1e-5, so nearly every weight of a pretrained model would
         stay put (a test shows it). The model stays in its dtype for its forwards, backwards and
-        rollouts; its gradients are accumulated in it and cast to fp32 for the step. On fp32 weights
-        (every CPU world) it is off."""
+        rollouts; each backward's gradients are added into the fp32 copies' (`gather_gradients`), so
+        an update's length buckets are summed in fp32, not rounded to bf16 at every bucket. On fp32
+        weights (every CPU world) it is off."""
         if self.master_weights is not None:
             return self.master_weights
         return any(p.dtype in (torch.bfloat16, torch.float16) for p in self._model.parameters())
@@ -265,9 +266,32 @@ class Policy:
     def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
         params = list(self._model.parameters())
         if self.keeps_master_weights:
-            self._master = [p.detach().to(torch.float32, copy=True) for p in params]
-            params = self._master
+            params = self._master_weights()
         return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=self.fuses_optimizer)
+
+    def _master_weights(self) -> list[torch.Tensor]:
+        """The fp32 copies of the weights that AdamW steps (`keeps_master_weights`), made from the
+        model's at the first need: the first update's first backward, before any step."""
+        if self._master is None:
+            self._master = [p.detach().to(torch.float32, copy=True) for p in self._model.parameters()]
+        return self._master
+
+    def gather_gradients(self) -> None:
+        """Where AdamW steps fp32 copies of the weights: the gradients of the backwards run since the
+        last call, added into the copies' gradients in fp32 and dropped from the model's. The update
+        engine calls it after each bucket's backward, so each bucket's gradient is rounded to the
+        model's dtype once, as its backward computes it, and the buckets are summed in fp32; `step`
+        calls it before stepping. Elsewhere it does nothing."""
+        if not self.keeps_master_weights:
+            return
+        for weight, master in zip(self._model.parameters(), self._master_weights()):
+            if weight.grad is None:
+                continue
+            if master.grad is None:
+                master.grad = weight.grad.to(torch.float32)
+            else:
+                master.grad.add_(weight.grad)
+            weight.grad = None
 
     def _compiled_body(self) -> tuple[torch.nn.Module, str, torch.nn.Module]:
         """The decoder under torch.compile, as (parent, attribute, compiled module) to swap in for an
@@ -330,10 +354,7 @@ class Policy:
         if loss is not None:
             loss.backward()
         weights = list(self._model.parameters())
-        if self._master is not None:  # the gradients move to the fp32 weights, which AdamW steps
-            for weight, master in zip(weights, self._master):
-                master.grad = None if weight.grad is None else weight.grad.float()
-                weight.grad = None
+        self.gather_gradients()  # where kept, into the fp32 weights, which AdamW steps
         norm = torch.nn.utils.clip_grad_norm_(self._master or weights, max_grad_norm)
         self._optimizer.step()
         if self._master is not None:
@@ -374,6 +395,11 @@ class Policy:
 
     def _load_state(self, state: dict) -> None:
         self._model.load_state_dict(state["model"])
+        if self._master is not None:  # the fp32 copies follow the loaded weights, unless saved themselves
+            with torch.no_grad():
+                for master, weight in zip(self._master, self._model.parameters()):
+                    master.copy_(weight)
+                    master.grad = None
         self._updates = state["updates"]
         self._extra = state.get("extra", {})
         if state["optimizer"] is not None:

@@ -167,6 +167,7 @@ def run_update(
                 out = loss_fn(Bucket(rows, width, epoch, logprobs, mask[rows, :width]))
                 loss, part = out if isinstance(out, tuple) else (out, {})
                 (loss * weight).backward()
+                policy.gather_gradients()  # where AdamW steps fp32 weights: the buckets summed in fp32
                 total += float(loss.detach()) * weight
                 for key, value in part.items():
                     sums[key] = sums.get(key, 0.0) + value * weight

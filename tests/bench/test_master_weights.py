@@ -83,3 +83,32 @@ def test_master_weights_survive_a_checkpoint_and_bump_the_weights_versions():
     assert all(v1 > v0 for (_, v0), (_, v1) in zip(before, _fingerprint(original._model)))
     assert all(torch.equal(a, b) for a, b in zip(restored._master, original._master))
     assert all(torch.equal(a, b) for a, b in zip(restored._model.parameters(), original._model.parameters()))
+
+
+def test_an_updates_buckets_are_summed_in_fp32():
+    """An update of 150 rows runs as three length buckets, a backward each. A bf16 policy's step takes
+    the three buckets' gradients, each rounded to bf16 by its own backward, summed in fp32: the norm
+    it clips is exactly the norm of that sum, computed here bucket by bucket on an identical policy.
+    Left to accumulate in the model's bf16 gradients, the sum would be rounded at each bucket."""
+    prompts, targets = (PROMPTS + ["7+8=", "r:xy>"]) * 30, (TARGETS + ["15", "yx"]) * 30
+    policy = _policy(torch.bfloat16)
+    batch = update.supervised_batch(policy, prompts, targets)
+    buckets = update.length_buckets(batch.attention_mask)
+    assert len(buckets) == 3
+    weights = update.bucket_weights(buckets, batch.completion_mask, "tokens")
+
+    twin = _policy(torch.bfloat16)
+    fp32_sum = [torch.zeros_like(p, dtype=torch.float32) for p in twin._model.parameters()]
+    for (rows, width), weight in zip(buckets, weights):
+        lp = twin.logprobs(batch.input_ids[rows, :width], batch.attention_mask[rows, :width])
+        (sft_loss(lp, batch.completion_mask[rows, :width]) * weight).backward()
+        for total, p in zip(fp32_sum, twin._model.parameters()):
+            total.add_(p.grad)
+            p.grad = None
+    bf16_sum = [total.to(torch.bfloat16) for total in fp32_sum]  # at best, one rounding of the whole sum
+    assert not all(torch.equal(a.float(), b) for a, b in zip(bf16_sum, fp32_sum))
+
+    stats = update.run_update(policy, batch, lambda bucket: sft_loss(bucket.logprobs, bucket.mask), lr=1e-6,
+                              weighting="tokens")
+    assert stats["grad_norm"] == float(torch.nn.utils.get_total_norm(fp32_sum))
+    assert all(p.grad is None for p in policy._model.parameters())
