@@ -164,6 +164,24 @@ def keeps_logits(rows: int, vocab: int, keep_logits: int) -> bool:
     return rows * vocab <= keep_logits
 
 
+# Device memory the fused head leaves free when it keeps its logits, for the rest of the update (the
+# loss, a tied embedding's second gradient) and the allocator's fragmentation: 1/16 of the device's.
+KEEP_MARGIN = 1 / 16
+
+
+def keep_budget(spare: int, total: int, rows: int, vocab: int, dim: int, itemsize: int, max_logits: int) -> int:
+    """The most logits `linear_token_logprobs` may keep for its backward over `rows` rows of a [vocab,
+    dim] head with `spare` bytes of a `total`-byte device's memory free at its forward: what is left,
+    at `itemsize` bytes a logit, after the head's own working set besides them and `KEEP_MARGIN`. The
+    working set: its fp32 temporaries over a part of at most `max_logits` logits (three: the forward's
+    cast and log-sum-exp, the backward's cast and gradient), and the gradients of the hidden states
+    and of the head's weight in the model's dtype. The forward runs after the decoder's, so `spare`
+    already leaves out its activations; and the backward frees the logits before the decoder's
+    backward begins."""
+    working = 3 * 4 * min(max_logits, rows * vocab) + (rows + vocab) * dim * itemsize
+    return max(0, int(spare - working - KEEP_MARGIN * total) // itemsize)
+
+
 def vocab_slices(rows: int, vocab: int, max_logits: int) -> list[slice]:
     """The slices of the vocabulary `linear_token_logprobs`'s backward takes, one at a time, over `rows` rows."""
     return _even_parts(vocab, max(1, max_logits // rows))

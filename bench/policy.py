@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 from bench.accounting.ledger import Ledger, current_category, current_phase
 from bench.accounting.metering import meter
-from bench.losses import distinct_symbols, head_recompute_flops, linear_token_logprobs, token_logprobs
+from bench.losses import (distinct_symbols, head_recompute_flops, keep_budget, linear_token_logprobs,
+                          token_logprobs)
 
 # Architectures whose logits are exactly lm_head(final hidden state): no soft-capping or scaling, so
 # the LM head can be fused with the log-softmax (`Policy.logprobs`).
@@ -27,9 +28,10 @@ FUSED_HEAD_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 # over the [tokens, hidden] gradient besides their matmuls: 28 slices at 16 x 1536 completion tokens
 # of Qwen2-0.5B, a few percent of the head's backward (docs/gpu.md).
 LOGIT_CHUNK = 2**27
-# Logits the fused head keeps for its backward rather than recompute them there (4 GiB in bf16, less
-# than the eager path holds at its micro-batches' cap of 2^29 logits, 10 bytes each at its peak):
-# 16 x 1024 tokens of Qwen2-0.5B with a prompt quarter fit, 16 x 2048 do not (docs/gpu.md).
+# Logits the fused head keeps for its backward rather than recompute them there, off CUDA (4 GiB in
+# bf16, less than the eager path holds at its micro-batches' cap of 2^29 logits, 10 bytes each at its
+# peak): 16 x 1024 tokens of Qwen2-0.5B with a prompt quarter fit, 16 x 2048 do not. On CUDA, as many
+# as the device's free memory holds (`bench.losses.keep_budget`, docs/gpu.md).
 KEEP_LOGITS = 2**31
 COMPILE_MIN_PARAMS = 10**8
 
@@ -116,7 +118,9 @@ class Policy:
         # A right-padded batch's log-probs without its attention mask (None: on CUDA; `drops_padding_mask`).
         self.drop_padding_mask: bool | None = None
         self.max_logits = LOGIT_CHUNK  # fp32 logits alive at a time in the fused head
-        self.keep_logits = KEEP_LOGITS  # the most logits the fused head keeps for its backward
+        # the most logits the fused head keeps for its backward (None: `keep_budget`)
+        self.keep_logits: int | None = None
+        self.recomputed_head_rows = 0  # rows whose head the fused head's backward has recomputed
         self._compiled: tuple[torch.nn.Module, str, torch.nn.Module] | None = None  # (parent, attribute, compiled)
         meter(self._model, self.name, self._ledger)
         if not self._trainable:
@@ -329,13 +333,28 @@ class Policy:
         phase, category = current_phase(), current_category()
 
         def charge(rows: int) -> None:
+            self.recomputed_head_rows += rows
             self._ledger.charge(model=self.name, flops=head_recompute_flops(weight, rows), tokens=0, kind="update",
                                 phase=phase, category=category)
 
         out = linear_token_logprobs(hidden.reshape(-1, dim), weight, targets.reshape(-1),
-                                    max_logits=self.max_logits, keep_logits=self.keep_logits, on_recompute=charge,
+                                    max_logits=self.max_logits, keep_logits=self.keep_budget(weight, batch * positions),
+                                    on_recompute=charge,
                                     compile_backend=self.compile_backend if self.compiles_head else None)
         return F.pad(out.view(batch, positions)[:, :-1], (1, 0))  # [B, S], as token_logprobs
+
+    def keep_budget(self, weight: torch.Tensor, rows: int) -> int:
+        """The most logits the fused head may keep for its backward over `rows` rows of the LM head
+        `weight`: `keep_logits` where set; on CUDA, what the device's free memory holds at the head's
+        forward, the activations of the decoder already in it (`bench.losses.keep_budget`); else
+        `KEEP_LOGITS`."""
+        if self.keep_logits is not None:
+            return self.keep_logits
+        if self.device.type != "cuda":
+            return KEEP_LOGITS
+        free, total = torch.cuda.mem_get_info(self.device)
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return keep_budget(free + cached, total, rows, *weight.shape, weight.element_size(), self.max_logits)
 
     # -- training -------------------------------------------------------------------------------
     def step(

@@ -422,20 +422,20 @@ def _update_fn(policy, batch: int, seq: int):
 
 
 def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> dict:
-    from bench.losses import head_recompute_flops, keeps_logits
+    from bench.losses import head_recompute_flops
 
     step = _update_fn(policy, batch, seq)
     graphs = _graphs_compiled()
     first = _timed(step)  # kernels, allocator, compilation
-    before, compiled = ledger.counted_flops, _graphs_compiled()
+    before, compiled, recomputed = ledger.counted_flops, _graphs_compiled(), policy.recomputed_head_rows
     seconds = _timed(step, 3)
     charged = (ledger.counted_flops - before) / 3
-    # MFU counts the model's FLOPs, not the fused head's recomputation where its logits are not kept: one
-    # more LM-head forward in its backward over the positions that get logits (the completion's and the one
-    # before it), booked as `update`
-    head, rows = policy._model.get_output_embeddings().weight, _logit_rows(batch, seq)
-    kept = policy.fuses_head and keeps_logits(rows, head.shape[0], policy.keep_logits)
-    flops = charged - (head_recompute_flops(head, rows) if policy.fuses_head and not kept else 0)
+    # MFU counts the model's FLOPs, not the fused head's recomputation where its logits were not kept: one
+    # more LM-head forward in its backward over the rows it recomputed, booked as `update`
+    head = policy._model.get_output_embeddings().weight
+    recomputed = (policy.recomputed_head_rows - recomputed) / 3
+    kept = policy.fuses_head and recomputed == 0
+    flops = charged - head_recompute_flops(head, recomputed)
     row = {"first_step_s": round(first, 1), "graphs_compiled": compiled - graphs,  # in the first step
            "seconds": seconds, "model_flops": flops, "charged_flops": charged,
            "compiled_head": policy.fuses_head and policy.compiles_head, "head_logits_kept": kept,

@@ -141,6 +141,27 @@ def test_a_fused_update_is_charged_every_flop_it_runs(keep_logits):
     recompute *= keep_logits == 0
     assert counted[True] - counted[False] == recompute
     assert charged[True] - charged[False] == recompute
+    assert policy.recomputed_head_rows == batch.input_ids.numel() * (keep_logits == 0)  # the fused policy's
+
+
+def test_on_cuda_the_fused_head_keeps_what_free_memory_holds():
+    """Qwen2-0.5B's head in bf16 at 16 x 2048 tokens (24,592 rows with logits, 3.7e9 logits, 7.5 GB) on
+    an 80 GiB device: kept with 15 GB free at the head's forward (the logits, the head's working set of
+    1.9 GB and a margin of 5 GiB), recomputed with 14.5 GB; more memory keeps more logits, none free
+    keeps none. Off CUDA a policy keeps up to `KEEP_LOGITS`, whatever the host's memory."""
+    from bench.losses import keep_budget, keeps_logits
+    from bench.policy import KEEP_LOGITS
+
+    rows, vocab, dim, total = 24_592, 151_936, 896, 80 * 2**30
+
+    def kept(spare: float) -> bool:
+        return keeps_logits(rows, vocab, keep_budget(int(spare), total, rows, vocab, dim, 2, 2**27))
+
+    assert kept(15e9) and not kept(14.5e9)
+    budgets = [keep_budget(int(spare), total, rows, vocab, dim, 2, 2**27) for spare in (0, 10e9, 20e9, 40e9)]
+    assert budgets[0] == 0 and budgets == sorted(budgets) and len(set(budgets)) == 4
+    policy = _policy("tiny-qwen2")
+    assert policy.keep_logits is None and policy.keep_budget(policy._model.lm_head.weight, 10**6) == KEEP_LOGITS
 
 
 def test_updates_of_one_shape_compile_the_decoder_once():
