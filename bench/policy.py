@@ -198,7 +198,8 @@ class Policy:
             call["logits_to_keep"] = kept
         training = torch.is_grad_enabled()
         with contextlib.ExitStack() as stack:
-            if training and self.compiles_body:
+            # a single row runs eagerly: dynamo fixes sizes of 1, and would compile it a graph of its own
+            if training and self.compiles_body and input_ids.shape[0] > 1:
                 # in training mode, as `step` leaves the model, from the first update on (a model loaded
                 # for evaluation starts in eval mode): the compiled decoder is traced once, not per mode
                 self._model.train()
@@ -303,7 +304,8 @@ class Policy:
         (`distinct_symbols`). An update's width is its longest row's, so nearly every batch has a
         shape of its own: compiled for its first shape alone (torch's default), the graph would be
         compiled again at the second, with symbolic sizes, and that one would serve the rest of the
-        run. So a run compiles once, at its first update (a batch of one row: once more).
+        run. So a run compiles once, at its first update. A bucket of a single row, which dynamo would
+        compile again with its size fixed to 1, runs eagerly (`logprobs`).
 
         Layer by layer where the decoder keeps its layers in a list (`layers`, as Llama and Qwen2 do):
         every layer runs the same code on parameters of the same shapes, so one graph serves them all,

@@ -183,16 +183,18 @@ def test_updates_of_one_shape_compile_the_decoder_once():
 
 
 def test_the_compiled_decoder_gives_the_same_logprobs_and_compiles_once_for_every_shape():
-    """Batches of five shapes through the compiled decoder (the `eager` backend: dynamo's tracing and
+    """Batches of six shapes through the compiled decoder (the `eager` backend: dynamo's tracing and
     guards without code generation): eager log-probs, and one graph, its shapes symbolic from the
-    first batch on, serves them all."""
+    first batch on, serves them all; the last, a single row, runs eagerly rather than compile a graph
+    with its size fixed to 1."""
     import torch._dynamo
 
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     eager, compiled = _policy(), _policy()
     compiled.compile_body, compiled.compile_backend = True, "eager"
-    for rows, targets in [(2, TARGETS), (3, TARGETS), (6, TARGETS), (4, [t * 2 for t in TARGETS]), (5, TARGETS)]:
+    shapes = [(2, TARGETS), (3, TARGETS), (6, TARGETS), (4, [t * 2 for t in TARGETS]), (5, TARGETS), (1, TARGETS)]
+    for rows, targets in shapes:
         batch = update.supervised_batch(eager, PROMPTS[:rows], targets[:rows])
         want = eager.logprobs(batch.input_ids, batch.attention_mask)
         got = compiled.logprobs(batch.input_ids, batch.attention_mask)
