@@ -173,11 +173,11 @@ def keep_budget(spare: int, total: int, rows: int, vocab: int, dim: int, itemsiz
     """The most logits `linear_token_logprobs` may keep for its backward over `rows` rows of a [vocab,
     dim] head with `spare` bytes of a `total`-byte device's memory free at its forward: what is left,
     at `itemsize` bytes a logit, after the head's own working set besides them and `KEEP_MARGIN`. The
-    working set: its fp32 temporaries over a part of at most `max_logits` logits (three: the forward's
-    cast and log-sum-exp, the backward's cast and gradient), and the gradients of the hidden states
-    and of the head's weight in the model's dtype. The forward runs after the decoder's, so `spare`
-    already leaves out its activations; and the backward frees the logits before the decoder's
-    backward begins."""
+    working set: its fp32 temporaries over a part of at most `max_logits` logits (up to three alive
+    at once: the forward's cast and its log-sum-exp's, the backward's cast), and the gradients of
+    the hidden states and of the head's weight in the model's dtype. The forward runs after the
+    decoder's, so `spare` already leaves out its activations; and the backward frees the logits
+    before the decoder's backward begins."""
     working = 3 * 4 * min(max_logits, rows * vocab) + (rows + vocab) * dim * itemsize
     return max(0, int(spare - working - KEEP_MARGIN * total) // itemsize)
 
