@@ -85,8 +85,9 @@ SIZES = {"audit": dict(batch=4, seq_len=512, gen_prompt=64, gen_tokens=64),
 DRY_SIZES = {"audit": dict(batch=2, seq_len=32, gen_prompt=8, gen_tokens=8),
              "rollout": ((4, 2, 8), (4, 2, 4)), "update": ((2, 32), (2, 64)),
              "curve": dict(steps=4, every=2, eval=4), "profile": dict(new=8, update=(2, 32))}
-# the dry run's fused head keeps the logits of its first update shape (2 x 25 positions x 512) and
-# recomputes its second's (2 x 49 x 512), as `Policy`'s budget does at full size
+# a fixed budget for the dry run's fused head: it keeps the logits of its first update shape (2 x 25
+# positions x 512) and recomputes its second's (2 x 49 x 512), so that the dry run takes both paths
+# (on CUDA `Policy` keeps what free memory holds)
 DRY_KEEP_LOGITS = 2**15
 DEVICE = "cuda"
 
