@@ -588,7 +588,7 @@ def _curve_small(profile, out: dict) -> None:
     from bench.accounting.ledger import Ledger
     from bench.evaluation import Evaluator
     from bench.registry import get_suite
-    from bench.world.prepare import WARMUP_SUITE, warm_up
+    from bench.world.warmup import WARMUP_SUITE, warm_up
 
     sizes, started = SIZES["curve"], time.perf_counter()
     suite = get_suite(WARMUP_SUITE, profile.warmup.difficulty, profile.task_format)

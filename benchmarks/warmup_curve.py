@@ -4,7 +4,7 @@
         [--weights graphs=1.5,code=0.75] [--calibrate-from 750] [--teacher] [--resume OUT_DIR/step<N>]
 
 Trains the profile's base student (or, with --teacher, its external teacher) exactly as
-`bench prepare` does (`bench.world.prepare.warm_up`, one thread, the profile's recipe with the given
+`bench prepare` does (`bench.world.warmup.warm_up`, one thread, the profile's recipe with the given
 domain weights and `--steps` steps), and every `--every` steps saves the model as a Hugging Face
 folder (`OUT_DIR/step<N>/`, with its warm-up ledger rows) and prints one JSON line: step, loss, weights
 hash and greedy held-out accuracy and length per domain (200 prompts each). From step
@@ -58,7 +58,8 @@ def main() -> None:
     from bench.policy import Policy
     from bench.registry import get_suite
     from bench.world.models import save_model, state_digest
-    from bench.world.prepare import WARMUP_LEDGER, WARMUP_SUITE, _ledger_rows, calibrate, train_state, warm_up
+    from bench.world.prepare import _ledger_rows, calibrate
+    from bench.world.warmup import WARMUP_LEDGER, WARMUP_SUITE, train_state, warm_up
     from bench.world.profiles import PROFILES
 
     profile = PROFILES[args.profile]

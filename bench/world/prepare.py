@@ -10,13 +10,14 @@ The tiny worlds (docs/design.md, Tasks and worlds; docs/world.md):
 - external teacher: a >= 4x larger model trained longer on verbose worked solutions, so that, like a
   real post-trained teacher, it is stronger and writes longer answers. Its FLOPs are booked `external`.
 
-Both are deterministic (seeded) and cached under `$OPD_BENCH_CACHE/prepared/`; the cache key covers
-the specs, the warm-up settings and the suite's content hash. `bench prepare` builds both; `bench run`
-builds the base and leaves the teacher (most of the preparation time) to the first method that asks
-for it, which books the teacher's training `external` in that run's ledger. `prepared.json` holds
-calibration figures per domain (`calibrate`): base greedy pass@1, base pass@8 at temperature 1 and
-lengths; `external.json` the teacher's greedy pass@1 and lengths, so that a user sees how much room
-the tiny world leaves and how much stronger the teacher is.
+Both are trained by the warm-up recipe of `bench.world.warmup`, deterministic (seeded), and cached
+under `$OPD_BENCH_CACHE/prepared/`; the cache key covers the specs, the warm-up settings and the
+suite's content hash. `bench prepare` builds both; `bench run` builds the base and leaves the teacher
+(most of the preparation time) to the first method that asks for it, which books the teacher's
+training `external` in that run's ledger. `prepared.json` holds calibration figures per domain
+(`calibrate`): base greedy pass@1, base pass@8 at temperature 1 and lengths; `external.json` the
+teacher's greedy pass@1 and lengths, so that a user sees how much room the tiny world leaves and how
+much stronger the teacher is.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import math
 import os
-import random
 import shutil
 import tempfile
 import time
@@ -43,16 +42,13 @@ from bench.errors import RunError
 from bench.accounting.ledger import Ledger, ledger_context
 from bench.evaluation import Evaluator
 from bench.policy import Policy
-from bench.progress import progress as progress_bar
 from bench.registry import get_suite
 from bench.rollout.torch_engine import TorchRollout
-from bench.update import sft_step
 from bench.world import reference
 from bench.world.hf import folder_digest
-from bench.world.models import TINY_SPECS, build_tiny, cache_root, load_model, save_model, state_digest
+from bench.world.models import TINY_SPECS, cache_root, load_model, save_model, state_digest
 from bench.world.profiles import PROFILES, Profile, WarmupConfig
-
-WARMUP_SUITE = "four_domain"
+from bench.world.warmup import WARMUP_SUITE, warm_up
 
 
 @dataclass
@@ -183,21 +179,6 @@ def _ledger_rows(ledger: Ledger) -> list[dict]:
     return [{k: r[k] for k in ("category", "phase", "kind", "model", "flops", "tokens")} for r in ledger.rows()]
 
 
-@contextlib.contextmanager
-def single_threaded() -> Iterator[None]:
-    """Train on one thread, so that a warm-up's float sums add up in one order on every machine.
-
-    The cache key cannot see the thread count: with two threads the same recipe gave a base at 5%
-    greedy on code where one thread gives 48%, the figure a 16-core machine also gets with one thread.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, rebuild: bool = False,
             checkpoints: dict[str, Path] | None = None) -> Prepared:
     """Find in the cache, install from the shipped reference, or build the profile's base student and,
@@ -312,108 +293,6 @@ def _checkpoint_note(checkpoint: Path | None) -> dict:
     return {} if checkpoint is None else {"from_checkpoint": Path(checkpoint).name}
 
 
-WARMUP_LEDGER = {"base": ("shared", "warmup"), "external": ("external", "external")}  # category, phase
-
-
-def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_step: Any = None,
-            resume: dict | None = None) -> Policy:
-    """Train the profile's base student (`part` "base") or external teacher ("external") by its recipe,
-    on one thread, charging `ledger` under the part's category and phase (`WARMUP_LEDGER`).
-    `on_step(step, policy, loss)` after every step (benchmarks/warmup_curve.py's checkpoints).
-    `resume` (`train_state`'s dict of a checkpoint along the same recipe) continues from its step with
-    the bytes an uninterrupted run would have (with the constant schedule)."""
-    config = profile.warmup
-    suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
-    category, phase = WARMUP_LEDGER[part]
-    with ledger_context(category=category, phase=phase), single_threaded():
-        if part == "base":
-            return _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
-                          ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
-                          progress=progress, on_step=on_step, resume=resume, device=profile.device)
-        return _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr, config,
-                      ledger, random.Random(config.seed + 1), verbose=True, noise=0.0, progress=progress,
-                      on_step=on_step, resume=resume, device=profile.device)
-
-
-def train_state(policy: Policy, step: int) -> dict:
-    """What a warm-up needs to continue from `step`: weights, optimiser state and torch's RNG."""
-    return {"step": step, "policy": policy._state(), "torch_rng": torch.get_rng_state()}
-
-
-def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config: WarmupConfig,
-           ledger: Ledger, rng: random.Random, *, verbose: bool, noise: float, progress: bool,
-           on_step: Any = None, resume: dict | None = None, device: str = "cpu") -> Policy:
-    """`on_step(step, policy)` after every step: a calibration's checkpoints along one run."""
-    model, tokenizer = build_tiny(TINY_SPECS[spec_name])
-    policy = Policy(name, model.to(device), tokenizer, ledger=ledger)
-    mix = config.teacher_domain_weights if verbose else config.domain_weights
-    weights = {d: w for d, w in mix if d in suite.domains} or None
-    sampler = suite.train_sampler(config.seed + (1 if verbose else 0), weights=weights)
-    target = config.teacher_target if verbose else config.student_target
-    torch.manual_seed(config.seed)
-    start = 0
-    if resume is not None:
-        start = resume["step"]
-        for _ in range(start * config.batch_size):  # the data streams where the checkpoint left them
-            _target(next(sampler), target, config, noise, rng)
-        policy._load_state(resume["policy"])
-        torch.set_rng_state(resume["torch_rng"])
-    with progress_bar(steps, enabled=progress, label=f"prepare {name}") as bar:
-        for step in range(start, steps):
-            problems = [next(sampler) for _ in range(config.batch_size)]
-            targets = [_target(p, target, config, noise, rng) for p in problems]
-            loss = sft_step(policy, [p.prompt for p in problems], targets, lr=lr * _schedule(config, step, steps))
-            bar.show(step + 1, f"step {step + 1}", f"loss {loss:.3f}")
-            if on_step is not None:
-                on_step(step + 1, policy, loss)
-    policy._model.eval()
-    return policy
-
-
-def _target(problem: Any, kind: str, config: WarmupConfig, noise: float, rng: random.Random) -> str:
-    """What a warm-up trains on: the direct answer (with its mistakes), or a worked solution's text."""
-    if kind == "answer":
-        return _warmup_answer(problem, config, noise, rng)
-    if kind == "solution":
-        return problem.solution
-    if kind == "alt_solution":
-        return problem.alt_solution or problem.solution
-    raise ValueError(f"unknown warm-up target {kind!r}; allowed: answer, solution, alt_solution")
-
-
-def _schedule(config: WarmupConfig, step: int, steps: int) -> float:
-    """The learning-rate factor of `step` (0-based) of `steps`."""
-    if config.schedule == "constant":
-        return min(1.0, (step + 1) / 100)
-    return _cosine(step, steps)
-
-
-def _cosine(step: int, steps: int) -> float:
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / max(steps, 1)))
-
-
-def _warmup_answer(problem: Any, config: WarmupConfig, noise: float, rng: random.Random) -> str:
-    """The student's warm-up target: the answer, its systematic mistake, or a randomly corrupted one."""
-    if rng.random() < config.mistake_rate:
-        return _mistake(problem)
-    return _noisy(problem.answer, noise, rng)
-
-
-def _mistake(problem: Any) -> str:
-    """The habitual mistake: the answer's last character shifted by one."""
-    answer = problem.answer
-    if not answer:
-        return answer
-    ch = answer[-1]
-    if ch.isdigit():
-        repl = str((int(ch) + 1) % 10)
-    elif "a" <= ch <= "z":
-        repl = chr((ord(ch) - ord("a") + 1) % 26 + ord("a"))
-    else:
-        return answer
-    return answer[:-1] + repl
-
-
 def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int = 500,
               sample_size: int = 200, k: int = 8) -> list[dict]:
     """Per domain: the base's greedy pass@1, pass@k at temperature 1 and mean length.
@@ -464,21 +343,6 @@ def format_calibration(rows: list[dict]) -> list[str]:
         lines.append(f"{r['domain']:<8} {100 * r['base_pass1']:6.1f}% {100 * r['base_pass8']:6.1f}% "
                      f"{100 * r['base_sample_acc']:6.1f}% {r['base_length']:5.1f} {teacher}")
     return lines
-
-
-def _noisy(answer: str, noise: float, rng: random.Random) -> str:
-    """With probability `noise`, a plausible wrong answer (one digit or letter changed)."""
-    if rng.random() >= noise or not answer:
-        return answer
-    i = rng.randrange(len(answer))
-    ch = answer[i]
-    if ch.isdigit():
-        repl = str((int(ch) + rng.randint(1, 9)) % 10)
-    elif ch.isalpha():
-        repl = rng.choice([c for c in "abcdefghijklmnopqrstuvwxyz" if c != ch.lower()])
-    else:
-        return answer
-    return answer[:i] + repl + answer[i + 1 :]
 
 
 def record_smoke_digest() -> Path:

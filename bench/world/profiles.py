@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 class WarmupConfig:
     # The defaults are the direct world's recipe (benchmarks/calibration_sweep.py chose it): 4,500 steps
     # of 64 on math, code, graphs and strings, half the answers with the systematic mistake, trained on
-    # one thread (bench.world.prepare.single_threaded), give a base at 37-52% greedy per domain (pass@8
+    # one thread (bench.world.warmup.single_threaded), give a base at 37-52% greedy per domain (pass@8
     # 88-96%), from which each GRPO expert gains 30+ points in 4.5e11 FLOPs. At 3,000 steps whether
     # math and code were learnt at all turned on the data mix.
     student_steps: int = 4500

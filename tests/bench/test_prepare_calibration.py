@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import random
 
-from bench.world.prepare import _mistake, _warmup_answer, format_calibration, prepare
+from bench.world.prepare import format_calibration, prepare
 from bench.world.profiles import WarmupConfig
+from bench.world.warmup import _mistake, _warmup_answer
 from tasks import get_suite
 
 
