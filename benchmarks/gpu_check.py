@@ -32,8 +32,8 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
 8. `profile`: where the time goes, so that the next optimisation starts from a profile: one call of
    ours (the batch's prompts, 64 new tokens), one eager update step and one fused, compiled update
    step (16 x 1024), each under `torch.profiler` after a call of the same shape: the device's busy
-   time against the wall time, the kernels that take the most device time and the ops that take the
-   most host time.
+   time against the wall time, the kernels that take the most device time, the ops that take the
+   most host time, and the ops and kernels of attention (which of sdpa's kernels ran).
 
 Device time is short, so the parts run in that order (what the goals need first), or in the order
 `--parts` gives, under an optional time budget (`--budget-s`): a measurement whose expected cost
@@ -623,6 +623,10 @@ def gpu_small_more(check: Check, _folder: Path, out: dict) -> None:
 
 # -- 8. profile ---------------------------------------------------------------------------------
 PROFILE_TOP = 25  # ops kept per ranking
+# The ops and kernels that say which attention ran: sdpa's flash, memory-efficient or cuDNN kernels, or
+# its math fallback (a softmax over a materialised [B, H, T, T] score tensor). A compiled decoder
+# chooses when it is traced, so its choice can differ from eager's, and the rankings alone may not show it.
+ATTENTION = re.compile(r"scaled_dot_product|attention|flash|fmha|softmax", re.IGNORECASE)
 
 
 def _profiled(fn) -> dict:
@@ -650,7 +654,8 @@ def _profiled(fn) -> dict:
     return {"wall_s": wall, "device_busy_s": busy, "device_busy_share": busy / wall if DEVICE == "cuda" else None,
             "busy_from": "kernels", "compiled_while_profiled": _graphs_compiled() - compiled,
             "by_device": sorted(kernels, key=lambda k: -k["device_ms"])[:PROFILE_TOP],
-            "by_host": sorted(ops, key=lambda op: -op["self_host_ms"])[:PROFILE_TOP]}
+            "by_host": sorted(ops, key=lambda op: -op["self_host_ms"])[:PROFILE_TOP],
+            "attention": [row for row in ops + kernels if ATTENTION.search(row["op"])]}
 
 
 def profile_part(check: Check, folder: Path, out: dict) -> None:
@@ -854,7 +859,10 @@ def _profile_text(name: str, run: dict) -> str:
     if run.get("busy_from") != "kernels":  # an older results file: ops and their kernels summed together
         return f"{name} {run['shape']}: {run['wall_s']:.2f} s (its device time was counted twice, not shown)"
     top = ", ".join(f"`{_kernel_name(k['op'])}` {k['device_ms']:.1f} ms" for k in run["by_device"][:3])
-    return f"{name} {run['shape']}: device busy {100 * share:.0f}% of {run['wall_s']:.2f} s; most device time: {top}"
+    text = f"{name} {run['shape']}: device busy {100 * share:.0f}% of {run['wall_s']:.2f} s; most device time: {top}"
+    attention = [op["op"] for op in run.get("attention", [])  # sdpa's ops: which kernel, or its math fallback
+                 if op["op"].startswith("aten::") and re.search("scaled_dot_product|attention", op["op"])]
+    return text + (f"; attention: {', '.join(f'`{op}`' for op in attention)}" if attention else "")
 
 
 def _part(check: Check, name: str, folder: Path) -> None:

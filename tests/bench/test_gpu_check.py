@@ -69,6 +69,8 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert all({op["op"] for op in profiled[k]["by_host"]} & {"aten::mm", "aten::addmm", "aten::bmm"}
                for k in ("update_eager", "update"))
     assert profiled["update"]["by_device"] == []  # no kernels on the CPU: no device time to rank
+    for key in ("update_eager", "update"):  # which attention ran, eager and compiled (here sdpa's CPU kernel)
+        assert any(op["op"].startswith("aten::_scaled_dot_product") for op in profiled[key]["attention"])
     # bf16, as on the GPU: the fused head's probabilities come from its own log-sum-exp, so now and then
     # one of its logit gradients rounds to another bf16 value than eager's (1 batch in 8 here, 5e-5 of
     # the gradient's norm), with one slice as with 8; both are held to bf16's tolerance
@@ -225,6 +227,10 @@ def test_the_table_names_kernels_by_what_they_compute():
     assert module._profile_text("rollout", run) == (
         "rollout 1x1: device busy 50% of 2.00 s; most device time: `elementwise_kernel[MulFunctor]` 40.0 ms, "
         "`cunn_SoftMaxForward` 9.0 ms")
+    run["attention"] = [{"op": "aten::_scaled_dot_product_flash_attention", "calls": 24, "self_host_ms": 1.0},
+                        {"op": "aten::_log_softmax", "calls": 1, "self_host_ms": 1.0},  # the LM head's: not named
+                        {"op": "void pytorch_flash::flash_fwd_kernel<...>(...)", "calls": 24, "device_ms": 5.0}]
+    assert module._profile_text("rollout", run).endswith("; attention: `aten::_scaled_dot_product_flash_attention`")
     del run["busy_from"]  # an older file summed ops and their kernels: its share is not shown
     text = module._profile_text("rollout", run)
     assert "counted twice" in text and "50%" not in text
