@@ -28,7 +28,8 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
 6. `rollout_more`: static-cache `generate` at the short and long shapes, and `TorchRollout` (the
    eager engine) at all three, against ours measured again in the same process.
 7. `gpu_small_more`: the gpu-small external teacher's build, timed, and the student's warm-up curve
-   (greedy accuracy per domain every 100 steps, for the base-choosing rule of docs/world.md).
+   (every 100 steps, `bench prepare`'s calibration figures per domain at 200 prompts and the
+   base-choosing rule of docs/world.md on them).
 8. `profile`: where the time goes, so that the next optimisation starts from a profile: one call of
    ours (the batch's prompts, 64 new tokens), one eager update step and one fused, compiled update
    step (16 x 1024), each under `torch.profiler` after a call of the same shape: the device's busy
@@ -153,7 +154,7 @@ def _prompts(count: int, vocab: int) -> list[list[int]]:
 # in what is left of `--budget-s` is skipped.
 COST_S = {"ours": 30, "ours_again": 10, "hf_dynamic": 45, "hf_static": 120, "torch_eager": 45, "update_eager": 20,
           "update_compiled": 100, "update_fused": 25, "update_fused_and_compiled": 100, "prepare": 60, "run": 180,
-          "teacher": 150, "curve": 150, "fused_timing": 40,
+          "teacher": 150, "curve": 200, "fused_timing": 40,
           "profile_rollout": 30, "profile_update_eager": 20, "profile_update": 100}
 
 
@@ -524,10 +525,24 @@ def _small_profile(dry: bool):
 
 
 def _prepare_small(profile) -> dict:
-    """`bench prepare` for the profile (its base only, as `bench prepare` builds an unshipped world)."""
+    """`bench prepare` for the profile (its base only, as `bench prepare` builds an unshipped world),
+    timed, with the base's calibration (which it computes anyway) and the base-choosing rule on it."""
     from bench.world.prepare import prepare
 
-    return {"seconds": round(_timed(lambda: prepare(profile, progress=False, teacher=False)), 1)}
+    built = []
+    seconds = _timed(lambda: built.append(prepare(profile, progress=False, teacher=False)))
+    info = built[0].info
+    return {"seconds": round(seconds, 1), "model_hash": info["model_hashes"]["base"],
+            **_calibration_figures(info["calibration"])}
+
+
+def _calibration_figures(rows: list[dict]) -> dict:
+    """`calibrate`'s rows per domain (greedy pass@1, pass@8 and mean sample accuracy at temperature 1,
+    mean length), and the base-choosing rule on them."""
+    from bench.world.warmup import base_rule
+
+    keys = ("base_pass1", "base_pass8", "base_sample_acc", "base_length")
+    return {"calibration": {r["domain"]: {k: round(r[k], 3) for k in keys} for r in rows}, "base_rule": base_rule(rows)}
 
 
 def _run_small(profile) -> dict:
@@ -586,19 +601,20 @@ def _teacher_small(profile) -> dict:
 
 def _curve_small(profile, out: dict) -> None:
     from bench.accounting.ledger import Ledger
-    from bench.evaluation import Evaluator
     from bench.registry import get_suite
+    from bench.world.prepare import calibrate
     from bench.world.warmup import WARMUP_SUITE, warm_up
 
     sizes, started = SIZES["curve"], time.perf_counter()
     suite = get_suite(WARMUP_SUITE, profile.warmup.difficulty, profile.task_format)
-    evaluator = Evaluator(suite, sizes["eval"], profile.eval_max_new_tokens)
     curve = out.setdefault("curve", [])
 
     def on_step(step: int, policy, loss: float) -> None:
-        if step % sizes["every"] == 0:
-            result = evaluator.evaluate(policy)
-            curve.append({"step": step, "loss": round(loss, 4), "greedy": result["domain_accuracy"],
+        if step % sizes["every"] == 0:  # the figures the base-choosing rule reads, at the rule's sizes
+            policy._model.eval()
+            rows = calibrate(policy, suite, profile, greedy_size=sizes["eval"], sample_size=sizes["eval"])
+            policy._model.train()
+            curve.append({"step": step, "loss": round(loss, 4), **_calibration_figures(rows),
                           "wall_s": round(time.perf_counter() - started, 1)})
             print(f"  gpu-small warm-up {json.dumps(curve[-1])}", flush=True)
 
@@ -824,7 +840,8 @@ def table(results: dict) -> str:
     small = results.get("gpu_small") or {}
     prep, run = small.get("prepare") or {}, small.get("run") or {}
     lines.append("| `gpu-small`: `bench prepare`, then `bench run --method opd-multi --suite math_code` | " + (
-        f"prepare {prep['seconds']:.0f} s" if "seconds" in prep else f"prepare: {prep.get('error', missing)}")
+        f"prepare {prep['seconds']:.0f} s{_base_text(prep)}" if "seconds" in prep
+        else f"prepare: {prep.get('error', missing)}")
         + ("; " + (f"run {run['wall_s']:.0f} s, {100 * run['base_accuracy']:.1f}% -> "
                    f"{100 * run['final_accuracy']:.1f}% ({run['gain_points']:+.1f} points)"
                    if "wall_s" in run else f"run: {run.get('error', missing)}"))
@@ -834,6 +851,20 @@ def table(results: dict) -> str:
         _profile_text(name, prof[name]) for name in ("rollout", "update_eager", "update") if name in prof)
         or missing) + " | |")
     return "\n".join(lines)
+
+
+def _base_text(prep: dict) -> str:
+    """The prepared base in a few words: greedy pass@1 and mean sample accuracy per domain, and whether
+    the base-choosing rule holds (files from before the figures were recorded: nothing)."""
+    if "calibration" not in prep:
+        return ""
+    figures = ", ".join(f"{domain} {100 * row['base_pass1']:.1f}% / {100 * row['base_sample_acc']:.1f}%"
+                        for domain, row in prep["calibration"].items())
+    rule = prep["base_rule"]
+    held = "met" if rule["met"] else "not met: " + " and ".join(
+        what for what, key in (("a domain sampled under 10% or over 90%", "spread"),
+                               ("no domain's greedy >= 30% with another's <= 20%", "room")) if not rule[key])
+    return f" (base, greedy / sampled: {figures}; base-choosing rule {held})"
 
 
 def _kernel_name(name: str) -> str:

@@ -9,8 +9,8 @@ domain weights and `--steps` steps), and every `--every` steps saves the model a
 folder (`OUT_DIR/step<N>/`, with its warm-up ledger rows) and prints one JSON line: step, loss, weights
 hash and greedy held-out accuracy and length per domain (200 prompts each). From step
 `--calibrate-from` on, a checkpoint also gets `bench prepare`'s calibration (greedy pass@1 on 500,
-pass@8 and the mean sample accuracy at temperature 1 on 200). The lines go to stdout and to
-`OUT_DIR/curve.jsonl`.
+pass@8 and the mean sample accuracy at temperature 1 on 200) and the base-choosing rule on it
+(`base_rule`). The lines go to stdout and to `OUT_DIR/curve.jsonl`.
 
 With the `constant` schedule the learning rate does not depend on the run's length, so checkpoint N
 is the same bytes as a warm-up of N steps: a recipe chosen from the curve is rebuilt exactly by
@@ -59,7 +59,7 @@ def main() -> None:
     from bench.registry import get_suite
     from bench.world.models import save_model, state_digest
     from bench.world.prepare import _ledger_rows, calibrate
-    from bench.world.warmup import WARMUP_LEDGER, WARMUP_SUITE, train_state, warm_up
+    from bench.world.warmup import WARMUP_LEDGER, WARMUP_SUITE, base_rule, train_state, warm_up
     from bench.world.profiles import PROFILES
 
     profile = PROFILES[args.profile]
@@ -90,8 +90,9 @@ def main() -> None:
                "greedy": {d: round(a, 3) for d, a in result["domain_accuracy"].items()},
                "length": {d: round(n, 1) for d, n in result["domain_mean_length"].items()}}
         if not args.teacher and args.calibrate_from is not None and step >= args.calibrate_from:
-            row["calibration"] = {r["domain"]: {k: round(v, 3) for k, v in r.items() if k != "domain"}
-                                  for r in calibrate(policy, suite, profile)}
+            rows = calibrate(policy, suite, profile)
+            row["calibration"] = {r["domain"]: {k: round(v, 3) for k, v in r.items() if k != "domain"} for r in rows}
+            row["base_rule"] = base_rule(rows)
         policy._model.train()
         folder = args.out / f"step{step}"
         save_model(policy._model, policy._tokenizer, folder)

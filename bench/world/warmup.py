@@ -155,3 +155,15 @@ def _noisy(answer: str, noise: float, rng: random.Random) -> str:
     else:
         return answer
     return answer[:i] + repl + answer[i + 1 :]
+
+
+def base_rule(calibration: list[dict]) -> dict[str, bool]:
+    """The rule that chooses a world's base along a warm-up (docs/world.md, Calibration), on
+    `calibrate`'s rows of one checkpoint: `spread`, every domain's mean sample accuracy at temperature 1
+    between 10% and 90% (a group of 8 samples then holds a rewarded and an unrewarded one more than half
+    the time); `room`, some domain's greedy pass@1 at least 30% and another's at most 20%. The base is
+    the first checkpoint where both hold."""
+    greedy = [row["base_pass1"] for row in calibration]
+    spread = all(0.1 <= row["base_sample_acc"] <= 0.9 for row in calibration)
+    room = bool(greedy) and max(greedy) >= 0.3 and min(greedy) <= 0.2
+    return {"spread": spread, "room": room, "met": spread and room}

@@ -89,6 +89,9 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert audit["graph_rollout"]["same_charge"] and audit["graph_rollout"]["same_tokens"]
     small, more = result["gpu_small"], result["gpu_small_more"]
     assert small["prepare"]["seconds"] > 0 and small["run"]["counted_flops"] > 0
+    # the base's calibration, which `bench prepare` computes anyway, and the base-choosing rule on it
+    assert set(small["prepare"]["calibration"]) == {"math", "code", "graphs", "strings"}
+    assert small["prepare"]["base_rule"]["met"] in (True, False) and small["prepare"]["model_hash"]
     # what a run that falls short leaves for the world's calibration: its curve and its steps per phase
     assert small["run"]["curve"][0]["flops"] == 0 and small["run"]["curve"][-1]["flops"] > 0
     assert sum(p["steps"] for p in small["run"]["phases"].values()) > 0
@@ -96,6 +99,9 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert set(small["goals"]) == {"prepare_3min", "run_3min", "gain_8_points"}
     assert None not in small["goals"].values()
     assert more["teacher"]["model_hash"] and more["curve"] and "base_prepare" not in more
+    assert [point["step"] for point in more["curve"]] == [2, 4]  # every 2 of the dry run's 4 steps
+    assert all(set(point["calibration"]["math"]) >= {"base_pass1", "base_sample_acc"} and "met" in point["base_rule"]
+               for point in more["curve"])
     # the table the docs report, from the results file
     text = benchmark_module("gpu_check").table(json.loads(out.read_text()))
     assert text.startswith(f"{result['date']}, cpu (dry run), torch {result['torch']}")
@@ -192,6 +198,11 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
                 "graphs_compiled": 1}
     assert "(300 TFLOP/s, first step 20.0 s, 1 graph compiled) |" in module.table({"update": {"shapes": [compiled]}})
     assert "RuntimeError: boom" in text and "prepare 100 s; run: OutOfMemoryError: x" in text
+    prep = {"seconds": 50.0, "calibration": {"math": {"base_pass1": 0.25, "base_sample_acc": 0.05}},
+            "base_rule": {"spread": False, "room": False, "met": False}}
+    assert module._base_text(prep) == (" (base, greedy / sampled: math 25.0% / 5.0%; base-choosing rule not met: a "
+                                       "domain sampled under 10% or over 90% and no domain's greedy >= 30% with "
+                                       "another's <= 20%)")
     assert "| rollout tokens/s | not measured | |" in text
     # the table's update rows by shape, then eager, each piece and both, whatever order they were measured in
     row = {"batch": 16, "mfu": 0.3, "flop_per_s": 3e14, "first_step_s": 1.0}

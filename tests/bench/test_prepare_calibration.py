@@ -6,7 +6,7 @@ import random
 
 from bench.world.prepare import format_calibration, prepare
 from bench.world.profiles import WarmupConfig
-from bench.world.warmup import _mistake, _warmup_answer
+from bench.world.warmup import _mistake, _warmup_answer, base_rule
 from tasks import get_suite
 
 
@@ -88,3 +88,18 @@ def test_the_base_is_the_same_whatever_the_thread_count(fast_profile, tmp_path, 
         finally:
             torch.set_num_threads(before)
     assert digests[0] == digests[1]
+
+
+def test_the_base_rule_wants_every_domain_sampled_both_ways_and_greedy_apart():
+    def rows(*figures):
+        return [{"domain": str(i), "base_pass1": g, "base_sample_acc": s} for i, (g, s) in enumerate(figures)]
+
+    # the worked world's chosen base, step 1,500 (docs/world.md): both hold
+    assert base_rule(rows((0.414, 0.309), (0.18, 0.134), (0.376, 0.174), (0.504, 0.527)))["met"]
+    # its step 1,250 of the uniform-strings run: code and graphs sampled right under 10% of the time
+    assert base_rule(rows((0.302, 0.163), (0.176, 0.078), (0.186, 0.08), (0.318, 0.267))) == {
+        "spread": False, "room": True, "met": False}
+    # every domain sampled both ways, but no greedy figure at 20% or less
+    assert base_rule(rows((0.422, 0.285), (0.212, 0.134), (0.502, 0.316), (0.6, 0.522))) == {
+        "spread": True, "room": False, "met": False}
+    assert not base_rule(rows((0.95, 0.95), (0.1, 0.2)))["spread"]  # above 90%: no unrewarded sample

@@ -132,6 +132,7 @@ def test_a_warmup_curve_checkpoint_is_the_base_of_that_many_steps_even_when_resu
                    check=True, capture_output=True, timeout=900)
     rows = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [steps // 2, steps] and all("calibration" in r for r in rows)
+    assert all(set(r["base_rule"]) == {"spread", "room", "met"} for r in rows)
     assert rows[-1]["hash"] == _build(tmp_path / "cache", 1)
     assert not (out / f"step{steps // 2}" / "train_state.pt").exists()  # only the latest keeps its optimiser
     assert (out / f"step{steps}" / "train_state.pt").exists()
