@@ -28,8 +28,8 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
 6. `rollout_more`: static-cache `generate` at the short and long shapes, and `TorchRollout` (the
    eager engine) at all three, against ours measured again in the same process.
 7. `gpu_small_more`: the gpu-small external teacher's build, timed, and the student's warm-up curve
-   (every 100 steps, `bench prepare`'s calibration figures per domain at 200 prompts and the
-   base-choosing rule of docs/world.md on them).
+   (every 100 steps, `bench prepare`'s calibration figures per domain and the base-choosing rule of
+   docs/world.md on them).
 8. `profile`: where the time goes, so that the next optimisation starts from a profile: one call of
    ours (the batch's prompts, 64 new tokens), one eager update step and one fused, compiled update
    step (16 x 1024), each under `torch.profiler` after a call of the same shape: the device's busy
@@ -82,10 +82,10 @@ DRY = dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_he
            intermediate_size=128, max_position_embeddings=4096, tie_word_embeddings=True)
 SIZES = {"audit": dict(batch=4, seq_len=512, gen_prompt=64, gen_tokens=64),
          "rollout": ((64, 8, 256), (64, 8, 16), (16, 8, 1024)), "update": ((16, 1024), (16, 2048)),
-         "curve": dict(steps=1000, every=100, eval=200), "profile": dict(new=64, update=(16, 1024))}
+         "curve": dict(steps=1000, every=100), "profile": dict(new=64, update=(16, 1024))}
 DRY_SIZES = {"audit": dict(batch=2, seq_len=32, gen_prompt=8, gen_tokens=8),
              "rollout": ((4, 2, 8), (4, 2, 4)), "update": ((2, 32), (2, 64)),
-             "curve": dict(steps=4, every=2, eval=4), "profile": dict(new=8, update=(2, 32))}
+             "curve": dict(steps=4, every=2), "profile": dict(new=8, update=(2, 32))}
 # a fixed budget for the dry run's fused head: it keeps the logits of its first update shape (2 x 25
 # positions x 512) and recomputes its second's (2 x 49 x 512), so that the dry run takes both paths
 # (on CUDA `Policy` keeps what free memory holds)
@@ -610,9 +610,9 @@ def _curve_small(profile, out: dict) -> None:
     curve = out.setdefault("curve", [])
 
     def on_step(step: int, policy, loss: float) -> None:
-        if step % sizes["every"] == 0:  # the figures the base-choosing rule reads, at the rule's sizes
+        if step % sizes["every"] == 0:  # the figures the base-choosing rule reads, at `bench prepare`'s sizes
             policy._model.eval()
-            rows = calibrate(policy, suite, profile, greedy_size=sizes["eval"], sample_size=sizes["eval"])
+            rows = calibrate(policy, suite, profile)
             policy._model.train()
             curve.append({"step": step, "loss": round(loss, 4), **_calibration_figures(rows),
                           "wall_s": round(time.perf_counter() - started, 1)})

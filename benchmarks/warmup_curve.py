@@ -2,6 +2,7 @@
 
     python benchmarks/warmup_curve.py OUT_DIR [--profile tiny] [--steps 1500] [--every 125]
         [--weights graphs=1.5,code=0.75] [--calibrate-from 750] [--teacher] [--resume OUT_DIR/step<N>]
+        [--device cpu]
 
 Trains the profile's base student (or, with --teacher, its external teacher) exactly as
 `bench prepare` does (`bench.world.warmup.warm_up`, one thread, the profile's recipe with the given
@@ -10,7 +11,9 @@ folder (`OUT_DIR/step<N>/`, with its warm-up ledger rows) and prints one JSON li
 hash and greedy held-out accuracy and length per domain (200 prompts each). From step
 `--calibrate-from` on, a checkpoint also gets `bench prepare`'s calibration (greedy pass@1 on 500,
 pass@8 and the mean sample accuracy at temperature 1 on 200) and the base-choosing rule on it
-(`base_rule`). The lines go to stdout and to `OUT_DIR/curve.jsonl`.
+(`base_rule`). The lines go to stdout and to `OUT_DIR/curve.jsonl`. `--device` trains elsewhere than
+the profile says: `--profile gpu-small --device cpu` previews the GPU world's warm-up on a CPU (in
+fp32 without TF32, so its bytes are not the GPU's).
 
 With the `constant` schedule the learning rate does not depend on the run's length, so checkpoint N
 is the same bytes as a warm-up of N steps: a recipe chosen from the curve is rebuilt exactly by
@@ -49,6 +52,7 @@ def main() -> None:
     parser.add_argument("--calibrate-from", type=int, default=None, help="full calibration from this step on")
     parser.add_argument("--teacher", action="store_true", help="the external teacher's warm-up instead")
     parser.add_argument("--resume", type=Path, default=None, help="a checkpoint of this run to continue from")
+    parser.add_argument("--device", default=None, help="train there instead of the profile's device (cpu, cuda)")
     args = parser.parse_args()
 
     import torch
@@ -67,7 +71,7 @@ def main() -> None:
     if args.weights is not None:
         mix = "teacher_domain_weights" if args.teacher else "domain_weights"
         config = dataclasses.replace(config, **{mix: args.weights})
-    profile = dataclasses.replace(profile, warmup=config)
+    profile = dataclasses.replace(profile, warmup=config, device=args.device or profile.device)
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     evaluator = Evaluator(suite, 200, profile.eval_max_new_tokens)
     args.out.mkdir(parents=True, exist_ok=True)

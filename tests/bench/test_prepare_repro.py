@@ -142,6 +142,18 @@ def test_a_warmup_curve_checkpoint_is_the_base_of_that_many_steps_even_when_resu
     assert sum(r["flops"] for r in legs) == sum(r["flops"] for r in built if r["category"] == "shared")
 
 
+def test_a_warmup_curve_runs_a_gpu_world_where_it_is_told(tmp_path):
+    """`--device cpu` overrides the gpu-small profile's CUDA: its student is built and moved to the CPU
+    (a CUDA-less machine fails there without it), and a curve of no steps writes nothing."""
+    root = Path(__file__).resolve().parents[2]
+    script = [sys.executable, str(root / "benchmarks" / "warmup_curve.py"), str(tmp_path / "curve"), "--profile",
+              "gpu-small", "--steps", "0"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # as on a machine without a GPU
+    assert subprocess.run(script, env=env, cwd=root, capture_output=True, timeout=300).returncode != 0
+    subprocess.run([*script, "--device", "cpu"], env=env, cwd=root, check=True, capture_output=True, timeout=300)
+    assert not (tmp_path / "curve" / "curve.jsonl").exists()
+
+
 def test_a_teacher_shipped_from_its_warmup_checkpoint_is_what_a_build_from_scratch_gives(tmp_path, monkeypatch):
     """`bench prepare --from-checkpoint external=OUT/step<N> --write-reference` ships the teacher a
     warm-up run saved at its recipe's last step, without training it again; `--check` then rebuilds
