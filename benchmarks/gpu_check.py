@@ -27,9 +27,9 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
    Goals: prepare <= 3 min, the run <= 3 min and >= 8 points above its base.
 6. `rollout_more`: static-cache `generate` at the short and long shapes, and `TorchRollout` (the
    eager engine) at all three, against ours measured again in the same process.
-7. `gpu_small_more`: the gpu-small external teacher's build, timed, and the student's warm-up curve
-   (every 100 steps, `bench prepare`'s calibration figures per domain and the base-choosing rule of
-   docs/world.md on them).
+7. `gpu_small_more`: the student's warm-up curve (every 100 steps, `bench prepare`'s calibration
+   figures per domain and the base-choosing rule of docs/world.md on them, up to the first checkpoint
+   that meets it, 2,000 steps or the budget's end), then the gpu-small external teacher's build, timed.
 8. `profile`: where the time goes, so that the next optimisation starts from a profile: one call of
    ours (the batch's prompts, 64 new tokens), one eager update step and one fused, compiled update
    step (16 x 1024), each under `torch.profiler` after a call of the same shape: the device's busy
@@ -82,7 +82,7 @@ DRY = dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_he
            intermediate_size=128, max_position_embeddings=4096, tie_word_embeddings=True)
 SIZES = {"audit": dict(batch=4, seq_len=512, gen_prompt=64, gen_tokens=64),
          "rollout": ((64, 8, 256), (64, 8, 16), (16, 8, 1024)), "update": ((16, 1024), (16, 2048)),
-         "curve": dict(steps=1000, every=100), "profile": dict(new=64, update=(16, 1024))}
+         "curve": dict(steps=2000, every=100), "profile": dict(new=64, update=(16, 1024))}
 DRY_SIZES = {"audit": dict(batch=2, seq_len=32, gen_prompt=8, gen_tokens=8),
              "rollout": ((4, 2, 8), (4, 2, 4)), "update": ((2, 32), (2, 64)),
              "curve": dict(steps=4, every=2), "profile": dict(new=8, update=(2, 32))}
@@ -599,7 +599,14 @@ def _teacher_small(profile) -> dict:
     return {"seconds": round(time.perf_counter() - start, 1), "model_hash": info.get("model_hash")}
 
 
-def _curve_small(profile, out: dict) -> None:
+class _CurveDone(Exception):
+    """Raised from the warm-up's step callback to end the curve early, saying why."""
+
+
+def _curve_small(check: Check, profile, out: dict) -> None:
+    """The student's warm-up along one run, every `every` steps `bench prepare`'s calibration and the
+    base-choosing rule on it, saved point by point; it ends at the first checkpoint that meets the rule
+    (the base the rule chooses: later ones cannot change that), at `steps`, or at the budget's end."""
     from bench.accounting.ledger import Ledger
     from bench.registry import get_suite
     from bench.world.prepare import calibrate
@@ -617,15 +624,26 @@ def _curve_small(profile, out: dict) -> None:
             curve.append({"step": step, "loss": round(loss, 4), **_calibration_figures(rows),
                           "wall_s": round(time.perf_counter() - started, 1)})
             print(f"  gpu-small warm-up {json.dumps(curve[-1])}", flush=True)
+            check.save()  # a part stopped from outside keeps the points so far
+            if curve[-1]["base_rule"]["met"]:
+                raise _CurveDone(f"the base-choosing rule met at step {step}")
+            if check.left() <= 0:
+                raise _CurveDone(f"the budget spent at step {step}")
 
     curved = dataclasses.replace(profile, warmup=dataclasses.replace(profile.warmup, student_steps=sizes["steps"]))
-    warm_up(curved, "base", Ledger(), progress=False, on_step=on_step)
+    try:
+        warm_up(curved, "base", Ledger(), progress=False, on_step=on_step)
+        out["curve_end"] = f"{sizes['steps']} steps, the rule never met"
+    except _CurveDone as done:
+        out["curve_end"] = str(done)
     out["curve_s"] = round(time.perf_counter() - started, 1)
 
 
 def gpu_small_more(check: Check, _folder: Path, out: dict) -> None:
-    """The gpu-small teacher's build (after `gpu_small`'s base), and the student's warm-up curve."""
+    """The student's warm-up curve, and the gpu-small teacher's build (after `gpu_small`'s base)."""
     profile = _small_profile(check.dry)
+    if check.fits("curve", "gpu_small_more: curve"):  # first: it chooses the base, which the learning goal needs
+        check.measure("gpu-small warm-up curve", _curve_small, check, profile, out)
     built = "seconds" in check.results.get("gpu_small", {}).get("prepare", {})
     if not built and check.fits("prepare", "gpu_small_more: the base, for the teacher"):
         # run without `gpu_small`: the teacher's folder is the prepared base's, so the base comes first
@@ -633,8 +651,6 @@ def gpu_small_more(check: Check, _folder: Path, out: dict) -> None:
         built = "seconds" in out["base_prepare"]
     if built and check.fits("teacher", "gpu_small_more: teacher"):
         out["teacher"] = check.measure("gpu-small teacher", _teacher_small, profile)
-    if check.fits("curve", "gpu_small_more: curve"):
-        check.measure("gpu-small warm-up curve", _curve_small, profile, out)
 
 
 # -- 8. profile ---------------------------------------------------------------------------------

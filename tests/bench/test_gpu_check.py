@@ -100,6 +100,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert None not in small["goals"].values()
     assert more["teacher"]["model_hash"] and more["curve"] and "base_prepare" not in more
     assert [point["step"] for point in more["curve"]] == [2, 4]  # every 2 of the dry run's 4 steps
+    assert more["curve_end"] == "4 steps, the rule never met"  # an untrained model samples nothing right
     assert all(set(point["calibration"]["math"]) >= {"base_pass1", "base_sample_acc"} and "met" in point["base_rule"]
                for point in more["curve"])
     # the table the docs report, from the results file
@@ -245,3 +246,22 @@ def test_the_table_names_kernels_by_what_they_compute():
     del run["busy_from"]  # an older file summed ops and their kernels: its share is not shown
     text = module._profile_text("rollout", run)
     assert "counted twice" in text and "50%" not in text
+
+
+def test_the_warmup_curve_ends_at_the_first_checkpoint_that_meets_the_base_rule(tmp_path, monkeypatch):
+    """Later checkpoints cannot change the base the rule chooses, so the curve spends no device time on
+    them; each point is in the results file as soon as it is measured."""
+    from bench.world import profiles
+
+    module = benchmark_module("gpu_check")
+    monkeypatch.setattr(module, "SIZES", module.DRY_SIZES)
+    monkeypatch.setattr(profiles, "PROFILES", dict(profiles.PROFILES))  # the dry profile registers itself there
+    figures = module._calibration_figures
+    met = lambda rows: {**figures(rows), "base_rule": {"spread": True, "room": True, "met": True}}  # noqa: E731
+    monkeypatch.setattr(module, "_calibration_figures", met)
+    check = module.Check(tmp_path / "check.json", deadline=None, dry=True)
+    out = check.results["gpu_small_more"] = {}
+    module._curve_small(check, module._small_profile(dry=True), out)
+    assert out["curve_end"] == "the base-choosing rule met at step 2" and [p["step"] for p in out["curve"]] == [2]
+    saved = json.loads((tmp_path / "check.json").read_text())["gpu_small_more"]
+    assert [p["step"] for p in saved["curve"]] == [2]
