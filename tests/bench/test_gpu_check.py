@@ -104,7 +104,10 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert all(set(point["calibration"]["math"]) >= {"base_pass1", "base_sample_acc"} and "met" in point["base_rule"]
                for point in more["curve"])
     # the table the docs report, from the results file
-    text = benchmark_module("gpu_check").table(json.loads(out.read_text()))
+    benchmark_module("gpu_check")  # puts its parts' package on the path
+    from gpucheck import table
+
+    text = table.table(json.loads(out.read_text()))
     assert text.startswith(f"{result['date']}, cpu (dry run), torch {result['torch']}")
     assert "| rollout 4x2x8 (prompts x samples x new tokens), tokens/s | ours " in text
     assert "not measured" not in text and "error" not in text
@@ -179,6 +182,7 @@ def test_a_part_whose_process_dies_or_overruns_is_recorded_and_the_check_goes_on
 
 def test_results_of_two_calls_merge_into_one_table(tmp_path):
     module = benchmark_module("gpu_check")
+    from gpucheck import table
     first = {"date": "d1", "device": "gpu", "audit": {"error": "RuntimeError: boom"},
              "update": {"shapes": [{"batch": 16, "seq": 1024, "fused_and_compiled": False, "mfu": 0.3,
                                     "flop_per_s": 3e14, "first_step_s": 1.0}]},
@@ -189,19 +193,19 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     for i, results in enumerate((first, second)):
         files.append(tmp_path / f"{i}.json")
         files[-1].write_text(json.dumps(results))
-    merged = module.merge(files)
+    merged = table.merge(files, module.PARTS)
     assert merged["update"] == first["update"] and merged["gpu_small"] == second["gpu_small"]  # skipped: kept
     assert merged["date"] == "d2" and merged["rerun"] is None
-    text = module.table(merged)
+    text = table.table(merged)
     # an older file's rows (no path): eager, or fused and compiled
     assert "| update 16 x 1024 tokens, eager | 30.0% MFU (300 TFLOP/s, first step 1.0 s) | 40% |" in text
     compiled = {"batch": 16, "seq": 1024, "path": "compiled", "mfu": 0.3, "flop_per_s": 3e14, "first_step_s": 20.0,
                 "graphs_compiled": 1}
-    assert "(300 TFLOP/s, first step 20.0 s, 1 graph compiled) |" in module.table({"update": {"shapes": [compiled]}})
+    assert "(300 TFLOP/s, first step 20.0 s, 1 graph compiled) |" in table.table({"update": {"shapes": [compiled]}})
     assert "RuntimeError: boom" in text and "prepare 100 s; run: OutOfMemoryError: x" in text
     prep = {"seconds": 50.0, "calibration": {"math": {"base_pass1": 0.25, "base_sample_acc": 0.05}},
             "base_rule": {"spread": False, "room": False, "met": False}}
-    assert module._base_text(prep) == (" (base, greedy / sampled: math 25.0% / 5.0%; base-choosing rule not met: a "
+    assert table._base_text(prep) == (" (base, greedy / sampled: math 25.0% / 5.0%; base-choosing rule not met: a "
                                        "domain sampled under 10% or over 90% and no domain's greedy >= 30% with "
                                        "another's <= 20%)")
     assert "| rollout tokens/s | not measured | |" in text
@@ -210,7 +214,7 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     measured = [{**row, "seq": seq, "path": path} for seq, path in (
         (1024, "eager"), (1024, "fused_and_compiled"), (2048, "eager"), (2048, "fused_and_compiled"),
         (1024, "compiled"), (1024, "fused"), (2048, "compiled"), (2048, "fused"))]
-    text = module.table({"update": {"shapes": measured}})
+    text = table.table({"update": {"shapes": measured}})
     lines = [line for line in text.splitlines() if line.startswith("| update")]
     assert [line.split(" | ")[0] for line in lines] == [
         f"| update 16 x {seq} tokens, {how}" for seq in (1024, 2048)
@@ -219,32 +223,33 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     third = tmp_path / "2.json"
     third.write_text(json.dumps({"date": "d3", "gpu_small": {"profile": "gpu-small", "part_s": 0.0,
                                                              "goals": {"prepare_3min": None}}}))
-    assert module.merge([*files, third])["gpu_small"] == second["gpu_small"]
+    assert table.merge([*files, third], module.PARTS)["gpu_small"] == second["gpu_small"]
     proc = subprocess.run([sys.executable, str(SCRIPT), "--table", str(files[0]), str(tmp_path / "none.json")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "no results file" in proc.stderr
 
 
 def test_the_table_names_kernels_by_what_they_compute():
-    module = benchmark_module("gpu_check")
+    benchmark_module("gpu_check")  # puts its parts' package on the path
+    from gpucheck import table
     mul = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor"
            "<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >"
            "(at::TensorIteratorBase&, ...)::{lambda(int)#1}>(int, ...)")
     softmax = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>(float*, int)"
-    assert module._kernel_name(mul) == "elementwise_kernel[MulFunctor]"
-    assert module._kernel_name(softmax) == "cunn_SoftMaxForward"
-    assert module._kernel_name("nvjet_sm90_tst_64x8_64x16_1x1_h_bz_NNT") == "nvjet_sm90_tst_64x8_64x16_1x1_h_bz_NNT"
+    assert table._kernel_name(mul) == "elementwise_kernel[MulFunctor]"
+    assert table._kernel_name(softmax) == "cunn_SoftMaxForward"
+    assert table._kernel_name("nvjet_sm90_tst_64x8_64x16_1x1_h_bz_NNT") == "nvjet_sm90_tst_64x8_64x16_1x1_h_bz_NNT"
     run = {"shape": "1x1", "wall_s": 2.0, "device_busy_share": 0.5, "busy_from": "kernels",
            "by_device": [{"op": mul, "calls": 3, "device_ms": 40.0}, {"op": softmax, "calls": 1, "device_ms": 9.0}]}
-    assert module._profile_text("rollout", run) == (
+    assert table._profile_text("rollout", run) == (
         "rollout 1x1: device busy 50% of 2.00 s; most device time: `elementwise_kernel[MulFunctor]` 40.0 ms, "
         "`cunn_SoftMaxForward` 9.0 ms")
     run["attention"] = [{"op": "aten::_scaled_dot_product_flash_attention", "calls": 24, "self_host_ms": 1.0},
                         {"op": "aten::_log_softmax", "calls": 1, "self_host_ms": 1.0},  # the LM head's: not named
                         {"op": "void pytorch_flash::flash_fwd_kernel<...>(...)", "calls": 24, "device_ms": 5.0}]
-    assert module._profile_text("rollout", run).endswith("; attention: `aten::_scaled_dot_product_flash_attention`")
+    assert table._profile_text("rollout", run).endswith("; attention: `aten::_scaled_dot_product_flash_attention`")
     del run["busy_from"]  # an older file summed ops and their kernels: its share is not shown
-    text = module._profile_text("rollout", run)
+    text = table._profile_text("rollout", run)
     assert "counted twice" in text and "50%" not in text
 
 
@@ -253,15 +258,17 @@ def test_the_warmup_curve_ends_at_the_first_checkpoint_that_meets_the_base_rule(
     them; each point is in the results file as soon as it is measured."""
     from bench.world import profiles
 
-    module = benchmark_module("gpu_check")
-    monkeypatch.setattr(module, "SIZES", module.DRY_SIZES)
+    benchmark_module("gpu_check")  # puts its parts' package on the path
+    from gpucheck import common, small
+
+    monkeypatch.setattr(common, "SIZES", common.DRY_SIZES)
     monkeypatch.setattr(profiles, "PROFILES", dict(profiles.PROFILES))  # the dry profile registers itself there
-    figures = module._calibration_figures
+    figures = small._calibration_figures
     met = lambda rows: {**figures(rows), "base_rule": {"spread": True, "room": True, "met": True}}  # noqa: E731
-    monkeypatch.setattr(module, "_calibration_figures", met)
-    check = module.Check(tmp_path / "check.json", deadline=None, dry=True)
+    monkeypatch.setattr(small, "_calibration_figures", met)
+    check = common.Check(tmp_path / "check.json", deadline=None, dry=True)
     out = check.results["gpu_small_more"] = {}
-    module._curve_small(check, module._small_profile(dry=True), out)
+    small._curve_small(check, small._small_profile(dry=True), out)
     assert out["curve_end"] == "the base-choosing rule met at step 2" and [p["step"] for p in out["curve"]] == [2]
     saved = json.loads((tmp_path / "check.json").read_text())["gpu_small_more"]
     assert [p["step"] for p in saved["curve"]] == [2]

@@ -1,0 +1,1 @@
+"""The GPU check's parts (`benchmarks/gpu_check.py` runs them), a module each."""

@@ -1,0 +1,155 @@
+"""The `gpu-small` world on the device: `bench prepare`, the default run, the student's warm-up
+curve and the teacher's build (the check's `gpu_small` and `gpu_small_more` parts)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+from gpucheck import common
+from gpucheck.common import Check, timed
+
+
+def _small_profile(dry: bool):
+    from bench.world.profiles import PROFILES
+
+    profile = PROFILES["gpu-small"]
+    if dry:  # the tiny world's small student on the CPU, a few steps
+        profile = dataclasses.replace(profile, name="gpu-small-dry", device="cpu", student="tiny-llama",
+                                      teacher="tiny-llama", budget_flops=2e10, eval_size=4, max_new_tokens=16,
+                                      eval_max_new_tokens=16,
+                                      warmup=dataclasses.replace(profile.warmup, student_steps=4, teacher_steps=4))
+        PROFILES[profile.name] = profile
+    return profile
+
+
+def _prepare_small(profile) -> dict:
+    """`bench prepare` for the profile (its base only, as `bench prepare` builds an unshipped world),
+    timed, with the base's calibration (which it computes anyway) and the base-choosing rule on it."""
+    from bench.world.prepare import prepare
+
+    built = []
+    seconds = timed(lambda: built.append(prepare(profile, progress=False, teacher=False)))
+    info = built[0].info
+    return {"seconds": round(seconds, 1), "model_hash": info["model_hashes"]["base"],
+            **_calibration_figures(info["calibration"])}
+
+
+def _calibration_figures(rows: list[dict]) -> dict:
+    """`calibrate`'s rows per domain (greedy pass@1, pass@8 and mean sample accuracy at temperature 1,
+    mean length), and the base-choosing rule on them."""
+    from bench.world.warmup import base_rule
+
+    keys = ("base_pass1", "base_pass8", "base_sample_acc", "base_length")
+    return {"calibration": {r["domain"]: {k: round(r[k], 3) for k in keys} for r in rows}, "base_rule": base_rule(rows)}
+
+
+def _run_small(profile) -> dict:
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+
+    runs = Path(os.environ["OPD_BENCH_CACHE"]) / "runs"
+    config = RunConfig(method="opd-multi", suite="math_code", profile=profile.name, runs_dir=runs)
+    start = time.perf_counter()
+    record = Runner(config, progress=False).run()
+    # where a run falls short, what calibrating the world next needs: the curve, and per phase its
+    # steps with the mean reward of the first and last five (a rise, a plateau or a collapse)
+    phases: dict[str, list] = {}
+    for step in record["steps"]:
+        phases.setdefault(step.get("phase", ""), []).append(step.get("reward"))
+
+    def mean(xs: list) -> float | None:
+        return None if None in xs or not xs else sum(xs) / len(xs)
+
+    return {"wall_s": round(time.perf_counter() - start, 1), "base_accuracy": record["base_accuracy"],
+            "final_accuracy": record["final_accuracy"], "counted_flops": record["flops"]["counted"],
+            "gain_points": 100 * (record["final_accuracy"] - record["base_accuracy"]),
+            "base_domain_accuracy": record["base_domain_accuracy"],
+            "final_domain_accuracy": record["final_domain_accuracy"],
+            "curve": [{k: point.get(k) for k in ("flops", "phase", "accuracy", "domain_accuracy", "wall_s")}
+                      for point in record["curve"]],
+            "phases": {phase: {"steps": len(rewards), "reward_first5": mean(rewards[:5]),
+                               "reward_last5": mean(rewards[-5:])} for phase, rewards in phases.items()},
+            "throughput": record.get("throughput")}
+
+
+def gpu_small(check: Check, _folder: Path, out: dict) -> None:
+    """The gpu-small world from scratch (an empty OPD_BENCH_CACHE, the check's own): `bench prepare`
+    (its base), then the default run, timed."""
+    profile = _small_profile(check.dry)
+    out["profile"] = profile.name
+    if check.fits("prepare", "gpu_small: prepare"):
+        out["prepare"] = check.measure("gpu-small prepare", _prepare_small, profile)
+        if "seconds" in out["prepare"] and check.fits("run", "gpu_small: run"):
+            out["run"] = check.measure("gpu-small run", _run_small, profile)
+    prep, run = out.get("prepare", {}), out.get("run", {})
+    out["goals"] = {"prepare_3min": prep["seconds"] <= 180 if "seconds" in prep else None,
+                    "run_3min": run["wall_s"] <= 180 if "wall_s" in run else None,
+                    "gain_8_points": run["gain_points"] >= 8 if "gain_points" in run else None}
+
+
+def _teacher_small(profile) -> dict:
+    """The external teacher's build (`bench prepare --teacher`), into the prepared base's folder."""
+    from bench.world.prepare import prepare
+
+    prepared = prepare(profile, progress=False, teacher=False)  # the base gpu_small built: found in the cache
+    start = time.perf_counter()
+    info = prepared.ensure_teacher(progress=False)
+    return {"seconds": round(time.perf_counter() - start, 1), "model_hash": info.get("model_hash")}
+
+
+class _CurveDone(Exception):
+    """Raised from the warm-up's step callback to end the curve early, saying why."""
+
+
+def _curve_small(check: Check, profile, out: dict) -> None:
+    """The student's warm-up along one run, every `every` steps `bench prepare`'s calibration and the
+    base-choosing rule on it, saved point by point; it ends at the first checkpoint that meets the rule
+    (the base the rule chooses: later ones cannot change that), at `steps`, or at the budget's end."""
+    from bench.accounting.ledger import Ledger
+    from bench.registry import get_suite
+    from bench.world.prepare import calibrate
+    from bench.world.warmup import WARMUP_SUITE, warm_up
+
+    sizes, started = common.SIZES["curve"], time.perf_counter()
+    suite = get_suite(WARMUP_SUITE, profile.warmup.difficulty, profile.task_format)
+    curve = out.setdefault("curve", [])
+
+    def on_step(step: int, policy, loss: float) -> None:
+        if step % sizes["every"] == 0:  # the figures the base-choosing rule reads, at `bench prepare`'s sizes
+            policy._model.eval()
+            rows = calibrate(policy, suite, profile)
+            policy._model.train()
+            curve.append({"step": step, "loss": round(loss, 4), **_calibration_figures(rows),
+                          "wall_s": round(time.perf_counter() - started, 1)})
+            print(f"  gpu-small warm-up {json.dumps(curve[-1])}", flush=True)
+            check.save()  # a part stopped from outside keeps the points so far
+            if curve[-1]["base_rule"]["met"]:
+                raise _CurveDone(f"the base-choosing rule met at step {step}")
+            if check.left() <= 0:
+                raise _CurveDone(f"the budget spent at step {step}")
+
+    curved = dataclasses.replace(profile, warmup=dataclasses.replace(profile.warmup, student_steps=sizes["steps"]))
+    try:
+        warm_up(curved, "base", Ledger(), progress=False, on_step=on_step)
+        out["curve_end"] = f"{sizes['steps']} steps, the rule never met"
+    except _CurveDone as done:
+        out["curve_end"] = str(done)
+    out["curve_s"] = round(time.perf_counter() - started, 1)
+
+
+def gpu_small_more(check: Check, _folder: Path, out: dict) -> None:
+    """The student's warm-up curve, and the gpu-small teacher's build (after `gpu_small`'s base)."""
+    profile = _small_profile(check.dry)
+    if check.fits("curve", "gpu_small_more: curve"):  # first: it chooses the base, which the learning goal needs
+        check.measure("gpu-small warm-up curve", _curve_small, check, profile, out)
+    built = "seconds" in check.results.get("gpu_small", {}).get("prepare", {})
+    if not built and check.fits("prepare", "gpu_small_more: the base, for the teacher"):
+        # run without `gpu_small`: the teacher's folder is the prepared base's, so the base comes first
+        out["base_prepare"] = check.measure("gpu-small prepare", _prepare_small, profile)
+        built = "seconds" in out["base_prepare"]
+    if built and check.fits("teacher", "gpu_small_more: teacher"):
+        out["teacher"] = check.measure("gpu-small teacher", _teacher_small, profile)
