@@ -416,17 +416,14 @@ class Policy:
 
     def _load_state(self, state: dict) -> None:
         self._model.load_state_dict(state["model"])
-        if self._master is not None:  # the fp32 copies follow the loaded weights, unless saved themselves
-            with torch.no_grad():
-                for master, weight in zip(self._master, self._model.parameters()):
-                    master.copy_(weight)
-                    master.grad = None
         self._updates = state["updates"]
         self._extra = state.get("extra", {})
         if state["optimizer"] is not None:
-            self._optimizer = self._new_optimizer(1e-3)
+            self._optimizer = self._new_optimizer(1e-3)  # where kept, it makes the fp32 weights it steps
             self._optimizer.load_state_dict(state["optimizer"])
-            if self._master is not None and state.get("master") is not None:  # the fp32 weights, not rounded
-                with torch.no_grad():
-                    for master, saved in zip(self._master, state["master"]):
-                        master.copy_(saved)
+        if self._master is not None:  # the fp32 weights as saved (not rounded), else the loaded weights
+            saved = state.get("master") or list(self._model.parameters())
+            with torch.no_grad():
+                for master, weight in zip(self._master, saved):
+                    master.copy_(weight)
+                    master.grad = None
