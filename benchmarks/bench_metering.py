@@ -3,7 +3,8 @@
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_metering.py [--model tiny-llama] [--rounds 15]
 
 Single-threaded, timed in CPU seconds of this process (the machine may be shared); rounds alternate
-metered and bare so that drift hits both; prints the medians and their ratio, and the ratio of the best rounds (goal: metered / bare <= 1.02).
+metered and bare so that drift hits both; prints the medians and their ratio, and the ratio of the
+best rounds (goal: metered / bare <= 1.02).
 """
 
 from __future__ import annotations

@@ -210,9 +210,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--mults", type=lambda v: tuple(float(x) for x in v.split(",")), default=LR_MULTS,
                         help="learning-rate multipliers, comma-separated (1 is always needed: the transfer matrix)")
-    parser.add_argument("--skip-joint", action="store_true", help="leave out the grpo-joint run (a partial calibration)")
+    parser.add_argument("--skip-joint", action="store_true",
+                        help="leave out the grpo-joint run (a partial calibration)")
     parser.add_argument("--grpo-lr", type=float, default=None, help="the x1 GRPO rate (default: the world's)")
-    parser.add_argument("--distill-lr", type=float, default=None, help="the x1 distillation rate (default: the world's)")
+    parser.add_argument("--distill-lr", type=float, default=None,
+                        help="the x1 distillation rate (default: the world's)")
     args = parser.parse_args()
     if 1.0 not in args.mults:
         parser.error("--mults must include 1")

@@ -136,7 +136,8 @@ def plot(records: list[dict], path: Path) -> None:
     import seaborn as sns
 
     curve = pd.DataFrame([{"seed": str(r["seed"]), "steps": p["steps"], "accuracy": 100 * p["accuracy"],
-                           **dict(zip(("gained", "lost", "kept"), changed(r, p)))} for r in records for p in r["curve"]])
+                           **dict(zip(("gained", "lost", "kept"), changed(r, p)))}
+                          for r in records for p in r["curve"]])
     kl = pd.DataFrame([{"seed": str(r["seed"]), "steps": i + 1, "reverse KL": v}
                        for r in records for i, v in enumerate(pd.Series(r["reverse_kl"]).rolling(10, 1).mean())])
     palette = dict(zip(sorted(curve["seed"].unique()), sns.color_palette("colorblind")))
@@ -157,7 +158,8 @@ def plot(records: list[dict], path: Path) -> None:
     sns.lineplot(kl, x="steps", y="reverse KL", hue="seed", palette=palette, ax=right)
     right.set(yscale="log", xlabel="distillation steps", ylabel="per-token reverse KL to the expert (nats)",
               title="on the student's own samples, mean of 10 steps")
-    fig.suptitle(f"opd-multi, {records[0]['profile']} world, {records[0]['domain']}: the expert distilled into the base")
+    fig.suptitle(f"opd-multi, {records[0]['profile']} world, {records[0]['domain']}: "
+                 "the expert distilled into the base")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -107,8 +107,9 @@ def readout(records: list[dict]) -> list[str]:
     for key, group in sorted(boards.items()):
         group.sort(key=lambda r: r["seed"])
         lines += [f"## {' · '.join(key)}", "",
-                  "| seed | self-teacher | lost | forgot, points (2 SE) | measured | target | GRPO FLOPs | self-OPD FLOPs "
-                  "| GRPO / self-OPD | self-OPD's best check | self-OPD's late checks | student at the end |",
+                  "| seed | self-teacher | lost | forgot, points (2 SE) | measured | target | GRPO FLOPs "
+                  "| self-OPD FLOPs | GRPO / self-OPD | self-OPD's best check | self-OPD's late checks "
+                  "| student at the end |",
                   "| --- " * 12 + "|"]
         for r in group:
             rec = r["recovery"]

@@ -178,7 +178,8 @@ def signal_spread(teacher_lp: torch.Tensor, student_lp: torch.Tensor, mask: torc
     position = torch.arange(mask.shape[1]).unsqueeze(0) - start.unsqueeze(1)  # [B, T]
     per_position = torch.zeros(mask.shape[1]).index_add_(0, position.clamp(min=0).flatten(), gap.flatten())
     total = float(gap.sum())
-    return {"informative_tokens": informative, "max_position_share": float(per_position.max()) / total if total else 0.0}
+    share = float(per_position.max()) / total if total else 0.0
+    return {"informative_tokens": informative, "max_position_share": share}
 
 
 def check_tokenizers(student: Policy, teachers: Mapping[str, Policy]) -> None:

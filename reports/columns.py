@@ -28,7 +28,8 @@ METRICS: dict[str, tuple[str, str, str]] = {
                                            f"counted FLOPs until the aggregate curve first reaches {tau_label(k)} = "
                                            f"base + {k:g} × the reference's gain") for k in TARGET_GAINS},
     **{f"savings_{gain_name(k)}": (f"Savings at {tau_label(k)}", "pct",
-                                   f"1 − FLOPs to {tau_label(k)} / the reference's FLOPs to it") for k in TARGET_GAINS},
+                                   f"1 − FLOPs to {tau_label(k)} / the reference's FLOPs to it")
+       for k in TARGET_GAINS},
     "auc": ("AUC", "acc", "area under the curve: mean accuracy over log FLOPs from 1% of the budget to the budget"),
     "reference_accuracy_at_spend": ("Reference at this spend", "acc",
                                     "the reference's accuracy at this method's counted FLOPs"),
@@ -60,7 +61,8 @@ def metric_cell(m: MethodResult, name: str) -> dict[str, str]:
     if name.startswith("savings_") and m.is_reference:
         return {"text": "reference", "interval": "", "sort": "0.0", "tip": "the reference itself"}
     if name.startswith("savings_") and m.is_protocol:  # its FLOPs buy a measurement, not its student alone
-        return {"text": "not ranked", "interval": "", "sort": "", "tip": "a protocol is not ranked against the reference"}
+        return {"text": "not ranked", "interval": "", "sort": "",
+                "tip": "a protocol is not ranked against the reference"}
     missing = "—"
     if name.startswith(("savings_", "flops_to_target_")):
         ftt = m.flops_to_target[next(k for k in TARGET_GAINS if name.endswith(gain_name(k)))]

@@ -1,6 +1,6 @@
 """How to reproduce what the site shows: the command of each run, the commits of the records, the site's command.
 
-    run_command(record)      -> "OMP_NUM_THREADS=1 bench run --method opd-multi --suite math_code ... --set lr=0.0005 ..."
+    run_command(record)      -> "OMP_NUM_THREADS=1 bench run --method opd-multi ... --set lr=0.0005 ..."
     commits(records)         -> [{"commit": "560b4b6…", "records": 33}, {"commit": None, "records": 2}]
     site_command(records)    -> "bench reproduce --seeds 3 --profile direct --profile tiny"
 

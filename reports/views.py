@@ -57,7 +57,8 @@ def board_view(board: Board, slug: str, method_slugs: dict[str, str]) -> dict[st
     for m in board.methods:
         rows.append({
             "method": m.method, "href": method_href(slug, method_slugs[m.method]), "colour": method_colour(m.method),
-            "is_reference": m.is_reference, "is_protocol": m.is_protocol, "n_seeds": m.n_seeds, "single": m.n_seeds == 1,
+            "is_reference": m.is_reference, "is_protocol": m.is_protocol, "n_seeds": m.n_seeds,
+            "single": m.n_seeds == 1,
             "cells": [metric_cell(m, name) for name in COLUMNS],
         })
     return {

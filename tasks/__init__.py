@@ -31,9 +31,9 @@ DOMAINS: dict[str, str] = {
 }
 
 __all__ = [
-    "DIFFICULTIES", "DOMAINS", "FORMATS", "HELDOUT_PER_DOMAIN", "STANDARD_SUITES", "SUITES", "Domain", "Problem", "Suite",
-    "UnknownSuiteError", "as_messages", "check_choice", "describe_suites", "final_form", "get_domain", "get_suite", "list_suites",
-    "safe_score",
+    "DIFFICULTIES", "DOMAINS", "FORMATS", "HELDOUT_PER_DOMAIN", "STANDARD_SUITES", "SUITES", "Domain", "Problem",
+    "Suite", "UnknownSuiteError", "as_messages", "check_choice", "describe_suites", "final_form", "get_domain",
+    "get_suite", "list_suites", "safe_score",
 ]
 
 

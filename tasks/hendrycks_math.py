@@ -110,7 +110,8 @@ def score(completion: str, problem: Problem) -> float:
     """1.0 if the completion's boxed (or `####`) answer matches the reference, else 0.0; never raises."""
     try:
         found = _extract(completion) if isinstance(completion, str) else None
-        return 1.0 if found is not None and same_answer(normalise_latex(found), normalise_latex(problem.answer)) else 0.0
+        right = found is not None and same_answer(normalise_latex(found), normalise_latex(problem.answer))
+        return 1.0 if right else 0.0
     except Exception:  # hostile text must never crash an evaluation
         return 0.0
 

@@ -1,16 +1,17 @@
 """MBPP (Mostly Basic Python Problems) from local files: `text`, `code`, `test_list` rows.
 
 The `full` configuration of `google-research-datasets/mbpp` (train 374, validation 90, test 500,
-prompt 10; the `sanitized` one is read too when it is the only one there): the prompt is the task with its test asserts (as in the original paper, so the model
-knows the function's name) and asks for one Python code block; the reference answer and the worked
-solution are the dataset's code.
+prompt 10; the `sanitized` one is read too when it is the only one there): the prompt is the task
+with its test asserts (as in the original paper, so the model knows the function's name) and asks
+for one Python code block; the reference answer and the worked solution are the dataset's code.
 
 Checking (`score_code`, also HumanEval's): the completion's code is the first fenced code block in
-its first `MAX_CODE_CHARS` characters (```` ```python ````, ```` ```py ```` or bare ```` ``` ````;
-a block the token limit cut off counts up to the end), else the whole of that text. The program run is `meta["prefix"]` (HumanEval's prompt; empty here),
-then the code, then `meta["tests"]` (the asserts, after `test_setup_code`), in `tasks.sandbox`: a
-subprocess with time, memory and file-size limits and no network. It scores 1.0 when the program runs
-to its end and exits 0. Model code is never run in the evaluator's own process.
+its first `MAX_CODE_CHARS` characters (```` ```python ````, ```` ```py ```` or bare ```` ``` ````; a
+block the token limit cut off counts up to the end), else the whole of that text. The program run is
+`meta["prefix"]` (HumanEval's prompt; empty here), then the code, then `meta["tests"]` (the asserts,
+after `test_setup_code`), in `tasks.sandbox`: a subprocess with time, memory and file-size limits
+and no network. It scores 1.0 when the program runs to its end and exits 0. Model code is never run
+in the evaluator's own process.
 """
 
 from __future__ import annotations

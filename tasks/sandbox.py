@@ -110,7 +110,8 @@ def run_python(program: str, *, timeout_s: float = TIMEOUT_S, memory_mb: int = M
         out_path = Path(tmp) / "output.txt"
         token = secrets.token_hex(16)
         try:
-            script.write_text(f"{_guard(memory_mb, int(timeout_s) + 1)}{program}\n\nprint({token!r}, flush=True)\n", encoding="utf-8", errors="surrogatepass")
+            text = f"{_guard(memory_mb, int(timeout_s) + 1)}{program}\n\nprint({token!r}, flush=True)\n"
+            script.write_text(text, encoding="utf-8", errors="surrogatepass")
         except (OSError, UnicodeError) as exc:
             return SandboxResult(False, "error", None, f"{type(exc).__name__}: {exc}", 0.0)
         command = [sys.executable, "-I", str(script)]

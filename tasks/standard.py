@@ -170,7 +170,8 @@ class StandardDomain:
             problems = load_split(self._train_bench, "train")
             if not problems:
                 raise MissingDataError(f"{self._train_bench.name} has no train split in "
-                                       f"{data_folder(self._train_bench)}; {self.name} can be evaluated, not trained on")
+                                       f"{data_folder(self._train_bench)}; {self.name} can be evaluated, "
+                                       "not trained on")
             self._train_problems = [dataclasses.replace(p, domain=self.name) for p in problems]
         return self._train_problems
 

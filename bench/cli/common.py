@@ -23,6 +23,9 @@ err = Console(stderr=True, soft_wrap=True)
 DEFAULT_PROFILE = "tiny"
 PROFILE_ORDER = ("tiny", "direct")  # the worlds `bench reproduce` runs by default, when shipped
 ROLLOUT_HELP = "rollout engine of methods and evaluations: torch, or vllm (the `vllm` extra)"
+PROFILE_HELP = "world: tiny (worked answers), direct (short answers), smoke, ..."
+RUNS_HELP = "folder that holds run directories (--runs: the old name)"
+ADDRESS_HELP = "ray: an existing cluster, e.g. HOST:6379 (default: start one here)"
 PHASES_HELP = ("how a method's independent phases (opd-multi's experts) run: processes (side by side, one "
                "core each; the default on CPU with torch rollouts), sequential (one after another, here; the "
                "default otherwise, and what sweeps do), isolated, or ray")

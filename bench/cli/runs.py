@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from bench.cli.common import (
-    DEFAULT_PROFILE, PHASES_HELP, ROLLOUT_HELP, _budget, _device, _fail, _fractions, _interruptible, _names, _one_line,
-    _overrides, _print_json, app, console, default_phase_executor,
+    DEFAULT_PROFILE, PHASES_HELP, PROFILE_HELP, ROLLOUT_HELP, RUNS_HELP, _budget, _device, _fail, _fractions,
+    _interruptible, _names, _one_line, _overrides, _print_json, app, console, default_phase_executor,
 )
 from bench.errors import ReferenceError, unknown
 
@@ -48,15 +48,17 @@ def run(
     difficulty: str = typer.Option("easy", help="easy, medium or hard"),
     seed: int = typer.Option(0),
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
-    profile: str = typer.Option(DEFAULT_PROFILE, help="world: tiny (worked answers), direct (short answers), smoke, ..."),
-    runs: Path = typer.Option(Path("runs"), "--out", "--runs", help="folder that holds run directories (--runs: the old name)"),
+    profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
+    runs: Path = typer.Option(Path("runs"), "--out", "--runs", help=RUNS_HELP),
     resume: bool = typer.Option(False, help="continue a killed run from its last checkpoint"),
     set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
     eval_size: Optional[int] = typer.Option(None, help="held-out prompts per domain at each evaluation"),
     progress: bool = typer.Option(True, help="show the progress bar"),
-    model: Optional[str] = typer.Option(None, help="hf profile: the student, a local HF model folder or a hub id in the local HF cache"),
+    model: Optional[str] = typer.Option(
+        None, help="hf profile: the student, a local HF model folder or a hub id in the local HF cache"),
     external: Optional[str] = typer.Option(None, help="hf profile: the external teacher's folder"),
-    teacher: list[str] = typer.Option([], help="a named teacher NAME=PATH, a local model folder, for ctx.teacher(NAME) (repeatable)"),
+    teacher: list[str] = typer.Option(
+        [], help="a named teacher NAME=PATH, a local model folder, for ctx.teacher(NAME) (repeatable)"),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
     max_new_tokens: Optional[int] = typer.Option(None, help="generation limit (default: the profile's)"),
     eval_every: float = typer.Option(0.1, help="evaluate at each multiple of this fraction of the budget"),
@@ -64,8 +66,11 @@ def run(
     distill_eval_every: int = typer.Option(5, help="inside distillation, also evaluate every N steps (0: off)"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
     phase_executor: Optional[str] = typer.Option(None, help=PHASES_HELP),
-    report_to: list[str] = typer.Option([], help="mirror the run live to a tracker: tensorboard or wandb (offline unless WANDB_MODE is set; repeatable)"),
-    save_milestones: bool = typer.Option(False, help="also save the student at every evaluation as a HF folder (milestones/)"),
+    report_to: list[str] = typer.Option(
+        [], help="mirror the run live to a tracker: tensorboard or wandb (offline unless WANDB_MODE is set; "
+                 "repeatable)"),
+    save_milestones: bool = typer.Option(
+        False, help="also save the student at every evaluation as a HF folder (milestones/)"),
     as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress bar)"),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
@@ -107,7 +112,7 @@ def run(
 
 @app.command(rich_help_panel=PANEL)
 def prepare(
-    profile: str = typer.Option(DEFAULT_PROFILE, help="world: tiny (worked answers), direct (short answers), smoke, ..."),
+    profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
     check: bool = typer.Option(False, help="rebuild from scratch and compare weights hashes with the shipped models"),
     rebuild: bool = typer.Option(False, help="train from scratch, whatever is shipped or cached"),
     write_reference: bool = typer.Option(False, help="with --rebuild or --from-checkpoint: replace the shipped "

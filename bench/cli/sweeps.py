@@ -11,7 +11,8 @@ from typing import Optional
 import typer
 
 from bench.cli.common import (
-    DEFAULT_PROFILE, PROFILE_ORDER, ROLLOUT_HELP, _budget, _fail, _interruptible, _names, _one_line, _print_json,
+    ADDRESS_HELP, DEFAULT_PROFILE, PROFILE_HELP, PROFILE_ORDER, ROLLOUT_HELP, RUNS_HELP, _budget, _fail, _interruptible,
+    _names, _one_line, _print_json,
     _seeds, _split, app, console, err,
 )
 
@@ -26,11 +27,11 @@ def sweep(
     seeds: int = typer.Option(3, help="seeds 0..N-1"),
     difficulty: str = typer.Option("easy"),
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
-    profile: str = typer.Option(DEFAULT_PROFILE, help="world: tiny (worked answers), direct (short answers), smoke, ..."),
-    runs: Path = typer.Option(Path("runs"), "--out", "--runs", help="folder that holds run directories (--runs: the old name)"),
+    profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
+    runs: Path = typer.Option(Path("runs"), "--out", "--runs", help=RUNS_HELP),
     jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
     executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
-    address: Optional[str] = typer.Option(None, help="ray: an existing cluster, e.g. HOST:6379 (default: start one here)"),
+    address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
     gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
 ) -> None:
@@ -62,7 +63,7 @@ def reproduce(
     out: Path = typer.Option(Path("leaderboard"), help="site folder; records are copied to OUT/records"),
     jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
     executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
-    address: Optional[str] = typer.Option(None, help="ray: an existing cluster, e.g. HOST:6379 (default: start one here)"),
+    address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
     gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
     force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
@@ -89,8 +90,10 @@ def reproduce(
             summary = build_site([runs], out, worlds=shipped_worlds(), force=force)
     except SiteOverwriteError as exc:
         _sweep_outcome(result, fail=False)
-        _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site from them.")
-    console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; findings: {out / 'findings.html'}")
+        _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site "
+              "from them.")
+    console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; "
+                  f"findings: {out / 'findings.html'}")
     _sweep_outcome(result)
 
 
@@ -142,7 +145,8 @@ def _sweep_outcome(result, fail: bool = True) -> None:
 @app.command(rich_help_panel=PANEL)
 def report(
     runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),
-    out: Path = typer.Option(Path("site"), help="where the static site is written (the committed reference is leaderboard/)"),
+    out: Path = typer.Option(
+        Path("site"), help="where the static site is written (the committed reference is leaderboard/)"),
     force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
 ) -> None:
     """Build the static HTML leaderboard from run records."""
@@ -216,6 +220,7 @@ def compare(
             console.print(f"{'no reference':<12} {label(r)}", markup=False, highlight=False)
         verdicts = [c.verdict for c in comparisons]
         console.print(f"{len(comparisons)} compared: {verdicts.count('equal')} equal, {verdicts.count('differs')} "
-                      f"differ, {verdicts.count('other inputs')} with other inputs; {len(unmatched)} without a reference")
+                      f"differ, {verdicts.count('other inputs')} with other inputs; "
+                      f"{len(unmatched)} without a reference")
     if any(c.verdict != "equal" for c in comparisons):
         raise typer.Exit(1)

@@ -23,7 +23,8 @@ PANEL = "Look up, check, export"  # the heading these commands are listed under 
 def list_(
     what: str = typer.Argument(..., help="methods, suites or profiles"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="methods: each one's config fields, types and defaults"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="methods: each one's config fields, types and defaults"),
 ) -> None:
     """List methods (with --verbose, their --set keys), suites or profiles."""
     if what == "methods":
@@ -136,8 +137,9 @@ def audit_table(report: dict) -> Table:
 def check_adapter(
     plugin: str = typer.Argument(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
     suite: str = typer.Option("math_code"),
-    budget: Optional[str] = typer.Option(None, help="counted FLOPs of the run (default: the smoke world's 4e11); "
-                                                    "a smaller one is quicker but may end before a method's later phases"),
+    budget: Optional[str] = typer.Option(
+        None, help="counted FLOPs of the run (default: the smoke world's 4e11); a smaller one is quicker but may end "
+                   "before a method's later phases"),
     set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
     teacher: list[str] = typer.Option([], help="as bench run's: a named teacher NAME=PATH (repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress)"),
@@ -215,7 +217,8 @@ def export_hf(
 
 @app.command("eval", rich_help_panel=PANEL)
 def eval_(
-    model: str = typer.Argument(..., help="a run directory (scores its final/), a local HF model folder or a cached hub id"),
+    model: str = typer.Argument(
+        ..., help="a run directory (scores its final/), a local HF model folder or a cached hub id"),
     suite: Optional[str] = typer.Option(None, help="suite (default: the run's, else math_code)"),
     difficulty: Optional[str] = typer.Option(None, help="easy, medium or hard (default: the run's, else easy)"),
     profile: Optional[str] = typer.Option(None, help="prompt format and token cap (default: the run's, else hf)"),
@@ -257,7 +260,8 @@ def eval_(
     except USER_ERRORS as exc:
         _fail(str(exc))
     results = output["results"]
-    table = Table(title=f"{target.run_id or target.model}: {problems.id}" + (f", first {limit} per domain" if limit else ""))
+    first = f", first {limit} per domain" if limit else ""
+    table = Table(title=f"{target.run_id or target.model}: {problems.id}{first}")
     for col in ("task", "metric", "value"):
         table.add_column(col, justify="right" if col == "value" else "left")
     for name, metric, value in metric_rows(results):

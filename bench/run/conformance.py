@@ -6,8 +6,8 @@ causal SDPA formulas). Whatever the counter sees during the run must be on the l
 work, apart from held-out evaluations (the runner's and `ctx.evaluate`, booked `eval` by the
 engine's evaluator, which tallies them apart). A plugin that builds its own model, reaches a
 submodule past the meter hooks, or books its training under another category (`eval`, `shared`)
-shows up as instrumented FLOPs the counted ledger lacks, and the check fails. The counter sees only the thread it runs in, so a method that starts a
-thread is refused outright.
+shows up as instrumented FLOPs the counted ledger lacks, and the check fails. The counter sees only
+the thread it runs in, so a method that starts a thread is refused outright.
 
 The ledger charges padding keys as compute while the counter counts only the keys a mask lets
 through, so the two differ slightly on mixed-length batches; agreement within 2% is required.

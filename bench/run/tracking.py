@@ -64,7 +64,8 @@ class TensorBoardTracker(Tracker):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:  # torch's writer needs the tensorboard package
-            raise RunError("--report-to tensorboard needs the tensorboard package: pip install 'opd-bench[tracking]'") from exc
+            raise RunError("--report-to tensorboard needs the tensorboard package: "
+                           "pip install 'opd-bench[tracking]'") from exc
         self.writer = SummaryWriter(str(log_dir))
 
     def log(self, values: dict[str, float], flops: int) -> None:
@@ -105,7 +106,8 @@ class WandbTracker(Tracker):
     def close(self, summary: dict[str, Any] | None = None) -> None:
         if summary is not None:
             columns = ["category", "phase", "kind", "model", "flops"]
-            self.run.log({"ledger": self.wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in summary["ledger"]])})
+            data = [[r[c] for c in columns] for r in summary["ledger"]]
+            self.run.log({"ledger": self.wandb.Table(columns=columns, data=data)})
             for category, flops in summary["flops"].items():
                 self.run.summary[f"flops/{category}"] = flops
         self.run.finish()
@@ -126,7 +128,9 @@ class Trackers(Tracker):
             tracker.close(summary)
 
 
-def make_tracker(names: tuple[str, ...], run_dir: Path, *, name: str = "", config: dict[str, Any] | None = None) -> Tracker:
+def make_tracker(
+    names: tuple[str, ...], run_dir: Path, *, name: str = "", config: dict[str, Any] | None = None
+) -> Tracker:
     """The trackers for `--report-to` (an empty tuple: none); `name` and `config` label a wandb run."""
     for tracker in names:
         if tracker not in TRACKERS:

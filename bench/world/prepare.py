@@ -167,7 +167,8 @@ def part_keys(profile: Profile, suite_hash: str) -> dict[str, str]:
     """Each shipped part's recipe key ("student", "external"): its model, its settings, the tasks."""
     recipe = dataclasses.asdict(profile.warmup)
     keys = {}
-    for part, spec, other in (("student", profile.student, _TEACHER_ONLY), ("external", profile.teacher, _STUDENT_ONLY)):
+    parts = (("student", profile.student, _TEACHER_ONLY), ("external", profile.teacher, _STUDENT_ONLY))
+    for part, spec, other in parts:
         payload = {"profile": profile.name, "world_version": profile.world_version, "part": part,
                    "model": dataclasses.asdict(TINY_SPECS[spec]), "suite": suite_hash,
                    "warmup": {k: v for k, v in recipe.items() if k not in other}}

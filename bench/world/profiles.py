@@ -101,7 +101,8 @@ DIRECT = Profile(
     budget_flops=2e12,  # ~2 minutes of training on one core (~1.5e10 FLOP/s achieved)
     eval_size=1000,
     world_version="direct-1",
-    description="direct answers of a few tokens: ~0.4M student, ~1.8M external teacher, shipped in bench/reference/direct",
+    description="direct answers of a few tokens: ~0.4M student, ~1.8M external teacher, "
+                "shipped in bench/reference/direct",
 )
 
 # The worked-answer world. Its base and teacher recipes are fixed by the regime criteria of

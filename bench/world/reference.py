@@ -63,7 +63,8 @@ def install(profile_name: str, key: str, folder: Path, part: str, part_key: str 
     for rel, digest in files.items():
         if not (source / rel).exists() or file_hash(source / rel) != digest:
             raise ReferenceError(f"shipped reference file {source / rel} does not match its sha256 in "
-                                 f"{source / 'manifest.json'}; restore it (git checkout) or run bench prepare --rebuild")
+                                 f"{source / 'manifest.json'}; restore it (git checkout) or run "
+                                 "bench prepare --rebuild")
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{part}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -102,9 +102,11 @@ def regime_rows(profile: Any, prepared: Any) -> list[dict]:
     """The regime table for a prepared profile (its own calibration plus the shipped calibration runs)."""
     calibration = {r["domain"]: r for r in prepared.calibration()}
     lengths = {d: r["base_length"] for d, r in calibration.items()}
-    suite_means = [sum(lengths[d] for d in s) / len(s) for s in (("math", "code"), tuple(lengths)) if set(s) <= set(lengths)]
+    suite_means = [sum(lengths[d] for d in s) / len(s) for s in (("math", "code"), tuple(lengths))
+                   if set(s) <= set(lengths)]
+    long_enough = all(m >= 30 for m in suite_means) and all(v >= 20 for v in lengths.values())
     rows = [_row("completion length (base, greedy, tokens)", "suite mean >= 30, every domain >= 20",
-                 _per_domain(lengths, ".1f"), all(m >= 30 for m in suite_means) and all(v >= 20 for v in lengths.values()))]
+                 _per_domain(lengths, ".1f"), long_enough)]
     pass1 = {d: r["base_pass1"] for d, r in calibration.items()}
     near40 = any(0.3 <= v <= 0.5 for v in pass1.values())
     near12 = any(0.08 <= v <= 0.18 for v in pass1.values())
