@@ -22,14 +22,15 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
    16 x 2048 tokens, on each of four paths: eager, the compiled decoder, the fused LM head +
    log-softmax, and both (`Policy.fused_head`, `compile_body`; `gpucheck.update.UPDATE_PATHS`); model FLOP
    utilisation against the GPU's dense bf16 peak. Goal: 40%.
-5. `gpu_small`: the `gpu-small` world (a 25M student of the worked tasks, built on the GPU): `bench
-   prepare` (the base) and the default run (`opd-multi` on `math_code`), timed.
+5. `gpu_small`: the `gpu-small` world (a 25M student of the worked tasks, built on the GPU): the
+   student's warm-up curve (every 100 steps, `bench prepare`'s calibration figures per domain and
+   the base-choosing rule of docs/world.md on them, up to the first checkpoint that meets it, 2,000
+   steps or the budget's end), then `bench prepare` (the base) at the steps the curve chose and the
+   default run (`opd-multi` on `math_code`), timed.
    Goals: prepare <= 3 min, the run <= 3 min and >= 8 points above its base.
 6. `rollout_more`: static-cache `generate` at the short and long shapes, and `TorchRollout` (the
    eager engine) at all three, against ours measured again in the same process.
-7. `gpu_small_more`: the student's warm-up curve (every 100 steps, `bench prepare`'s calibration
-   figures per domain and the base-choosing rule of docs/world.md on them, up to the first checkpoint
-   that meets it, 2,000 steps or the budget's end), then the gpu-small external teacher's build, timed.
+7. `gpu_small_more`: the gpu-small external teacher's build, timed.
 8. `profile`: where the time goes, so that the next optimisation starts from a profile: one call of
    ours (the batch's prompts, 64 new tokens), one eager update step and one fused, compiled update
    step (16 x 1024), each under `torch.profiler` after a call of the same shape: the device's busy

@@ -1,5 +1,12 @@
-"""The `gpu-small` world on the device: `bench prepare`, the default run, the student's warm-up
-curve and the teacher's build (the check's `gpu_small` and `gpu_small_more` parts)."""
+"""The `gpu-small` world on the device (the check's `gpu_small` and `gpu_small_more` parts).
+
+`gpu_small` chooses the world's base and measures the learning goal in one call: the student's
+warm-up curve up to the first checkpoint that meets the base-choosing rule (docs/world.md), then
+`bench prepare` from scratch at that many steps, then the default run. With the warm-up's constant
+learning rate, checkpoint N of the curve and an N-step `bench prepare` are the same training (their
+weights hashes are compared), so the base the rule chose is the one the run starts from. Where the
+rule is not met (or the curve does not fit), the recipe's steps are used and the results say so.
+`gpu_small_more` builds the external teacher."""
 
 from __future__ import annotations
 
@@ -13,16 +20,21 @@ from gpucheck import common
 from gpucheck.common import Check, timed
 
 
-def _small_profile(dry: bool):
+def _small_profile(dry: bool, student_steps: int | None = None):
+    """The gpu-small world (in a dry run, the tiny world's small student on the CPU, a few steps), its
+    base warmed up for `student_steps` where given (the curve's choice), registered under its name in
+    this process's profiles, where `bench run` finds it."""
     from bench.world.profiles import PROFILES
 
     profile = PROFILES["gpu-small"]
-    if dry:  # the tiny world's small student on the CPU, a few steps
+    if dry:
         profile = dataclasses.replace(profile, name="gpu-small-dry", device="cpu", student="tiny-llama",
                                       teacher="tiny-llama", budget_flops=2e10, eval_size=4, max_new_tokens=16,
                                       eval_max_new_tokens=16,
                                       warmup=dataclasses.replace(profile.warmup, student_steps=4, teacher_steps=4))
-        PROFILES[profile.name] = profile
+    if student_steps is not None:
+        profile = dataclasses.replace(profile, warmup=dataclasses.replace(profile.warmup, student_steps=student_steps))
+    PROFILES[profile.name] = profile
     return profile
 
 
@@ -77,16 +89,32 @@ def _run_small(profile) -> dict:
 
 
 def gpu_small(check: Check, _folder: Path, out: dict) -> None:
-    """The gpu-small world from scratch (an empty OPD_BENCH_CACHE, the check's own): `bench prepare`
-    (its base), then the default run, timed."""
-    profile = _small_profile(check.dry)
-    out["profile"] = profile.name
+    """The gpu-small world from scratch (an empty OPD_BENCH_CACHE, the check's own): the warm-up curve,
+    which chooses the base's steps, then `bench prepare` (its base) at those steps, then the default
+    run, each timed."""
+    recipe = _small_profile(check.dry)
+    out["profile"] = recipe.name
+    if check.fits("curve", "gpu_small: curve"):
+        failed = check.measure("gpu-small warm-up curve", _curve_small, check, recipe, out)
+        if failed:
+            out["curve_error"] = failed["error"]
+    chosen = out.get("chosen_step")
+    profile = _small_profile(check.dry, chosen)
+    if out.get("curve") and "curve_s" in out:  # training that far took the curve's time, calibrations and all
+        check.costs["prepare"] = out["curve_s"] * profile.warmup.student_steps / out["curve"][-1]["step"]
+    out["student_steps"] = profile.warmup.student_steps
+    out["steps_from"] = ("the curve: the first checkpoint that meets the base-choosing rule" if chosen else
+                         f"the recipe ({out['curve_end']})" if "curve_end" in out else "the recipe (no curve)")
     if check.fits("prepare", "gpu_small: prepare"):
         out["prepare"] = check.measure("gpu-small prepare", _prepare_small, profile)
+        point = next((p for p in out.get("curve", []) if p["step"] == out["student_steps"]), None)
+        if point is not None and "model_hash" in out["prepare"]:  # one training, twice: the same weights?
+            out["prepare"]["same_weights_as_the_curve"] = point["model_hash"] == out["prepare"]["model_hash"]
         if "seconds" in out["prepare"] and check.fits("run", "gpu_small: run"):
             out["run"] = check.measure("gpu-small run", _run_small, profile)
     prep, run = out.get("prepare", {}), out.get("run", {})
-    out["goals"] = {"prepare_3min": prep["seconds"] <= 180 if "seconds" in prep else None,
+    out["goals"] = {"base_rule": prep["base_rule"]["met"] if "base_rule" in prep else None,
+                    "prepare_3min": prep["seconds"] <= 180 if "seconds" in prep else None,
                     "run_3min": run["wall_s"] <= 180 if "wall_s" in run else None,
                     "gain_8_points": run["gain_points"] >= 8 if "gain_points" in run else None}
 
@@ -111,6 +139,7 @@ def _curve_small(check: Check, profile, out: dict) -> None:
     (the base the rule chooses: later ones cannot change that), at `steps`, or at the budget's end."""
     from bench.accounting.ledger import Ledger
     from bench.registry import get_suite
+    from bench.world.models import state_digest
     from bench.world.prepare import calibrate
     from bench.world.warmup import WARMUP_SUITE, warm_up
 
@@ -124,10 +153,11 @@ def _curve_small(check: Check, profile, out: dict) -> None:
             rows = calibrate(policy, suite, profile)
             policy._model.train()
             curve.append({"step": step, "loss": round(loss, 4), **_calibration_figures(rows),
-                          "wall_s": round(time.perf_counter() - started, 1)})
+                          "model_hash": state_digest(policy._model), "wall_s": round(time.perf_counter() - started, 1)})
             print(f"  gpu-small warm-up {json.dumps(curve[-1])}", flush=True)
             check.save()  # a part stopped from outside keeps the points so far
             if curve[-1]["base_rule"]["met"]:
+                out["chosen_step"] = step
                 raise _CurveDone(f"the base-choosing rule met at step {step}")
             if check.left() <= 0:
                 raise _CurveDone(f"the budget spent at step {step}")
@@ -142,13 +172,11 @@ def _curve_small(check: Check, profile, out: dict) -> None:
 
 
 def gpu_small_more(check: Check, _folder: Path, out: dict) -> None:
-    """The student's warm-up curve, and the gpu-small teacher's build (after `gpu_small`'s base)."""
-    profile = _small_profile(check.dry)
-    if check.fits("curve", "gpu_small_more: curve"):  # first: it chooses the base, which the learning goal needs
-        check.measure("gpu-small warm-up curve", _curve_small, check, profile, out)
+    """The gpu-small teacher's build, into the folder of the base `gpu_small` prepared (at the steps
+    it chose), or of the recipe's base, prepared here first where `gpu_small` did not run."""
+    profile = _small_profile(check.dry, check.results.get("gpu_small", {}).get("chosen_step"))
     built = "seconds" in check.results.get("gpu_small", {}).get("prepare", {})
     if not built and check.fits("prepare", "gpu_small_more: the base, for the teacher"):
-        # run without `gpu_small`: the teacher's folder is the prepared base's, so the base comes first
         out["base_prepare"] = check.measure("gpu-small prepare", _prepare_small, profile)
         built = "seconds" in out["base_prepare"]
     if built and check.fits("teacher", "gpu_small_more: teacher"):

@@ -138,7 +138,7 @@ def table(results: dict) -> str:
     small = results.get("gpu_small") or {}
     prep, run = small.get("prepare") or {}, small.get("run") or {}
     lines.append("| `gpu-small`: `bench prepare`, then `bench run --method opd-multi --suite math_code` | " + (
-        f"prepare {prep['seconds']:.0f} s{_base_text(prep)}" if "seconds" in prep
+        f"prepare {prep['seconds']:.0f} s{_steps_text(small)}{_base_text(prep)}" if "seconds" in prep
         else f"prepare: {prep.get('error', missing)}")
         + ("; " + (f"run {run['wall_s']:.0f} s, {100 * run['base_accuracy']:.1f}% -> "
                    f"{100 * run['final_accuracy']:.1f}% ({run['gain_points']:+.1f} points)"
@@ -149,6 +149,14 @@ def table(results: dict) -> str:
         _profile_text(name, prof[name]) for name in ("rollout", "update_eager", "update") if name in prof)
         or missing) + " | |")
     return "\n".join(lines)
+
+
+def _steps_text(small: dict) -> str:
+    """The base's warm-up steps and who chose them (files from before the curve chose: nothing)."""
+    if "student_steps" not in small:
+        return ""
+    chosen = "chosen by the warm-up curve" if small.get("chosen_step") else "the recipe's"
+    return f", {small['student_steps']:,} warm-up steps ({chosen})"
 
 
 def _base_text(prep: dict) -> str:

@@ -96,13 +96,17 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert small["run"]["curve"][0]["flops"] == 0 and small["run"]["curve"][-1]["flops"] > 0
     assert sum(p["steps"] for p in small["run"]["phases"].values()) > 0
     assert set(small["run"]["final_domain_accuracy"]) == {"math", "code"}
-    assert set(small["goals"]) == {"prepare_3min", "run_3min", "gain_8_points"}
+    assert set(small["goals"]) == {"base_rule", "prepare_3min", "run_3min", "gain_8_points"}
     assert None not in small["goals"].values()
-    assert more["teacher"]["model_hash"] and more["curve"] and "base_prepare" not in more
-    assert [point["step"] for point in more["curve"]] == [2, 4]  # every 2 of the dry run's 4 steps
-    assert more["curve_end"] == "4 steps, the rule never met"  # an untrained model samples nothing right
+    # the warm-up curve first: every 2 of the dry run's 4 steps, the rule never met by an untrained model, so the
+    # base is the recipe's, and the prepare's 4 steps are the curve's first 4, weights and all
+    assert [point["step"] for point in small["curve"]] == [2, 4]
+    assert small["curve_end"] == "4 steps, the rule never met" and "chosen_step" not in small
     assert all(set(point["calibration"]["math"]) >= {"base_pass1", "base_sample_acc"} and "met" in point["base_rule"]
-               for point in more["curve"])
+               for point in small["curve"])
+    assert small["student_steps"] == 4 and small["steps_from"] == "the recipe (4 steps, the rule never met)"
+    assert small["prepare"]["same_weights_as_the_curve"] is True
+    assert more["teacher"]["model_hash"] and "base_prepare" not in more and "curve" not in more
     # the table the docs report, from the results file
     benchmark_module("gpu_check")  # puts its parts' package on the path
     from gpucheck import table
@@ -253,22 +257,36 @@ def test_the_table_names_kernels_by_what_they_compute():
     assert "counted twice" in text and "50%" not in text
 
 
-def test_the_warmup_curve_ends_at_the_first_checkpoint_that_meets_the_base_rule(tmp_path, monkeypatch):
-    """Later checkpoints cannot change the base the rule chooses, so the curve spends no device time on
-    them; each point is in the results file as soon as it is measured."""
+def test_the_warmup_curve_chooses_the_base_that_gpu_small_prepares_and_runs(tmp_path, monkeypatch):
+    """The curve ends at the first checkpoint that meets the base-choosing rule (later ones cannot change
+    the base it chooses, so they cost no device time), each point in the results file as soon as it is
+    measured; `bench prepare` then builds the base at that many steps, the same weights as the curve's
+    checkpoint, and the default run starts from it."""
     from bench.world import profiles
 
     benchmark_module("gpu_check")  # puts its parts' package on the path
     from gpucheck import common, small
 
-    monkeypatch.setattr(common, "SIZES", common.DRY_SIZES)
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(common, "SIZES", common.DRY_SIZES)  # what `dry_run()` sets, undone after the test
+    monkeypatch.setattr(common, "DEVICE", "cpu")
     monkeypatch.setattr(profiles, "PROFILES", dict(profiles.PROFILES))  # the dry profile registers itself there
     figures = small._calibration_figures
     met = lambda rows: {**figures(rows), "base_rule": {"spread": True, "room": True, "met": True}}  # noqa: E731
     monkeypatch.setattr(small, "_calibration_figures", met)
     check = common.Check(tmp_path / "check.json", deadline=None, dry=True)
-    out = check.results["gpu_small_more"] = {}
-    small._curve_small(check, small._small_profile(dry=True), out)
+    out = check.results["gpu_small"] = {}
+    small.gpu_small(check, tmp_path, out)
     assert out["curve_end"] == "the base-choosing rule met at step 2" and [p["step"] for p in out["curve"]] == [2]
-    saved = json.loads((tmp_path / "check.json").read_text())["gpu_small_more"]
+    saved = json.loads((tmp_path / "check.json").read_text())["gpu_small"]
     assert [p["step"] for p in saved["curve"]] == [2]
+    assert out["chosen_step"] == out["student_steps"] == 2 and out["steps_from"].startswith("the curve")
+    assert out["prepare"]["same_weights_as_the_curve"] is True and out["prepare"]["model_hash"] == out["curve"][0][
+        "model_hash"]
+    assert out["run"]["counted_flops"] > 0 and out["goals"]["base_rule"] is True
+    assert profiles.PROFILES["gpu-small-dry"].warmup.student_steps == 2  # what `bench run` found
+    benchmark_module("gpu_check")
+    from gpucheck import table
+
+    assert ", 2 warm-up steps (chosen by the warm-up curve) (base, greedy / sampled: math " in table.table(
+        {"gpu_small": out})
