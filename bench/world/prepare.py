@@ -48,7 +48,7 @@ from bench.world import reference
 from bench.world.hf import folder_digest
 from bench.world.models import TINY_SPECS, cache_root, load_model, save_model, state_digest
 from bench.world.profiles import PROFILES, Profile, WarmupConfig
-from bench.world.warmup import WARMUP_SUITE, warm_up
+from bench.world.warmup import WARMUP_SUITE, matmul_precision, warm_up
 
 
 @dataclass
@@ -196,8 +196,7 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
     if profile.device == "cuda" and not torch.cuda.is_available():
         raise RunError(f"the {profile.name} world trains and runs on a CUDA GPU and this machine has none; "
                        f"the CPU worlds are tiny (the default), direct and smoke")
-    if profile.device == "cuda":  # a GPU world trains in fp32 with TF32 matmuls (process-wide)
-        torch.set_float32_matmul_precision("high")
+    matmul_precision(profile)  # before its calibration too, where the base is found built
     config = profile.warmup
     checkpoints = checkpoints or {}
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)

@@ -43,6 +43,15 @@ def single_threaded() -> Iterator[None]:
 WARMUP_LEDGER = {"base": ("shared", "warmup"), "external": ("external", "external")}  # category, phase
 
 
+def matmul_precision(profile: Profile) -> None:
+    """A GPU world trains and runs in fp32 with TF32 matmuls, set process-wide before its first matmul
+    by whatever trains or evaluates it (`bench prepare`, `bench run`'s prepare, a warm-up curve), so
+    that a curve's checkpoint N and an N-step `bench prepare` are the same training. A CPU world
+    leaves the setting as it is."""
+    if profile.device == "cuda":
+        torch.set_float32_matmul_precision("high")
+
+
 def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_step: Any = None,
             resume: dict | None = None) -> Policy:
     """Train the profile's base student (`part` "base") or external teacher ("external") by its recipe,
@@ -50,6 +59,7 @@ def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_s
     `on_step(step, policy, loss)` after every step (benchmarks/warmup_curve.py's checkpoints).
     `resume` (`train_state`'s dict of a checkpoint along the same recipe) continues from its step with
     the bytes an uninterrupted run would have (with the constant schedule)."""
+    matmul_precision(profile)
     config = profile.warmup
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     category, phase = WARMUP_LEDGER[part]

@@ -103,3 +103,25 @@ def test_the_base_rule_wants_every_domain_sampled_both_ways_and_greedy_apart():
     assert base_rule(rows((0.422, 0.285), (0.212, 0.134), (0.502, 0.316), (0.6, 0.522))) == {
         "spread": True, "room": False, "met": False}
     assert not base_rule(rows((0.95, 0.95), (0.1, 0.2)))["spread"]  # above 90%: no unrewarded sample
+
+
+def test_a_gpu_worlds_warmup_trains_with_tf32_as_its_prepare_does(monkeypatch):
+    """A warm-up curve (gpu_check's, benchmarks/warmup_curve.py) calls `warm_up` without `bench
+    prepare`: it sets the same matmul precision itself, or checkpoint N of the curve would not be the
+    training an N-step `bench prepare` does on a GPU. A CPU world leaves the setting alone."""
+    import torch
+
+    from bench.accounting.ledger import Ledger
+    from bench.world import warmup
+    from bench.world.profiles import PROFILES
+
+    seen = []
+    monkeypatch.setattr(warmup, "_train", lambda *args, **kwargs: seen.append(torch.get_float32_matmul_precision()))
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        warmup.warm_up(PROFILES["smoke"], "base", Ledger(), progress=False)
+        warmup.warm_up(PROFILES["gpu-small"], "base", Ledger(), progress=False)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen == ["highest", "high"]
