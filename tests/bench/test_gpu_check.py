@@ -270,7 +270,9 @@ def test_the_warmup_curve_chooses_the_base_that_gpu_small_prepares_and_runs(tmp_
     monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(common, "SIZES", common.DRY_SIZES)  # what `dry_run()` sets, undone after the test
     monkeypatch.setattr(common, "DEVICE", "cpu")
-    monkeypatch.setattr(profiles, "PROFILES", dict(profiles.PROFILES))  # the dry profile registers itself there
+    # the dry profile registers itself in the profiles `bench run` reads (a module may hold the dict itself):
+    # the entry goes at the test's end
+    monkeypatch.setitem(profiles.PROFILES, "gpu-small-dry", profiles.PROFILES["gpu-small"])
     figures = small._calibration_figures
     met = lambda rows: {**figures(rows), "base_rule": {"spread": True, "room": True, "met": True}}  # noqa: E731
     monkeypatch.setattr(small, "_calibration_figures", met)
