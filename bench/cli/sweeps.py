@@ -12,8 +12,7 @@ import typer
 
 from bench.cli.common import (
     ADDRESS_HELP, DEFAULT_PROFILE, PROFILE_HELP, PROFILE_ORDER, ROLLOUT_HELP, RUNS_HELP, _budget, _fail, _interruptible,
-    _names, _one_line, _print_json,
-    _seeds, _split, app, console, err,
+    _names, _one_line, _print_json, _seeds, _split, app, console, err,
 )
 
 
