@@ -187,6 +187,7 @@ def test_a_part_whose_process_dies_or_overruns_is_recorded_and_the_check_goes_on
 def test_results_of_two_calls_merge_into_one_table(tmp_path):
     module = benchmark_module("gpu_check")
     from gpucheck import table
+
     first = {"date": "d1", "device": "gpu", "audit": {"error": "RuntimeError: boom"},
              "update": {"shapes": [{"batch": 16, "seq": 1024, "fused_and_compiled": False, "mfu": 0.3,
                                     "flop_per_s": 3e14, "first_step_s": 1.0}]},
@@ -236,6 +237,7 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
 def test_the_table_names_kernels_by_what_they_compute():
     benchmark_module("gpu_check")  # puts its parts' package on the path
     from gpucheck import table
+
     mul = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor"
            "<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >"
            "(at::TensorIteratorBase&, ...)::{lambda(int)#1}>(int, ...)")
@@ -287,7 +289,6 @@ def test_the_warmup_curve_chooses_the_base_that_gpu_small_prepares_and_runs(tmp_
         "model_hash"]
     assert out["run"]["counted_flops"] > 0 and out["goals"]["base_rule"] is True
     assert profiles.PROFILES["gpu-small-dry"].warmup.student_steps == 2  # what `bench run` found
-    benchmark_module("gpu_check")
     from gpucheck import table
 
     assert ", 2 warm-up steps (chosen by the warm-up curve) (base, greedy / sampled: math " in table.table(
