@@ -161,7 +161,9 @@ def main() -> int:
         print(f"gpu_check: transformers {transformers.__version__} is older than the project's 5.19: its rotary "
               "embedding has a matmul the ledger does not charge, so the audit will differ a little", flush=True)
     deadline = None if args.budget_s is None else time.time() + args.budget_s
-    check = Check(Path(args.out).resolve(), deadline, args.dry_run)
+    out = Path(args.out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    check = Check(out, deadline, args.dry_run)
     name = torch.cuda.get_device_name(0) if common.DEVICE == "cuda" else "cpu (dry run)"
     check.results.update({"device": name, "torch": torch.__version__, "transformers": transformers.__version__,
                           "date": time.strftime("%Y-%m-%d"), "peak_bf16_flops": device_peak_flops(name),

@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu_check.json}"
 shift || true
+mkdir -p "$(dirname "$out")"
 python="${PYTHON:-python3}"
 if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
     site="$(mktemp -d)"

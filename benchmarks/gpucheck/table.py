@@ -155,8 +155,10 @@ def _steps_text(small: dict) -> str:
     """The base's warm-up steps and who chose them (files from before the curve chose: nothing)."""
     if "student_steps" not in small:
         return ""
-    chosen = "chosen by the warm-up curve" if small.get("chosen_step") else "the recipe's"
-    return f", {small['student_steps']:,} warm-up steps ({chosen})"
+    if small.get("chosen_step"):
+        return f", {small['student_steps']:,} warm-up steps (chosen by the warm-up curve)"
+    curve = f"; the warm-up curve: {small['curve_end']}" if "curve_end" in small else ""
+    return f", {small['student_steps']:,} warm-up steps (the recipe's{curve})"
 
 
 def _base_text(prep: dict) -> str:

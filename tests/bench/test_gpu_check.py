@@ -115,6 +115,7 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
     assert text.startswith(f"{result['date']}, cpu (dry run), torch {result['torch']}")
     assert "| rollout 4x2x8 (prompts x samples x new tokens), tokens/s | ours " in text
     assert "not measured" not in text and "error" not in text
+    assert ", 4 warm-up steps (the recipe's; the warm-up curve: 4 steps, the rule never met) (base, " in text
     assert "graph replays charged" in text and "prepare " in text and " points) |" in text
     assert "rollout 4x2x8: " in text and "update 2x32: " in text and "most host time: `aten::" in text
     assert "update_eager 2x32: " in text and "ours again, after compiled `generate`, " in text
