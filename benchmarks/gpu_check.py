@@ -31,9 +31,9 @@ It builds a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14/2 heads, FFN 
 6. `rollout_more`: static-cache `generate` at the short and long shapes, and `TorchRollout` (the
    eager engine) at all three, against ours measured again in the same process.
 7. `gpu_small_more`: the gpu-small external teacher's build, timed.
-8. `profile`: where the time goes, so that the next optimisation starts from a profile: one call of
-   ours (the batch's prompts, 64 new tokens), one eager update step and one fused, compiled update
-   step (16 x 1024), each under `torch.profiler` after a call of the same shape: the device's busy
+8. `profile`: where the time goes, so that the next optimisation starts from a profile: one fused,
+   compiled update step and one eager one (16 x 1024), then one call of ours (the batch's prompts,
+   64 new tokens), each under `torch.profiler` after a call of the same shape: the device's busy
    time against the wall time, the kernels that take the most device time, the ops that take the
    most host time, and the ops and kernels of attention (which of sdpa's kernels ran).
 

@@ -53,11 +53,23 @@ def _profiled(fn) -> dict:
 
 
 def profile_part(check: Check, folder: Path, out: dict) -> None:
-    """One call of ours, one eager and one fused, compiled update step under the profiler, each after
-    an unprofiled call of the same shape (graph capture, compilation)."""
+    """One fused, compiled update step, one eager one and one call of ours under the profiler, each
+    after an unprofiled call of the same shape (compilation, graph capture). The update's first: its
+    MFU is the goal still open, and the rollout's profile has been taken."""
     from bench.rollout.graphs import GraphRollout
 
     sizes = common.SIZES["profile"]
+    batch, seq = sizes["update"]
+    for key, fused, what in (("update", True, "profile_update"), ("update_eager", False, "profile_update_eager")):
+        if check.fits(what, f"profile: {key}"):
+            policy, _ = update_policy(folder, fused, fused, check.dry)
+            step = update_fn(policy, batch, seq)
+            step()
+            out[key] = {"shape": f"{batch}x{seq}", "fused_and_compiled": fused,
+                        **check.measure(f"profile: {key}", _profiled, step)}
+            del policy, step
+            if common.DEVICE == "cuda":
+                torch.cuda.empty_cache()
     if check.fits("profile_rollout", "profile: rollout"):
         model, _ = load(folder)
         (count, n, _), new = common.SIZES["rollout"][0], sizes["new"]
@@ -72,14 +84,3 @@ def profile_part(check: Check, folder: Path, out: dict) -> None:
         out["rollout"] = {"shape": f"{count}x{n}x{new}", "decode_steps": new - 1,
                           **check.measure("profile: rollout", _profiled, call)}
         del engine, model
-    batch, seq = sizes["update"]
-    for key, fused, what in (("update_eager", False, "profile_update_eager"), ("update", True, "profile_update")):
-        if check.fits(what, f"profile: {key}"):
-            policy, _ = update_policy(folder, fused, fused, check.dry)
-            step = update_fn(policy, batch, seq)
-            step()
-            out[key] = {"shape": f"{batch}x{seq}", "fused_and_compiled": fused,
-                        **check.measure(f"profile: {key}", _profiled, step)}
-            del policy, step
-            if common.DEVICE == "cuda":
-                torch.cuda.empty_cache()
