@@ -103,8 +103,6 @@ def gpu_small(check: Check, _folder: Path, out: dict) -> None:
     if out.get("curve") and "curve_s" in out:  # training that far took the curve's time, calibrations and all
         check.costs["prepare"] = out["curve_s"] * profile.warmup.student_steps / out["curve"][-1]["step"]
     out["student_steps"] = profile.warmup.student_steps
-    out["steps_from"] = ("the curve: the first checkpoint that meets the base-choosing rule" if chosen else
-                         f"the recipe ({out['curve_end']})" if "curve_end" in out else "the recipe (no curve)")
     if check.fits("prepare", "gpu_small: prepare"):
         out["prepare"] = check.measure("gpu-small prepare", _prepare_small, profile)
         point = next((p for p in out.get("curve", []) if p["step"] == out["student_steps"]), None)
