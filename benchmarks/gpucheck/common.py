@@ -14,8 +14,6 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository
-
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
