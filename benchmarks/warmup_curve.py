@@ -63,7 +63,7 @@ def main() -> None:
     from bench.registry import get_suite
     from bench.world.models import save_model, state_digest
     from bench.world.prepare import _ledger_rows, calibrate
-    from bench.world.warmup import WARMUP_LEDGER, WARMUP_SUITE, base_rule, train_state, warm_up
+    from bench.world.warmup import WARMUP_LEDGER, WARMUP_SUITE, calibration_figures, train_state, warm_up
     from bench.world.profiles import PROFILES
 
     profile = PROFILES[args.profile]
@@ -95,8 +95,7 @@ def main() -> None:
                "length": {d: round(n, 1) for d, n in result["domain_mean_length"].items()}}
         if not args.teacher and args.calibrate_from is not None and step >= args.calibrate_from:
             rows = calibrate(policy, suite, profile)
-            row["calibration"] = {r["domain"]: {k: round(v, 3) for k, v in r.items() if k != "domain"} for r in rows}
-            row["base_rule"] = base_rule(rows)
+            row.update(calibration_figures(rows))
         policy._model.train()
         folder = args.out / f"step{step}"
         save_model(policy._model, policy._tokenizer, folder)

@@ -177,3 +177,11 @@ def base_rule(calibration: list[dict]) -> dict[str, bool]:
     spread = all(0.1 <= row["base_sample_acc"] <= 0.9 for row in calibration)
     room = bool(greedy) and max(greedy) >= 0.3 and min(greedy) <= 0.2
     return {"spread": spread, "room": room, "met": spread and room}
+
+
+def calibration_figures(calibration: list[dict]) -> dict:
+    """One checkpoint's `calibrate` rows as a warm-up curve records them: per domain its figures
+    (greedy pass@1, pass@k and mean sample accuracy at temperature 1, mean length) to 3 decimals, and
+    `base_rule` on them."""
+    figures = {r["domain"]: {k: round(v, 3) for k, v in r.items() if k != "domain"} for r in calibration}
+    return {"calibration": figures, "base_rule": base_rule(calibration)}

@@ -42,21 +42,13 @@ def _prepare_small(profile) -> dict:
     """`bench prepare` for the profile (its base only, as `bench prepare` builds an unshipped world),
     timed, with the base's calibration (which it computes anyway) and the base-choosing rule on it."""
     from bench.world.prepare import prepare
+    from bench.world.warmup import calibration_figures
 
     built = []
     seconds = timed(lambda: built.append(prepare(profile, progress=False, teacher=False)))
     info = built[0].info
     return {"seconds": round(seconds, 1), "model_hash": info["model_hashes"]["base"],
-            **_calibration_figures(info["calibration"])}
-
-
-def _calibration_figures(rows: list[dict]) -> dict:
-    """`calibrate`'s rows per domain (greedy pass@1, pass@8 and mean sample accuracy at temperature 1,
-    mean length), and the base-choosing rule on them."""
-    from bench.world.warmup import base_rule
-
-    keys = ("base_pass1", "base_pass8", "base_sample_acc", "base_length")
-    return {"calibration": {r["domain"]: {k: round(r[k], 3) for k in keys} for r in rows}, "base_rule": base_rule(rows)}
+            **calibration_figures(info["calibration"])}
 
 
 def _run_small(profile) -> dict:
@@ -139,7 +131,7 @@ def _curve_small(check: Check, profile, out: dict) -> None:
     from bench.registry import get_suite
     from bench.world.models import state_digest
     from bench.world.prepare import calibrate
-    from bench.world.warmup import WARMUP_SUITE, warm_up
+    from bench.world.warmup import WARMUP_SUITE, calibration_figures, warm_up
 
     sizes, started = common.SIZES["curve"], time.perf_counter()
     suite = get_suite(WARMUP_SUITE, profile.warmup.difficulty, profile.task_format)
@@ -150,7 +142,7 @@ def _curve_small(check: Check, profile, out: dict) -> None:
             policy._model.eval()
             rows = calibrate(policy, suite, profile)
             policy._model.train()
-            curve.append({"step": step, "loss": round(loss, 4), **_calibration_figures(rows),
+            curve.append({"step": step, "loss": round(loss, 4), **calibration_figures(rows),
                           "model_hash": state_digest(policy._model), "wall_s": round(time.perf_counter() - started, 1)})
             print(f"  gpu-small warm-up {json.dumps(curve[-1])}", flush=True)
             check.save()  # a part stopped from outside keeps the points so far

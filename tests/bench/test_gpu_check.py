@@ -265,7 +265,7 @@ def test_the_warmup_curve_chooses_the_base_that_gpu_small_prepares_and_runs(tmp_
     the base it chooses, so they cost no device time), each point in the results file as soon as it is
     measured; `bench prepare` then builds the base at that many steps, the same weights as the curve's
     checkpoint, and the default run starts from it."""
-    from bench.world import profiles
+    from bench.world import profiles, warmup
 
     benchmark_module("gpu_check")  # puts its parts' package on the path
     from gpucheck import common, small
@@ -276,9 +276,9 @@ def test_the_warmup_curve_chooses_the_base_that_gpu_small_prepares_and_runs(tmp_
     # the dry profile registers itself in the profiles `bench run` reads (a module may hold the dict itself):
     # the entry goes at the test's end
     monkeypatch.setitem(profiles.PROFILES, "gpu-small-dry", profiles.PROFILES["gpu-small"])
-    figures = small._calibration_figures
+    figures = warmup.calibration_figures
     met = lambda rows: {**figures(rows), "base_rule": {"spread": True, "room": True, "met": True}}  # noqa: E731
-    monkeypatch.setattr(small, "_calibration_figures", met)
+    monkeypatch.setattr(warmup, "calibration_figures", met)  # read by the parts when they run
     check = common.Check(tmp_path / "check.json", deadline=None, dry=True)
     out = check.results["gpu_small"] = {}
     small.gpu_small(check, tmp_path, out)
