@@ -91,6 +91,24 @@ def recover_until(
     return progress["flops"]
 
 
+def forget(ctx: RunContext, config: RecoverConfig, budget_flops: float) -> tuple[str, Policy]:
+    """The protocol's first half, with stages placed in `budget_flops`: GRPO on the domain, its
+    checkpoint frozen as the self-teacher (`self:<domain>`), then GRPO on each other domain of the
+    suite in turn. Returns (the domain, the self-teacher)."""
+    domain = config.domain or ctx.domains[0]
+    if domain not in ctx.domains:
+        raise ValueError(f"domain {domain!r} is not in the suite; its domains: {', '.join(ctx.domains)}")
+    others = [d for d in ctx.domains if d != domain]
+    if not others:
+        raise ValueError("recover needs a suite with at least two domains (one to lose, one to train on)")
+    stages = config.stage_fraction * budget_flops
+    grpo_phase(ctx, ctx.student, f"stage:{domain}", [domain], stages / 2, config.grpo)
+    teacher = ctx.snapshot(ctx.student, f"self:{domain}")
+    for other in others:
+        grpo_phase(ctx, ctx.student, f"stage:{other}", [other], stages / 2 / len(others), config.grpo)
+    return domain, teacher
+
+
 class Recover:
     """Learn a domain, forget it, then recover it by GRPO and by OPD from the earlier self."""
 
@@ -102,12 +120,7 @@ class Recover:
 
     def run(self, ctx: RunContext) -> None:
         config = self.config
-        domain, others = self._domains(ctx)
-        stages = config.stage_fraction * ctx.budget_flops
-        grpo_phase(ctx, ctx.student, f"stage:{domain}", [domain], stages / 2, config.grpo)
-        teacher = ctx.snapshot(ctx.student, f"self:{domain}")
-        for other in others:
-            grpo_phase(ctx, ctx.student, f"stage:{other}", [other], stages / 2 / len(others), config.grpo)
+        domain, teacher = forget(ctx, config, ctx.budget_flops)
         if ctx.should_stop():
             return
         target = self._target(ctx, teacher, domain)
@@ -127,15 +140,6 @@ class Recover:
                                 "check_size": config.check_size, "teacher_accuracy": measured["teacher"],
                                 "lost_accuracy": measured["lost"],
                                 "checks": {arm: ctx.state[f"recover:{arm}"]["checks"] for arm in ("grpo", "opd")}})
-
-    def _domains(self, ctx: RunContext) -> tuple[str, list[str]]:
-        domain = self.config.domain or ctx.domains[0]
-        if domain not in ctx.domains:
-            raise ValueError(f"domain {domain!r} is not in the suite; its domains: {', '.join(ctx.domains)}")
-        others = [d for d in ctx.domains if d != domain]
-        if not others:
-            raise ValueError("recover needs a suite with at least two domains (one to lose, one to train on)")
-        return domain, others
 
     def _target(self, ctx: RunContext, teacher: Policy, domain: str) -> float:
         """The recovery target, measured once from the self-teacher and the lost student."""

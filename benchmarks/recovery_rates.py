@@ -1,0 +1,280 @@
+"""Calibrate the recovery protocol's learning rates by single-arm runs (docs/world.md, "Calibrating the
+recovery rates").
+
+    OMP_NUM_THREADS=1 python benchmarks/recovery_rates.py OUT_DIR [--seeds 10,11] [--suite four_domain]
+        [--profile tiny] [--jobs 2] [--grpo-lrs 1.25e-4,2.5e-4,5e-4] [--distill-lrs 1.25e-4,2.5e-4,5e-4,1e-3]
+        [--check-every 2]
+
+Per seed one `bench run` of `RecoveryRates` (below, a method plugin, so the ledger meters it as it
+meters any method): the recovery protocol's first half exactly as `recover` runs it at the protocol's
+budget (learn the domain, freeze the self-teacher, lose the domain to the other domains' GRPO), then,
+from that one lost student, each arm at each rate on a copy of its own: GRPO on the domain, and
+on-policy distillation from the self-teacher. No arm looks at a target or at the other arm: each runs
+to the protocol's cap, its greedy held-out accuracy on the domain checked every `--check-every` steps
+on the protocol's check prompts. The runs go into OUT_DIR/runs (one torch thread each, `--jobs` at a
+time; a complete run is kept, an interrupted one resumed), logs into OUT_DIR/logs.
+
+Then, from the records alone, per arm and rate: the mean of its checks after its first step (how
+high the arm brought the domain, and kept it, over its whole cap), per seed and over the seeds, and
+its best check; the rule of docs/world.md picks each arm's rate from those means. Writes
+OUT_DIR/recovery_rates.json and OUT_DIR/recovery_rates.png (each seed's checks per arm and rate) and
+prints the table. Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.api import RunContext  # noqa: E402
+from methods.distill import distill_step  # noqa: E402
+from methods.grpo import grpo_step  # noqa: E402
+from methods.recover import RecoverConfig, forget, recover_until  # noqa: E402
+
+ARMS = ("grpo", "opd")
+GRPO_LRS = (1.25e-4, 2.5e-4, 5e-4)
+DISTILL_LRS = (1.25e-4, 2.5e-4, 5e-4, 1e-3)
+# The worked world's GRPO rate, which the protocol's stages keep whatever the arms' rates
+STAGE_LR = 2.5e-4
+# The rule: an arm's default moves to the best rate only when it beats the default by this many points
+MARGIN_POINTS = 1.0
+
+
+def arm_phase(arm: str, lr: float) -> str:
+    """The ledger phase of `arm` at rate `lr`; no phase's name is the start of another's."""
+    return f"recover:{arm}@{lr:.2e}"
+
+
+@dataclass(frozen=True)
+class RecoveryRatesConfig(RecoverConfig):
+    """`recover`'s settings plus the protocol's budget (it places the stages and the arms' cap) and
+    the rates each arm runs at; the run's own budget must hold the stages and every arm's cap."""
+
+    protocol_budget: float = 2e13
+    grpo_lrs: tuple[float, ...] = GRPO_LRS
+    distill_lrs: tuple[float, ...] = DISTILL_LRS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # `--set grpo_lrs=a,b` arrives as strings
+        object.__setattr__(self, "grpo_lrs", tuple(float(x) for x in self.grpo_lrs))
+        object.__setattr__(self, "distill_lrs", tuple(float(x) for x in self.distill_lrs))
+        rates = self.grpo_lrs + self.distill_lrs
+        if not rates or not all(r > 0 and math.isfinite(r) for r in rates) or not self.protocol_budget > 0:
+            raise ValueError("grpo_lrs and distill_lrs must be positive rates, protocol_budget > 0")
+
+    def lrs(self, arm: str) -> tuple[float, ...]:
+        return self.grpo_lrs if arm == "grpo" else self.distill_lrs
+
+
+class RecoveryRates:
+    """The recovery protocol's stages once, then every arm at every rate to its cap, from the same lost
+    student, each on its own copy and in its own ledger phase."""
+
+    name = "recovery-rates"
+    Config = RecoveryRatesConfig
+
+    def __init__(self, config: RecoveryRatesConfig) -> None:
+        self.config = config
+
+    def run(self, ctx: RunContext) -> None:
+        config = self.config
+        domain, teacher = forget(ctx, config, config.protocol_budget)
+        if ctx.should_stop():
+            return
+        cap = (1 - config.stage_fraction) / 2 * config.protocol_budget
+        # every copy is taken from the lost student before any arm trains (a resumed run gets them back)
+        policies = {(arm, lr): ctx.clone(ctx.student, arm_phase(arm, lr)) for arm in ARMS for lr in config.lrs(arm)}
+        for (arm, lr), policy in policies.items():
+            phase = arm_phase(arm, lr)
+            sampler = ctx.sampler(phase, [domain])
+            if arm == "grpo":
+                step = lambda p=policy, s=sampler, c=replace(config.grpo, lr=lr): grpo_step(ctx, p, s, c)  # noqa: E731
+            else:
+                step = lambda p=policy, s=sampler, c=replace(config.distill, lr=lr): distill_step(  # noqa: E731
+                    ctx, p, {domain: teacher}, s, c)
+            recover_until(ctx, phase, policy, step, math.inf, cap, config, domain)
+        # every check as two numbers, the arm's FLOPs so far and its accuracy (a record's method metrics
+        # are numbers): `<phase>/<index>/flops`, `<phase>/<index>/accuracy`
+        for key in policies:
+            for index, (flops, accuracy) in enumerate(ctx.state[arm_phase(*key)]["checks"]):
+                ctx.report(f"{arm_phase(*key)}/{index}/flops", flops)
+                ctx.report(f"{arm_phase(*key)}/{index}/accuracy", accuracy)
+
+
+# -- the study: runs and read-out ------------------------------------------------------------------
+
+
+def budget(grpo_lrs: tuple[float, ...], distill_lrs: tuple[float, ...], protocol_budget: float,
+           stage_fraction: float = 0.5) -> float:
+    """A run's budget: the protocol's stages and every arm's cap, and half as much again, since each phase
+    ends on the step that crosses its share; only the arms' caps end the run, never the budget."""
+    cap = (1 - stage_fraction) / 2 * protocol_budget
+    return 1.5 * (stage_fraction * protocol_budget + (len(grpo_lrs) + len(distill_lrs)) * cap)
+
+
+def command(seed: int, args: argparse.Namespace) -> list[str]:
+    """The `bench run` of one seed."""
+    sets = {"grpo.lr": STAGE_LR, "check_every": args.check_every, "protocol_budget": args.protocol_budget,
+            "grpo_lrs": ",".join(map(repr, args.grpo_lrs)), "distill_lrs": ",".join(map(repr, args.distill_lrs))}
+    if args.check_size:
+        sets["check_size"] = args.check_size
+    cmd = [sys.executable, "-m", "bench.cli", "run", "--method", f"{Path(__file__).resolve()}:RecoveryRates",
+           "--suite", args.suite, "--profile", args.profile, "--seed", str(seed), "--out", str(args.out / "runs"),
+           "--budget", repr(budget(args.grpo_lrs, args.distill_lrs, args.protocol_budget)),
+           "--eval-size", str(args.eval_size), "--eval-every", "1.0", "--eval-early", "", "--no-progress"]
+    for key, value in sets.items():
+        cmd += ["--set", f"{key}={value}"]
+    return cmd
+
+
+def run_seed(seed: int, args: argparse.Namespace) -> dict:
+    """One seed's run (kept when complete, resumed when interrupted); its record."""
+    done = sorted((args.out / "runs").glob(f"*__s{seed}/summary.json"))
+    if done:
+        return json.loads(done[0].read_text())
+    log = args.out / "logs" / f"s{seed}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = command(seed, args)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    resume = any((args.out / "runs").glob(f"*__s{seed}/state"))
+    with log.open("a") as out:
+        subprocess.run(cmd + (["--resume"] if resume else []), stdout=out, stderr=subprocess.STDOUT, env=env,
+                       cwd=ROOT, check=True)
+    return json.loads(next((args.out / "runs").glob(f"*__s{seed}/summary.json")).read_text())
+
+
+def checks_of(record: dict) -> dict[str, list[tuple[float, float]]]:
+    """Per arm phase of a `RecoveryRates` record, its checks in order as (the arm's FLOPs, accuracy)."""
+    checks: dict[str, dict[int, list[float]]] = {}
+    for key, value in record["method_metrics"].items():
+        phase, index, what = key.rsplit("/", 2)
+        checks.setdefault(phase, {}).setdefault(int(index), [0.0, 0.0])[what == "accuracy"] = value
+    return {phase: [tuple(v) for _, v in sorted(rows.items())] for phase, rows in checks.items()}
+
+
+def arm_rows(records: list[dict]) -> list[dict]:
+    """Per record, arm and rate: the mean of its checks after the first (the lost student, the same for
+    every arm), its best check, and whether it spent its whole cap (`spent`: its counted FLOPs)."""
+    rows = []
+    for record in records:
+        config = record["method_config"]
+        cap = (1 - config["stage_fraction"]) / 2 * config["protocol_budget"]
+        for phase, checks in checks_of(record).items():
+            arm, lr = phase.split(":", 1)[1].split("@")
+            later = [a for _, a in checks[1:]]
+            spent = sum(r["flops"] for r in record["ledger"] if r["phase"] == phase and r["category"] == "counted")
+            rows.append({"seed": record["seed"], "arm": arm, "lr": float(lr), "checks": len(checks),
+                         "lost": checks[0][1], "mean": sum(later) / len(later) if later else math.nan,
+                         "best": max(later) if later else math.nan, "spent": spent, "to_cap": spent >= cap})
+    return rows
+
+
+def choose(rows: list[dict], defaults: dict[str, float], margin: float = MARGIN_POINTS / 100) -> dict:
+    """Per arm: each rate's mean over seeds of its mean check, the best rate, and the rule's choice (the
+    best rate where it beats the default's mean by `margin`, else the default)."""
+    out = {}
+    for arm in ARMS:
+        by_lr: dict[float, list[float]] = {}
+        for row in rows:
+            if row["arm"] == arm:
+                by_lr.setdefault(row["lr"], []).append(row["mean"])
+        if not by_lr:
+            continue
+        means = {lr: sum(v) / len(v) for lr, v in sorted(by_lr.items())}
+        best = max(means, key=means.get)
+        default = defaults[arm]
+        chosen = best if default not in means or means[best] >= means[default] + margin else default
+        out[arm] = {"means": means, "best": best, "default": default, "chosen": chosen,
+                    "at_edge": best in (min(means), max(means)) and len(means) > 1}
+    return out
+
+
+def plot(records: list[dict], path: Path) -> None:
+    """Each seed's checks per arm and rate against the arm's FLOPs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    fig, axes = plt.subplots(len(records), len(ARMS), figsize=(11, 3.4 * len(records)), squeeze=False)
+    for row, record in zip(axes, sorted(records, key=lambda r: r["seed"])):
+        for ax, arm in zip(row, ARMS):
+            for phase, checks in checks_of(record).items():
+                if phase.startswith(f"recover:{arm}@"):
+                    ax.plot([f / 1e12 for f, _ in checks], [100 * a for _, a in checks], marker=".",
+                            label=f"lr {phase.split('@')[1]}")
+            ax.set_title(f"seed {record['seed']}: {'GRPO' if arm == 'grpo' else 'self-OPD'} arm")
+            ax.set_xlabel("the arm's counted FLOPs (e12)")
+            ax.set_ylabel("held-out accuracy on the domain (%)")
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def rates(text: str) -> tuple[float, ...]:
+    values = tuple(float(x) for x in text.split(",") if x)
+    if not values or not all(v > 0 and math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive rates, got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seeds", default="10,11")
+    parser.add_argument("--suite", default="four_domain")
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--grpo-lrs", type=rates, default=GRPO_LRS)
+    parser.add_argument("--distill-lrs", type=rates, default=DISTILL_LRS)
+    parser.add_argument("--check-every", type=int, default=2)
+    parser.add_argument("--check-size", type=int, default=0, help="held-out prompts per check (default: recover's)")
+    parser.add_argument("--protocol-budget", type=float, default=2e13)
+    parser.add_argument("--eval-size", type=int, default=100, help="the runner's own evaluations (not read)")
+    args = parser.parse_args(argv)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s]
+    except ValueError:
+        parser.exit(2, f"recovery_rates: --seeds must be comma-separated integers, got {args.seeds!r}\n")
+    if not seeds or args.jobs < 1 or args.check_every < 1 or args.check_size < 0 or args.eval_size < 1:
+        parser.exit(2, "recovery_rates: need at least one seed, --jobs and --check-every >= 1, --eval-size >= 1\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(args.jobs) as pool:
+        try:
+            records = list(pool.map(lambda s: run_seed(s, args), seeds))
+        except subprocess.CalledProcessError as err:
+            parser.exit(2, f"recovery_rates: a run failed ({err.returncode}); see {args.out / 'logs'}\n")
+    rows = arm_rows(records)
+    chosen = choose(rows, {"grpo": STAGE_LR, "opd": 5e-4})
+    (args.out / "recovery_rates.json").write_text(json.dumps({"rows": rows, "chosen": chosen}, indent=1))
+    plot(records, args.out / "recovery_rates.png")
+    print("| seed | arm | rate | lost | mean check after the first | best check | checks | FLOPs spent |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in sorted(rows, key=lambda r: (r["arm"], r["lr"], r["seed"])):
+        short = "" if r["to_cap"] else " (short of the cap)"
+        print(f"| {r['seed']} | {r['arm']} | {r['lr']:.3g} | {100 * r['lost']:.1f}% | {100 * r['mean']:.1f}% "
+              f"| {100 * r['best']:.1f}% | {r['checks']} | {r['spent']:.3g}{short} |")
+    for arm, c in chosen.items():
+        means = ", ".join(f"{lr:.3g}: {100 * m:.1f}%" for lr, m in c["means"].items())
+        print(f"{arm}: mean over seeds {means}; best {c['best']:.3g}{' (at the edge)' if c['at_edge'] else ''}; "
+              f"the rule keeps or moves the default {c['default']:.3g} to {c['chosen']:.3g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
