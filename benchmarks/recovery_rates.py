@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-size", type=int, default=0, help="held-out prompts per check (default: recover's)")
     parser.add_argument("--protocol-budget", type=float, default=2e13)
     parser.add_argument("--eval-size", type=int, default=100, help="the runner's own evaluations (not read)")
+    parser.error = lambda message: parser.exit(2, f"recovery_rates: {message}\n")  # one line, no usage
     args = parser.parse_args(argv)
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s]

@@ -30,7 +30,7 @@ Departures from the paper:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bench.api import Policy, RunContext
 from methods.distill import DistillStepConfig, distill_step
@@ -39,10 +39,12 @@ from methods.grpo import GRPOStepConfig, grpo_phase, grpo_step
 
 @dataclass(frozen=True)
 class RecoverConfig:
-    """`grpo`: the GRPO step of the stages and of the GRPO recovery; `distill`: the OPD recovery's step."""
+    """`grpo`: the GRPO step of the stages and of the GRPO recovery (at `grpo_arm_lr` where set);
+    `distill`: the OPD recovery's step."""
 
     grpo: GRPOStepConfig = field(default_factory=GRPOStepConfig)
     distill: DistillStepConfig = field(default_factory=DistillStepConfig)
+    grpo_arm_lr: float = 0.0  # the GRPO recovery's rate (0: the stages' `grpo.lr`)
     domain: str = ""  # the domain to lose and recover (default: the suite's first)
     stage_fraction: float = 0.5  # budget share of both stages together (learn it, then the others)
     target_fraction: float = 0.9  # target = lost + target_fraction x (teacher - lost)...
@@ -55,6 +57,8 @@ class RecoverConfig:
             raise ValueError("stage_fraction must be in (0, 1), target_fraction in (0, 1] and target in [0, 1]")
         if self.check_every < 1 or self.check_size < 1:
             raise ValueError("check_every and check_size must be >= 1")
+        if not 0 <= self.grpo_arm_lr < float("inf"):
+            raise ValueError("grpo_arm_lr must be >= 0 (0: the stages' rate)")
 
 
 def heldout_accuracy(ctx: RunContext, policy: Policy, domain: str, size: int) -> float:
@@ -128,8 +132,9 @@ class Recover:
         # The clone is taken from the lost student before OPD changes it (a resumed run gets it back).
         grpo_policy = ctx.clone(ctx.student, "recover:grpo")
         grpo_sampler, opd_sampler = ctx.sampler("recover:grpo", [domain]), ctx.sampler("recover:opd", [domain])
+        grpo_arm = replace(config.grpo, lr=config.grpo_arm_lr) if config.grpo_arm_lr else config.grpo
         grpo_flops = recover_until(ctx, "recover:grpo", grpo_policy,
-                                   lambda: grpo_step(ctx, grpo_policy, grpo_sampler, config.grpo),
+                                   lambda: grpo_step(ctx, grpo_policy, grpo_sampler, grpo_arm),
                                    target, cap, config, domain)
         opd_flops = recover_until(ctx, "recover:opd", ctx.student,
                                   lambda: distill_step(ctx, ctx.student, {domain: teacher}, opd_sampler,

@@ -136,8 +136,11 @@ WORKED = Profile(
     # sft draws eight updates' worth of teacher samples a step (each update 32 prompts' worth, as
     # before): a throughput setting, not a calibrated one. This teacher writes ~76-token answers, and
     # sampling them 32 prompts at a time was 69-76% of an sft run, at a third of its updates' FLOP rate.
+    # The recovery protocol's arms recover at rates of their own, chosen by single-arm runs (docs/world.md,
+    # Calibrating the recovery rates): both at 1.25e-4; its stages keep GRPO's rate.
     method_defaults=method_settings(grpo=2.5e-4, distill=5e-4, kl_threshold=0.03, reward_rule=False)
-    + (("sft", (("prompts_per_step", "256"), ("minibatches", "8"))),),
+    + (("sft", (("prompts_per_step", "256"), ("minibatches", "8"))),
+       ("recover", (("grpo.lr", repr(2.5e-4)), ("grpo_arm_lr", repr(1.25e-4)), ("distill.lr", repr(1.25e-4))))),
 )
 
 PROFILES: dict[str, Profile] = {"tiny": WORKED, "direct": DIRECT}

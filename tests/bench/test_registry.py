@@ -91,6 +91,10 @@ def test_a_world_gives_built_in_methods_its_calibrated_rates_beneath_the_users_s
     assert config("grpo-joint", "tiny").lr == grpo and config("opd-multi", "tiny").expert.lr == grpo
     assert config("self-grpo", "tiny").stage.lr == grpo and config("recover", "tiny").grpo.lr == grpo
     assert config("opd-multi", "tiny").distill.lr == config("opd-external", "tiny").distill.lr
+    # the recovery protocol's arms have rates of their own, calibrated for recovering; its stages keep GRPO's
+    recover = config("recover", "tiny")
+    assert recover.grpo_arm_lr == recover.distill.lr == 1.25e-4 and recover.grpo.lr == grpo
+    assert config("recover", "direct").grpo_arm_lr == 0.0
     assert config("grpo-joint", "tiny", ("lr", "1e-3")).lr == 1e-3
     assert config("opd-multi", "tiny", ("expert.lr", "1e-3")).expert.lr == 1e-3
     assert config("grpo-joint", "direct").lr == GRPOStepConfig().lr

@@ -1,0 +1,84 @@
+"""benchmarks/recovery_rates.py: the recovery protocol's first half as `recover` runs it, then every arm at
+every rate from the same lost student to its cap; the rule that picks a rate; bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.bench.support import BENCHMARKS, benchmark_module
+from tests.methods.support import SMALL_DISTILL, SMALL_GRPO, grouped, phase_flops, run_method
+
+rates = benchmark_module("recovery_rates")
+
+BUDGET = 6e10
+COMMON = {**grouped("grpo", SMALL_GRPO, lr="0.0005"), **SMALL_DISTILL, "domain": "code", "check_size": 16}
+PLUGIN = f"{BENCHMARKS / 'recovery_rates.py'}:RecoveryRates"
+
+
+def _stage_rows(record: dict) -> list[tuple]:
+    return [(r["phase"], r["kind"], r["model"], r["category"], r["flops"], r["tokens"], r["calls"])
+            for r in record["ledger"] if r["phase"].startswith("stage:")]
+
+
+def test_every_arm_and_rate_runs_to_its_cap_from_the_protocols_lost_student(fast_profile, tmp_path):
+    grpo_lrs, distill_lrs = (2.5e-4, 5e-4), (5e-4, 1e-3)
+    record = run_method(fast_profile, tmp_path / "rates", PLUGIN, rates.budget(grpo_lrs, distill_lrs, BUDGET),
+                        protocol_budget=BUDGET, check_every=2, grpo_lrs="2.5e-4,5e-4", distill_lrs="5e-4,1e-3",
+                        **COMMON)
+    protocol = run_method(fast_profile, tmp_path / "protocol", "recover", BUDGET, **COMMON)
+    # The first half is the protocol's own, row for row, so every arm starts from its lost student.
+    assert _stage_rows(record) and _stage_rows(record) == _stage_rows(protocol)
+    checks = rates.checks_of(record)
+    phases = {rates.arm_phase("grpo", lr) for lr in grpo_lrs} | {rates.arm_phase("opd", lr) for lr in distill_lrs}
+    assert set(checks) == phases
+    assert {c[0] for c in checks.values()} == {(0.0, protocol["recovery"]["lost_accuracy"])}
+    cap = 0.25 * BUDGET
+    for phase, arm_checks in checks.items():
+        flops = [f for f, _ in arm_checks]
+        assert flops == sorted(set(flops)) and len(flops) >= 3
+        assert phase_flops(record, phase) >= cap  # never cut short by the run's budget
+        models = {r["model"] for r in record["ledger"] if r["phase"] == phase and r["kind"] == "update"}
+        assert models == {phase}  # each arm and rate trains a copy of its own
+        if "opd@" in phase:
+            assert phase_flops(record, phase, kind="score", model="self:code") > 0
+    assert list(record["method_config"]["grpo_lrs"]) == list(grpo_lrs)
+    assert list(record["method_config"]["distill_lrs"]) == list(distill_lrs)
+    rows = rates.arm_rows([record])
+    assert len(rows) == 4 and all(r["to_cap"] for r in rows)
+    for row in rows:
+        later = [a for _, a in checks[rates.arm_phase(row["arm"], row["lr"])][1:]]
+        assert row["mean"] == pytest.approx(sum(later) / len(later)) and row["best"] == max(later)
+
+
+def _rows(arm: str, means: dict[float, list[float]]) -> list[dict]:
+    return [{"seed": s, "arm": arm, "lr": lr, "mean": m} for lr, ms in means.items() for s, m in enumerate(ms)]
+
+
+def test_the_rule_moves_a_default_only_by_a_point_or_more():
+    rows = _rows("grpo", {1.25e-4: [0.60, 0.62], 2.5e-4: [0.60, 0.61], 5e-4: [0.61, 0.615]}) + _rows(
+        "opd", {2.5e-4: [0.62, 0.64], 5e-4: [0.60, 0.61], 1e-3: [0.55, 0.50]})
+    chosen = rates.choose(rows, {"grpo": 2.5e-4, "opd": 5e-4})
+    # GRPO: the best (61.25% at 5e-4) is 0.75 points above the default's 60.5%: the default stays.
+    assert chosen["grpo"]["best"] == 5e-4 and chosen["grpo"]["chosen"] == 2.5e-4 and chosen["grpo"]["at_edge"]
+    assert chosen["grpo"]["means"][2.5e-4] == pytest.approx(0.605)
+    # self-OPD: 63% at 2.5e-4 against 60.5% at the default: it moves, and the best is at the sweep's edge.
+    assert chosen["opd"]["chosen"] == 2.5e-4 and chosen["opd"]["at_edge"]
+    middle = rates.choose(_rows("opd", {2.5e-4: [0.5], 5e-4: [0.6], 1e-3: [0.52]}), {"opd": 1e-3})
+    assert middle["opd"]["chosen"] == 5e-4 and not middle["opd"]["at_edge"]
+
+
+@pytest.mark.parametrize("bad", [["--seeds", "x"], ["--distill-lrs", "0"], ["--check-every", "0"]])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, bad):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "recovery_rates.py"), str(tmp_path / "out"), *bad],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_config_rejects_bad_rates():
+    with pytest.raises(ValueError):
+        rates.RecoveryRatesConfig(distill_lrs=(0.0,))
+    assert rates.RecoveryRatesConfig(grpo_lrs=("1e-4", "2e-4")).grpo_lrs == (1e-4, 2e-4)
