@@ -210,13 +210,18 @@ def plot(records: list[dict], path: Path) -> None:
     import seaborn as sns
 
     sns.set_theme(style="whitegrid")
+    # one colour per rate, the same in every panel, from the lowest rate to the highest
+    lrs = sorted({float(phase.split("@")[1]) for record in records for phase in checks_of(record)})
+    colour = dict(zip(lrs, sns.color_palette("colorblind", len(lrs))))
     fig, axes = plt.subplots(len(records), len(ARMS), figsize=(11, 3.4 * len(records)), squeeze=False)
     for row, record in zip(axes, sorted(records, key=lambda r: r["seed"])):
+        checks = checks_of(record)
         for ax, arm in zip(row, ARMS):
-            for phase, checks in checks_of(record).items():
-                if phase.startswith(f"recover:{arm}@"):
-                    ax.plot([f / 1e12 for f, _ in checks], [100 * a for _, a in checks], marker=".",
-                            label=f"lr {phase.split('@')[1]}")
+            for phase in sorted((p for p in checks if p.startswith(f"recover:{arm}@")),
+                                key=lambda p: float(p.split("@")[1])):
+                lr = float(phase.split("@")[1])
+                ax.plot([f / 1e12 for f, _ in checks[phase]], [100 * a for _, a in checks[phase]], marker=".",
+                        color=colour[lr], label=f"lr {lr:.3g}")
             ax.set_title(f"seed {record['seed']}: {'GRPO' if arm == 'grpo' else 'self-OPD'} arm")
             ax.set_xlabel("the arm's counted FLOPs (e12)")
             ax.set_ylabel("held-out accuracy on the domain (%)")

@@ -62,13 +62,35 @@ def test_relative_target_records_flops_where_reached(fast_profile, tmp_path):
     _check_phases(summary)
 
 
+def test_the_grpo_arm_steps_at_its_own_rate_and_the_stages_at_grpo_lr(fast_profile, tmp_path, monkeypatch):
+    import methods.grpo
+    import methods.recover
+
+    rates: dict[str, list[float]] = {"stages": [], "arm": []}
+
+    def spy(into: str, step):
+        def recorded(ctx, policy, sampler, config):
+            rates[into].append(config.lr)
+            return step(ctx, policy, sampler, config)
+        return recorded
+
+    # the real steps run; the spies only note the rate each one was given
+    monkeypatch.setattr(methods.grpo, "grpo_step", spy("stages", methods.grpo.grpo_step))
+    monkeypatch.setattr(methods.recover, "grpo_step", spy("arm", methods.recover.grpo_step))
+    run_method(fast_profile, tmp_path, "recover", BUDGET, grpo_arm_lr=5e-3, domain="code", target=1.0,
+               check_size=16, check_every=2, **{**SMALL, "grpo.lr": "0.0005"})
+    assert len(rates["stages"]) >= 2 and set(rates["stages"]) == {5e-4}
+    assert len(rates["arm"]) >= 2 and set(rates["arm"]) == {5e-3}
+
+
 def test_needs_a_second_domain_to_forget_with(fast_profile, tmp_path):
     with pytest.raises(ValueError, match="not in the suite"):
         run_method(fast_profile, tmp_path, "recover", BUDGET, domain="logic")
 
 
 @pytest.mark.parametrize(
-    "bad", [{"target_fraction": 0.0}, {"stage_fraction": 1.0}, {"check_every": 0}, {"target": 1.5}]
+    "bad", [{"target_fraction": 0.0}, {"stage_fraction": 1.0}, {"check_every": 0}, {"target": 1.5},
+            {"grpo_arm_lr": -1e-4}]
 )
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
