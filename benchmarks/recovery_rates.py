@@ -59,7 +59,8 @@ def arm_phase(arm: str, lr: float) -> str:
 @dataclass(frozen=True)
 class RecoveryRatesConfig(RecoverConfig):
     """`recover`'s settings plus the protocol's budget (it places the stages and the arms' cap) and
-    the rates each arm runs at; the run's own budget must hold the stages and every arm's cap."""
+    the rates each arm runs at (`grpo_arm_lr` and `distill.lr` go unused: every arm runs at each of
+    its rates); the run's own budget must hold the stages and every arm's cap."""
 
     protocol_budget: float = 2e13
     grpo_lrs: tuple[float, ...] = GRPO_LRS

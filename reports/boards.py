@@ -326,6 +326,16 @@ def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:
                 + ", ".join(sorted(odd["run_id"])))
 
 
+def _note_cpus(board: Board, runs: pd.DataFrame) -> None:
+    """Runs made on more than one kind of CPU: a record is rebuilt value for value only on the kind it
+    names (each CPU picks its own kernels, so the last bits differ), so the board says which made what."""
+    counts = runs["cpu"].dropna().value_counts()
+    if len(counts) > 1:
+        kinds = ", ".join(f"{cpu}: {n}" for cpu, n in counts.items())
+        board.warnings.append(f"runs were made on {len(counts)} kinds of CPU ({kinds}); a record is rebuilt "
+                              "value for value only on the kind of CPU it names")
+
+
 def build_boards(frames: Frames) -> list[Board]:
     """One Board per (profile, suite, difficulty, suite version, budget), methods reference first."""
     curves = curves_by_run(frames.curves)
@@ -350,6 +360,7 @@ def build_boards(frames: Frames) -> list[Board]:
         if len(seeds) > 1:
             board.warnings.append("methods were run on different seeds; intervals are not paired")
         _mark_odd_provenance(board, runs)
+        _note_cpus(board, runs)
         boards.append(board)
     labels = [b.key.label for b in boards]
     for b in boards:

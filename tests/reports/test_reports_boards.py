@@ -243,3 +243,15 @@ def test_a_run_from_another_base_or_world_is_marked(tmp_path):
     summary = build_site([write_runs(records, tmp_path / "runs")], tmp_path / "site")
     page = next(p for p in summary.pages if "opd-multi" in p)
     assert (tmp_path / "site" / page).read_text().count("differs from the board</span>") == 2
+
+
+def test_a_board_made_on_two_kinds_of_cpu_says_which_made_how_many():
+    records = [make_record(method=m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
+    assert not any("kinds of CPU" in w for w in build_boards(to_frames(records))[0].warnings)
+    for r in records[3:5]:
+        r["provenance"]["hardware"]["cpu"] = "Intel Xeon"
+    board = build_boards(to_frames(records))[0]
+    assert [w for w in board.warnings if "kinds of CPU" in w] == [
+        "runs were made on 2 kinds of CPU (synthetic: 4, Intel Xeon: 2); a record is rebuilt value for value "
+        "only on the kind of CPU it names"]
+    assert not board.odd_runs  # another CPU is no other base: nothing on the board is marked as differing
