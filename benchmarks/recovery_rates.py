@@ -45,10 +45,19 @@ from methods.recover import RecoverConfig, forget, recover_until  # noqa: E402
 ARMS = ("grpo", "opd")
 GRPO_LRS = (1.25e-4, 2.5e-4, 5e-4)
 DISTILL_LRS = (1.25e-4, 2.5e-4, 5e-4, 1e-3)
-# The worked world's GRPO rate, which the protocol's stages keep whatever the arms' rates
-STAGE_LR = 2.5e-4
-# The rule: an arm's default moves to the best rate only when it beats the default by this many points
+# The rule: an arm's default moves to the best rate only when it beats the default by this many points.
+# The defaults it is held against are the rates the arms took before this calibration: the worked
+# world's GRPO and distillation rates.
 MARGIN_POINTS = 1.0
+DEFAULTS = {"grpo": 2.5e-4, "opd": 5e-4}
+
+
+def stage_lr(profile: str) -> float:
+    """The world's GRPO rate, which the protocol's stages keep whatever the arms' rates."""
+    from bench.world.profiles import PROFILES
+    from methods.grpo import GRPOStepConfig
+
+    return float(dict(PROFILES[profile].defaults_for("grpo")).get("lr", GRPOStepConfig().lr))
 
 
 def arm_phase(arm: str, lr: float) -> str:
@@ -127,7 +136,7 @@ def budget(grpo_lrs: tuple[float, ...], distill_lrs: tuple[float, ...], protocol
 
 def command(seed: int, args: argparse.Namespace) -> list[str]:
     """The `bench run` of one seed."""
-    sets = {"grpo.lr": STAGE_LR, "check_every": args.check_every, "protocol_budget": args.protocol_budget,
+    sets = {"grpo.lr": stage_lr(args.profile), "check_every": args.check_every, "protocol_budget": args.protocol_budget,
             "grpo_lrs": ",".join(map(repr, args.grpo_lrs)), "distill_lrs": ",".join(map(repr, args.distill_lrs))}
     if args.check_size:
         sets["check_size"] = args.check_size
@@ -260,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"recovery_rates: --seeds must be comma-separated integers, got {args.seeds!r}\n")
     if not seeds or args.jobs < 1 or args.check_every < 1 or args.check_size < 0 or args.eval_size < 1:
         parser.exit(2, "recovery_rates: need at least one seed, --jobs and --check-every >= 1, --eval-size >= 1\n")
+    from bench.world.profiles import PROFILES
+
+    if args.profile not in PROFILES:
+        parser.exit(2, f"recovery_rates: unknown profile {args.profile!r}; known: {', '.join(PROFILES)}\n")
     args.out.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(args.jobs) as pool:
         try:
@@ -267,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.CalledProcessError as err:
             parser.exit(2, f"recovery_rates: a run failed ({err.returncode}); see {args.out / 'logs'}\n")
     rows = arm_rows(records)
-    chosen = choose(rows, {"grpo": STAGE_LR, "opd": 5e-4})
+    chosen = choose(rows, DEFAULTS)
     (args.out / "recovery_rates.json").write_text(json.dumps({"rows": rows, "chosen": chosen}, indent=1))
     plot(records, args.out / "recovery_rates.png")
     print("| seed | arm | rate | lost | mean check after the first | best check | checks | FLOPs spent |")

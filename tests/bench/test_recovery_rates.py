@@ -70,12 +70,17 @@ def test_the_rule_moves_a_default_only_by_a_point_or_more():
     assert middle["opd"]["chosen"] == 5e-4 and not middle["opd"]["at_edge"]
 
 
-@pytest.mark.parametrize("bad", [["--seeds", "x"], ["--distill-lrs", "0"], ["--check-every", "0"]])
+@pytest.mark.parametrize("bad", [["--seeds", "x"], ["--distill-lrs", "0"], ["--check-every", "0"],
+                                 ["--profile", "tinny"]])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, bad):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "recovery_rates.py"), str(tmp_path / "out"), *bad],
                           capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
     assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_the_stages_keep_the_worlds_grpo_rate():
+    assert rates.stage_lr("tiny") == 2.5e-4 and rates.stage_lr("direct") == 5e-4
 
 
 def test_config_rejects_bad_rates():
