@@ -34,8 +34,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 from bench.api import RunContext  # noqa: E402
 from methods.distill import distill_step  # noqa: E402
@@ -46,18 +47,17 @@ ARMS = ("grpo", "opd")
 GRPO_LRS = (1.25e-4, 2.5e-4, 5e-4)
 DISTILL_LRS = (1.25e-4, 2.5e-4, 5e-4, 1e-3)
 # The rule: an arm's default moves to the best rate only when it beats the default by this many points.
-# The defaults it is held against are the rates the arms took before this calibration: the worked
-# world's GRPO and distillation rates.
+# The defaults it is held against are the rates the arms took before this calibration: the world's GRPO
+# and distillation rates (`calibrate_world.base_rates`).
 MARGIN_POINTS = 1.0
-DEFAULTS = {"grpo": 2.5e-4, "opd": 5e-4}
 
 
-def stage_lr(profile: str) -> float:
-    """The world's GRPO rate, which the protocol's stages keep whatever the arms' rates."""
-    from bench.world.profiles import PROFILES
-    from methods.grpo import GRPOStepConfig
+def world_rates(profile: str) -> dict[str, float]:
+    """Per arm, the world's rate of its family; the protocol's stages keep the GRPO one."""
+    from calibrate_world import base_rates
 
-    return float(dict(PROFILES[profile].defaults_for("grpo")).get("lr", GRPOStepConfig().lr))
+    rates = base_rates(profile)
+    return {"grpo": rates["grpo"], "opd": rates["distill"]}
 
 
 def arm_phase(arm: str, lr: float) -> str:
@@ -136,8 +136,9 @@ def budget(grpo_lrs: tuple[float, ...], distill_lrs: tuple[float, ...], protocol
 
 def command(seed: int, args: argparse.Namespace) -> list[str]:
     """The `bench run` of one seed."""
-    sets = {"grpo.lr": stage_lr(args.profile), "check_every": args.check_every, "protocol_budget": args.protocol_budget,
-            "grpo_lrs": ",".join(map(repr, args.grpo_lrs)), "distill_lrs": ",".join(map(repr, args.distill_lrs))}
+    sets = {"grpo.lr": world_rates(args.profile)["grpo"], "check_every": args.check_every,
+            "protocol_budget": args.protocol_budget, "grpo_lrs": ",".join(map(repr, args.grpo_lrs)),
+            "distill_lrs": ",".join(map(repr, args.distill_lrs))}
     if args.check_size:
         sets["check_size"] = args.check_size
     cmd = [sys.executable, "-m", "bench.cli", "run", "--method", f"{Path(__file__).resolve()}:RecoveryRates",
@@ -149,20 +150,24 @@ def command(seed: int, args: argparse.Namespace) -> list[str]:
     return cmd
 
 
+def seed_run(runs: Path, seed: int) -> Path | None:
+    """The run folder of `seed` under `runs` once `bench run` has begun it (its config.json comes first)."""
+    found = sorted(path.parent for path in runs.glob(f"*__s{seed}/config.json"))
+    return found[0] if found else None
+
+
 def run_seed(seed: int, args: argparse.Namespace) -> dict:
     """One seed's run (kept when complete, resumed when interrupted); its record."""
-    done = sorted((args.out / "runs").glob(f"*__s{seed}/summary.json"))
-    if done:
-        return json.loads(done[0].read_text())
+    begun = seed_run(args.out / "runs", seed)
+    if begun and (begun / "summary.json").is_file():
+        return json.loads((begun / "summary.json").read_text())
     log = args.out / "logs" / f"s{seed}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = command(seed, args)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    resume = any((args.out / "runs").glob(f"*__s{seed}/state"))
     with log.open("a") as out:
-        subprocess.run(cmd + (["--resume"] if resume else []), stdout=out, stderr=subprocess.STDOUT, env=env,
-                       cwd=ROOT, check=True)
-    return json.loads(next((args.out / "runs").glob(f"*__s{seed}/summary.json")).read_text())
+        subprocess.run(command(seed, args) + (["--resume"] if begun else []), stdout=out, stderr=subprocess.STDOUT,
+                       env=env, cwd=ROOT, check=True)
+    return json.loads((seed_run(args.out / "runs", seed) / "summary.json").read_text())
 
 
 def checks_of(record: dict) -> dict[str, list[tuple[float, float]]]:
@@ -280,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.CalledProcessError as err:
             parser.exit(2, f"recovery_rates: a run failed ({err.returncode}); see {args.out / 'logs'}\n")
     rows = arm_rows(records)
-    chosen = choose(rows, DEFAULTS)
+    chosen = choose(rows, world_rates(args.profile))
     (args.out / "recovery_rates.json").write_text(json.dumps({"rows": rows, "chosen": chosen}, indent=1))
     plot(records, args.out / "recovery_rates.png")
     print("| seed | arm | rate | lost | mean check after the first | best check | checks | FLOPs spent |")

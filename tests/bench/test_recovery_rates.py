@@ -3,6 +3,7 @@ every rate from the same lost student to its cap; the rule that picks a rate; ba
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -46,11 +47,41 @@ def test_every_arm_and_rate_runs_to_its_cap_from_the_protocols_lost_student(fast
             assert phase_flops(record, phase, kind="score", model="self:code") > 0
     assert list(record["method_config"]["grpo_lrs"]) == list(grpo_lrs)
     assert list(record["method_config"]["distill_lrs"]) == list(distill_lrs)
+    # the study finds a seed's run by what `bench run` writes first, so a killed one is resumed
+    assert rates.seed_run(tmp_path / "rates", 0).name == record["run_id"]
+    assert rates.seed_run(tmp_path / "rates", 1) is None
     rows = rates.arm_rows([record])
     assert len(rows) == 4 and all(r["to_cap"] for r in rows)
     for row in rows:
         later = [a for _, a in checks[rates.arm_phase(row["arm"], row["lr"])][1:]]
         assert row["mean"] == pytest.approx(sum(later) / len(later)) and row["best"] == max(later)
+
+
+def test_a_killed_run_resumes_to_the_record_of_a_whole_one(fast_profile, tmp_path):
+    """Its config holds tuples (the rates), which JSON reads back as lists: resuming still matches them."""
+    from bench.errors import RunError
+    from bench.run.runner import Runner
+    from tests.methods.support import run_config
+    from tests.methods.test_resume import Killed, comparable, counting
+
+    config = run_config(fast_profile, tmp_path, PLUGIN, rates.budget((5e-4,), (5e-4, 1e-3), BUDGET),
+                        eval_every=0.05, protocol_budget=BUDGET, check_every=2, grpo_lrs="5e-4",
+                        distill_lrs="5e-4,1e-3", **COMMON)
+    runs = []
+    for name, kill, resume in (("whole", False, False), (None, True, False), (None, False, True)):
+        runner = Runner(dataclasses.replace(config, run_name=name) if name else config, resume=resume,
+                        progress=False)
+        # killed inside the second arm of three after it checkpointed (milestones every 5% of the budget)
+        killed_in = rates.arm_phase("opd", 5e-4)
+        runner.method_cls = counting([], runner.dir if kill else None, base=rates.RecoveryRates, phase=killed_in)
+        if kill:
+            with pytest.raises(RunError, match=Killed.__name__):  # a plugin's exception comes wrapped
+                runner.run()
+        else:
+            runs.append(runner.run())
+    whole, resumed = runs
+    assert comparable(resumed) == comparable(whole)
+    assert rates.checks_of(resumed) == rates.checks_of(whole)
 
 
 def _rows(arm: str, means: dict[float, list[float]]) -> list[dict]:
@@ -79,8 +110,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, bad):
     assert not (tmp_path / "out" / "runs").exists()
 
 
-def test_the_stages_keep_the_worlds_grpo_rate():
-    assert rates.stage_lr("tiny") == 2.5e-4 and rates.stage_lr("direct") == 5e-4
+def test_the_rule_holds_each_arm_against_its_worlds_rate():
+    assert rates.world_rates("tiny") == {"grpo": 2.5e-4, "opd": 5e-4}
+    assert rates.world_rates("direct") == {"grpo": 5e-4, "opd": 5e-4}
 
 
 def test_config_rejects_bad_rates():
