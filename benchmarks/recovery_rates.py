@@ -65,6 +65,12 @@ def arm_phase(arm: str, lr: float) -> str:
     return f"recover:{arm}@{lr:.2e}"
 
 
+def arm_and_rate(phase: str) -> tuple[str, float]:
+    """`arm_phase` read back: (arm, rate)."""
+    arm, lr = phase.removeprefix("recover:").split("@")
+    return arm, float(lr)
+
+
 @dataclass(frozen=True)
 class RecoveryRatesConfig(RecoverConfig):
     """`recover`'s settings plus the protocol's budget (it places the stages and the arms' cap) and
@@ -117,10 +123,10 @@ class RecoveryRates:
             recover_until(ctx, phase, policy, step, math.inf, cap, config, domain)
         # every check as two numbers, the arm's FLOPs so far and its accuracy (a record's method metrics
         # are numbers): `<phase>/<index>/flops`, `<phase>/<index>/accuracy`
-        for key in policies:
-            for index, (flops, accuracy) in enumerate(ctx.state[arm_phase(*key)]["checks"]):
-                ctx.report(f"{arm_phase(*key)}/{index}/flops", flops)
-                ctx.report(f"{arm_phase(*key)}/{index}/accuracy", accuracy)
+        for phase in (arm_phase(*key) for key in policies):
+            for index, (flops, accuracy) in enumerate(ctx.state[phase]["checks"]):
+                ctx.report(f"{phase}/{index}/flops", flops)
+                ctx.report(f"{phase}/{index}/accuracy", accuracy)
 
 
 # -- the study: runs and read-out ------------------------------------------------------------------
@@ -187,10 +193,10 @@ def arm_rows(records: list[dict]) -> list[dict]:
         config = record["method_config"]
         cap = (1 - config["stage_fraction"]) / 2 * config["protocol_budget"]
         for phase, checks in checks_of(record).items():
-            arm, lr = phase.split(":", 1)[1].split("@")
+            arm, lr = arm_and_rate(phase)
             later = [a for _, a in checks[1:]]
             spent = sum(r["flops"] for r in record["ledger"] if r["phase"] == phase and r["category"] == "counted")
-            rows.append({"seed": record["seed"], "arm": arm, "lr": float(lr), "checks": len(checks),
+            rows.append({"seed": record["seed"], "arm": arm, "lr": lr, "checks": len(checks),
                          "lost": checks[0][1], "mean": sum(later) / len(later) if later else math.nan,
                          "best": max(later) if later else math.nan, "spent": spent, "to_cap": spent >= cap})
     return rows
@@ -226,15 +232,13 @@ def plot(records: list[dict], path: Path) -> None:
 
     sns.set_theme(style="whitegrid")
     # one colour per rate, the same in every panel, from the lowest rate to the highest
-    lrs = sorted({float(phase.split("@")[1]) for record in records for phase in checks_of(record)})
+    lrs = sorted({arm_and_rate(phase)[1] for record in records for phase in checks_of(record)})
     colour = dict(zip(lrs, sns.color_palette("colorblind", len(lrs))))
     fig, axes = plt.subplots(len(records), len(ARMS), figsize=(11, 3.4 * len(records)), squeeze=False)
     for row, record in zip(axes, sorted(records, key=lambda r: r["seed"])):
         checks = checks_of(record)
         for ax, arm in zip(row, ARMS):
-            for phase in sorted((p for p in checks if p.startswith(f"recover:{arm}@")),
-                                key=lambda p: float(p.split("@")[1])):
-                lr = float(phase.split("@")[1])
+            for lr, phase in sorted((arm_and_rate(p)[1], p) for p in checks if arm_and_rate(p)[0] == arm):
                 ax.plot([f / 1e12 for f, _ in checks[phase]], [100 * a for _, a in checks[phase]], marker=".",
                         color=colour[lr], label=f"lr {lr:.3g}")
             ax.set_title(f"seed {record['seed']}: {'GRPO' if arm == 'grpo' else 'self-OPD'} arm")
