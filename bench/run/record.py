@@ -4,6 +4,7 @@ the result record written last, which the report reads (docs/records.md)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 from bench.accounting.ledger import Ledger
@@ -16,8 +17,10 @@ SCHEMA_VERSION = 1
 
 def config_record(run_id: str, method: str, method_config: Any, config: RunConfig, profile: Profile,
                   suite: Any) -> dict:
-    """`config.json`: the fingerprint a resumed run must match, then the suite version and provenance."""
-    fingerprint = {
+    """`config.json`: the fingerprint a resumed run must match, then the suite version and provenance.
+    The fingerprint is built as it reads back from disk (a config's tuple, such as a plugin's list of
+    rates, as a list), so a run compares equal to its own config.json."""
+    fingerprint = json.loads(json.dumps({
         "method": method,
         "method_config": dataclasses.asdict(method_config),
         "suite": config.suite,
@@ -34,7 +37,7 @@ def config_record(run_id: str, method: str, method_config: Any, config: RunConfi
         "models": {"student": config.model, "external": config.external,
                    "teachers": dict(config.teachers)} if config.model
         else ({"teachers": dict(config.teachers)} if config.teachers else None),
-    }
+    }, default=str))
     return {
         "run_id": run_id,
         "fingerprint": fingerprint,

@@ -11,7 +11,6 @@ record written last (`bench.run.record`). Of the method it reads only what it re
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -230,8 +229,7 @@ class Runner:
         written = self._config_record()
         if self.resume:
             old = store.read_json(config_path)
-            # compared as it reads back from disk, where a config's tuple (a plugin's list of rates) is a list
-            if old.get("fingerprint") != json.loads(json.dumps(written["fingerprint"], default=str)):
+            if old.get("fingerprint") != written["fingerprint"]:
                 raise RunError(f"{self.dir} was started with a different configuration; not resuming")
             return
         self.dir.mkdir(parents=True, exist_ok=True)

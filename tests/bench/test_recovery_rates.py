@@ -82,6 +82,9 @@ def test_a_killed_run_resumes_to_the_record_of_a_whole_one(fast_profile, tmp_pat
     whole, resumed = runs
     assert comparable(resumed) == comparable(whole)
     assert rates.checks_of(resumed) == rates.checks_of(whole)
+    # run once more, the complete run is known for the same configuration and kept as it is
+    again = Runner(config, progress=False)
+    assert again.run()["run_id"] == resumed["run_id"] and again.already_complete
 
 
 def _rows(arm: str, means: dict[float, list[float]]) -> list[dict]:
