@@ -143,10 +143,27 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _seeds(value: int) -> int:
-    if not 1 <= value <= 1000:
-        _fail(f"--seeds must be from 1 to 1000, got {value}")
-    return value
+SEEDS_HELP = "N (seeds 0..N-1), A-B (A to B) or a list such as 0,4,7"
+MAX_SEEDS, MAX_SEED = 1000, 10**6
+
+
+def _seeds(value: str) -> list[int]:
+    """`--seeds`: a count N (seeds 0..N-1), a range A-B (both included) or a comma-separated list."""
+    text = value.strip()
+    try:
+        if "-" in text:
+            first, last = (int(part) for part in text.split("-"))
+            seeds = list(range(first, last + 1))
+        elif "," in text:
+            seeds = list(dict.fromkeys(int(part) for part in text.split(",")))
+        else:
+            seeds = list(range(int(text)))
+    except ValueError:
+        seeds = []
+    if not 1 <= len(seeds) <= MAX_SEEDS or not all(0 <= s < MAX_SEED for s in seeds):
+        _fail(f"--seeds must be a count from 1 to {MAX_SEEDS}, a range A-B or a list of seeds, each from 0 to "
+              f"{MAX_SEED - 1}; got {value!r}")
+    return seeds
 
 
 def _names(methods: list[str], suites: list[str], difficulty: str, profile: str) -> None:

@@ -11,8 +11,8 @@ from typing import Optional
 import typer
 
 from bench.cli.common import (
-    ADDRESS_HELP, DEFAULT_PROFILE, PROFILE_HELP, PROFILE_ORDER, ROLLOUT_HELP, RUNS_HELP, _budget, _fail, _interruptible,
-    _names, _one_line, _print_json, _seeds, _split, app, console, err,
+    ADDRESS_HELP, DEFAULT_PROFILE, PROFILE_HELP, PROFILE_ORDER, ROLLOUT_HELP, RUNS_HELP, SEEDS_HELP, _budget, _fail,
+    _interruptible, _names, _one_line, _print_json, _seeds, _split, app, console, err,
 )
 
 
@@ -23,7 +23,7 @@ PANEL = "Many runs and the leaderboard"  # the heading these commands are listed
 def sweep(
     methods: str = typer.Option(..., help="comma-separated method names"),
     suites: str = typer.Option("math_code", help="comma-separated suites"),
-    seeds: int = typer.Option(3, help="seeds 0..N-1"),
+    seeds: str = typer.Option("3", help=SEEDS_HELP),
     difficulty: str = typer.Option("easy"),
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
     profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
@@ -57,7 +57,7 @@ INTERRUPTED = ("interrupted; the runs that ended are kept and each run under way
 def reproduce(
     profile: list[str] = typer.Option([], help="worlds to run, each on both suites (repeatable; default: every "
                                       "world whose base and teacher are shipped in bench/reference)"),
-    seeds: int = typer.Option(1, help="seeds 0..N-1 per method and suite"),
+    seeds: str = typer.Option("1", help=f"per method and suite: {SEEDS_HELP}"),
     runs: Path = typer.Option(Path("runs"), help="folder that holds run directories"),
     out: Path = typer.Option(Path("leaderboard"), help="site folder; records are copied to OUT/records"),
     jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),

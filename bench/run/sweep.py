@@ -43,16 +43,17 @@ class SweepResult:
     failed: list[tuple[str, str]]
 
 
-def plan(methods: list[str], suites: list[str], seeds: int, base: RunConfig) -> list[RunConfig]:
+def plan(methods: list[str], suites: list[str], seeds: list[int], base: RunConfig) -> list[RunConfig]:
+    """Every method on every suite at every seed, seed by seed."""
     return [
         replace(base, method=m, suite=s, seed=seed, run_name=None)
-        for seed in range(seeds)
+        for seed in seeds
         for s in suites
         for m in methods
     ]
 
 
-def reproduce_plan(seeds: int, base: RunConfig) -> list[RunConfig]:
+def reproduce_plan(seeds: list[int], base: RunConfig) -> list[RunConfig]:
     """`bench reproduce`'s runs: the protocol of `methods.REPRODUCE` (through the registry), `seeds` each."""
     protocol = reproduce_protocol()
     configs = plan(list(protocol["methods"]), list(protocol["suites"]), seeds, base)

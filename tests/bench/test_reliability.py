@@ -161,11 +161,19 @@ def test_nested_float_settings_must_be_finite(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("seeds", ["0", "100000"])
-def test_sweep_seed_counts_are_bounded(seeds, tmp_path):
+@pytest.mark.parametrize("seeds", ["0", "100000", "x", "9-3", "-1", "0-1000", "1,,2", "0,1000000", "1.5"])
+def test_sweep_seeds_are_checked(seeds, tmp_path):
     result = cli.invoke(app, ["sweep", "--methods", "grpo", "--seeds", seeds, "--runs", str(tmp_path)])
-    refused(result, "--seeds must be from 1 to 1000")
+    refused(result, "--seeds must be a count from 1 to 1000, a range A-B or a list of seeds")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("seeds", "expected"), [("3", [0, 1, 2]), ("3-5", [3, 4, 5]), ("7", list(range(7))),
+                                                 ("4,0,4,2", [4, 0, 2]), (" 2-2 ", [2])])
+def test_seeds_are_a_count_a_range_or_a_list(seeds, expected):
+    from bench.cli.common import _seeds
+
+    assert _seeds(seeds) == expected
 
 
 @pytest.mark.parametrize("method", ["grpo-joint", "opd-multi", "self-grpo", "sft", "opd-external"])

@@ -128,7 +128,7 @@ def test_expected_times_start_the_longest_runs_first(tmp_path):
                 yield config, "ok"
 
     profile = smoke_profile()
-    configs = plan(["grpo-joint", "sft", "opd-multi"], ["math_code"], 1,
+    configs = plan(["grpo-joint", "sft", "opd-multi"], ["math_code"], [0],
                    RunConfig(method="", suite="", profile=profile.name, runs_dir=tmp_path))
     ids = [Runner.run_id_for(c) for c in configs]
     recorder = Recorder()
@@ -212,7 +212,7 @@ def test_an_interrupted_sweep_stops_its_runs_and_says_how_to_continue(how, tmp_p
             def run(self, todo):
                 return iter([])
 
-        configs = plan(["grpo-joint", "sft", "opd-multi"], ["math_code"], 1,
+        configs = plan(["grpo-joint", "sft", "opd-multi"], ["math_code"], [0],
                        RunConfig(method="", suite="", profile=profile.name, runs_dir=tmp_path))
         run_sweep(configs, executor=Lists())
         first = (tmp_path / "sweep.log").read_text().splitlines()[-1]
