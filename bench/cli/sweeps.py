@@ -12,7 +12,7 @@ import typer
 
 from bench.cli.common import (
     ADDRESS_HELP, DEFAULT_PROFILE, PROFILE_HELP, PROFILE_ORDER, ROLLOUT_HELP, RUNS_HELP, SEEDS_HELP, _budget, _fail,
-    _interruptible, _names, _one_line, _print_json, _seeds, _split, app, console, err,
+    _interruptible, _names, _one_line, _overrides, _print_json, _seeds, _split, app, console, err,
 )
 
 
@@ -33,6 +33,7 @@ def sweep(
     address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
     gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
+    set_: list[str] = typer.Option([], "--set", help="method config override key=value for every run (repeatable)"),
 ) -> None:
     """Run methods x suites x seeds (skips complete runs, resumes interrupted ones)."""
     _names(_split(methods), _split(suites), difficulty, profile)
@@ -41,7 +42,7 @@ def sweep(
 
     with _interruptible(INTERRUPTED), _one_line():
         base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
-                         budget_flops=_budget(budget), runs_dir=runs, rollout=rollout)
+                         budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, rollout=rollout)
         configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
         _validate(configs)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
@@ -126,12 +127,13 @@ def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_r
 
 
 def _validate(configs: list) -> None:
-    """Resolve every method and suite before any run starts, so a typo fails fast."""
+    """Resolve every method, suite and `--set` override before any run starts, so a typo fails fast."""
     from bench.registry import get_method, get_suite
+    from bench.run.config import method_config
     from bench.world.profiles import PROFILES
 
     for config in configs:
-        get_method(config.method)
+        method_config(get_method(config.method), config.overrides)
         get_suite(config.suite, config.difficulty, PROFILES[config.profile].task_format)
 
 

@@ -37,6 +37,26 @@ def test_sweep_runs_in_parallel_then_skips_complete_runs(tmp_path):
     assert "0 runs done, 2 already complete, 0 failed" in again.output
 
 
+def test_a_sweep_runs_a_range_of_seeds_with_one_override_for_every_run(tmp_path):
+    profile = smoke_profile()
+    args = ["sweep", "--methods", "grpo", "--suites", "math", "--seeds", "2-3", "--set", "lr=0.0007",
+            "--profile", profile.name, "--budget", "2e10", "--runs", str(tmp_path), "--jobs", "2"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    records = [json.loads(p.read_text()) for p in tmp_path.glob("*/summary.json")]
+    assert sorted(r["seed"] for r in records) == [2, 3]
+    assert all(r["method_config"]["lr"] == 0.0007 for r in records)
+
+
+def test_a_bad_override_stops_a_sweep_before_any_run(tmp_path):
+    args = ["sweep", "--methods", "grpo,opd-multi", "--suites", "math", "--seeds", "1", "--set", "lr=0.001",
+            "--profile", smoke_profile().name, "--runs", str(tmp_path)]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 2, out.output
+    assert "lr" in out.output and "Traceback" not in out.output
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
 def test_the_sweep_log_counts_runs_and_extrapolates_the_time_left(tmp_path, monkeypatch):
     from rich.console import Console
 
