@@ -1,7 +1,7 @@
 """Claim 4's read-out, keeping only the seeds on which the student measurably forgot (docs/world.md,
 "Recovery where the student forgets").
 
-    python benchmarks/recovery_readout.py RUNS [RUNS ...] [--figure PNG]
+    python benchmarks/recovery_readout.py RUNS [RUNS ...] [--figure PNG] [--scatter PNG]
 
 RUNS: runs folders or folders of records. For every board with `recover` records, one row per seed:
 the self-teacher's and the lost student's accuracy on the domain, their difference against two
@@ -10,7 +10,8 @@ to it, the ratio GRPO / self-OPD, self-OPD's best check and, where it never reac
 mean of its checks over the second half of the FLOPs it spent (both where the record keeps its
 checks), and the student's final held-out accuracy on the domain, after self-OPD. Then the ratio's estimate and
 verdict twice: over the seeds that measurably forgot, and over every seed, as the board computes it.
-`--figure PNG` draws each seed's recovery (`plot`). Bad input: one line, exit 2.
+`--figure PNG` draws each seed's recovery (`plot`); `--scatter PNG` every seed's ratio against how much
+it forgot, one colour per board (`scatter`). Bad input: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -189,6 +190,58 @@ def plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def scatter_points(records: list[dict]) -> dict[tuple[str, str], tuple[list[tuple[float, float, bool]], int]]:
+    """Per board (profile, suite): each seed's (points forgotten, GRPO / self-OPD, forgot measurably)
+    where the ratio is finite and above 0 (both arms reached the target, one after a step at least),
+    and how many seeds the board has."""
+    boards: dict[tuple[str, str], list[dict]] = {}
+    for r in recoveries(records):
+        boards.setdefault((r["profile"], r["suite"]), []).append(r)
+    out = {}
+    for key, group in sorted(boards.items()):
+        points = [(recovery_forgetting(r["recovery"])[0], self_teacher_reduction(r["recovery"]), measured(r))
+                  for r in group]
+        out[key] = ([(100 * lost, ratio, bool(known)) for lost, ratio, known in points
+                     if lost is not None and ratio is not None and 0 < ratio < math.inf], len(group))
+    return out
+
+
+def scatter(records: list[dict], path: Path) -> None:
+    """Per seed, GRPO / self-OPD (log scale) against the points the student forgot, one colour per board:
+    filled where it forgot measurably (two standard errors of a check), hollow where not (`scatter_points`
+    says which seeds are drawn). Lines at 1x and at the paper's 50x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ratios, handles = [], []
+    for i, ((profile, suite), (shown, n_seeds)) in enumerate(scatter_points(records).items()):
+        ratios += [ratio for _, ratio, _ in shown]
+        ax.scatter([lost for lost, _, _ in shown], [ratio for _, ratio, _ in shown], s=36, edgecolors=f"C{i}",
+                   facecolors=[f"C{i}" if known else "none" for _, _, known in shown], linewidths=1.2)
+        handles.append(Line2D([], [], marker="o", linestyle="", color=f"C{i}",
+                              label=f"{suite} ({profile}): {len(shown)} of {n_seeds} seeds with a ratio"))
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.axhline(50.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.text(ax.get_xlim()[0], 50.0, " the paper: up to 50x", va="bottom", fontsize=7, color="grey")
+    ax.set_ylim(min(ratios + [1.0]) / 1.5, 80.0)
+    ticks = [t for t in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50) if t >= ax.get_ylim()[0]]
+    ax.set_yticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("points the student forgot (self-teacher minus lost student, on the checks)", fontsize=8)
+    ax.set_ylabel("GRPO / self-OPD FLOPs to the target", fontsize=8)
+    ax.set_title("filled: forgot measurably (two standard errors of a check); hollow: did not", fontsize=8)
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(0.0, 0.9))
+    ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -205,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="runs folders or folders of result records")
     parser.add_argument("--figure", type=Path, help="also draw each seed's recovery into this PNG")
+    parser.add_argument("--scatter", type=Path, help="also draw each seed's ratio against what it forgot")
     args = parser.parse_args(argv)
     for path in args.runs:
         if not path.is_dir():
@@ -216,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.figure:
         plot(recoveries(records), args.figure)
         print(f"wrote {args.figure}")
+    if args.scatter:
+        scatter(recoveries(records), args.scatter)
+        print(f"wrote {args.scatter}")
     return 0
 
 

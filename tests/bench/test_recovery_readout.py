@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.bench.support import benchmark_module
 from tests.reports.factory import make_record, write_runs
 
@@ -15,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "recovery_readout.py"
 
 
-def _recover(seed: int, lost: float, opd_flops: float | None) -> dict:
+def _recover(seed: int, lost: float, opd_flops: float | None, suite: str = "math_code") -> dict:
     """A recover record: the self-teacher at 60% on 300 prompts (two standard errors: 5.7 points)."""
-    record = make_record("recover", seed=seed)
+    record = make_record("recover", suite=suite, seed=seed)
     record["recovery"] = {"domain": "math", "target": 0.5, "grpo_flops": 1e12, "opd_flops": opd_flops,
                           "check_size": 300, "teacher_accuracy": 0.6, "lost_accuracy": 0.6 - lost}
     return record
@@ -57,6 +59,27 @@ def test_only_seeds_that_measurably_forgot_decide(tmp_path):
     # only the two seeds where self-OPD failed: 0x on both, wholly below 1
     est = readout.reduction_estimate(records[:2])
     assert (est.value, est.low, est.high) == (0.0, 0.0, 0.0)
+
+
+def test_the_scatter_draws_each_seed_with_a_ratio_against_what_it_forgot(tmp_path):
+    readout = benchmark_module("recovery_readout")
+    # seed 0: self-OPD failed (0x), seed 1: GRPO failed (inf), seed 2: neither needed a step (None): none drawn
+    records = [_recover(0, 0.08, None), _recover(1, 0.10, 1e12), _recover(2, 0.0, 5e11), _recover(3, 0.06, 5e11),
+               _recover(4, 0.05, 1e11)]
+    records[1]["recovery"]["grpo_flops"] = None
+    records[2]["recovery"].update(grpo_flops=0.0, opd_flops=0.0)
+    other = _recover(0, 0.07, 2e12, suite="four_domain")
+    points = readout.scatter_points(records + [other])
+    assert sorted(points) == [("tiny", "four_domain"), ("tiny", "math_code")]
+    shown, n_seeds = points[("tiny", "math_code")]
+    assert n_seeds == 5 and [(round(lost, 6), ratio, known) for lost, ratio, known in shown] == [
+        (6.0, 2.0, True), (5.0, 10.0, False)]
+    assert points[("tiny", "four_domain")][0] == [(pytest.approx(7.0), 0.5, True)]
+    write_runs(records + [other], tmp_path / "runs")
+    figure = tmp_path / "scatter.png"
+    out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "runs"), "--scatter", str(figure)],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {figure}" in out
 
 
 def test_bad_input_gets_one_line_and_exit_2(tmp_path):
