@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from reports.boards import build_boards  # noqa: E402
-from reports.findings import claim_distillation_share  # noqa: E402
+from reports.findings import Claim, claim_distillation_share  # noqa: E402
 from reports.metrics import distillation_share, plateau_distillation_share  # noqa: E402
 from reports.records import load_many, to_frames  # noqa: E402
 
@@ -44,24 +44,30 @@ def boards_of(records: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
     return {key: sorted(group, key=lambda r: r["seed"]) for key, group in sorted(out.items())}
 
 
+def readings(records: list[dict]) -> dict[tuple[str, str, str], tuple[list[dict], list[tuple], Claim]]:
+    """Per board (`boards_of`): its records, each one's `shares`, and claim 2 as the findings page
+    computes it from them, each computed once for the read-out and the figure."""
+    return {key: (group, [shares(r) for r in group], claim_distillation_share(build_boards(to_frames(group))))
+            for key, group in boards_of(records).items()}
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def readout(records: list[dict]) -> list[str]:
-    """The printed read-out: per board a row per seed, then the findings page's rows for claim 2."""
+def readout(boards: dict) -> list[str]:
+    """The printed read-out of `readings`: per board a row per seed, then the findings page's rows for
+    claim 2."""
     lines: list[str] = []
-    for key, group in boards_of(records).items():
+    for key, (group, seed_shares, claim) in boards.items():
         paper = PAPER_SHARE[len(group[0]["domains"])]
         lines += [f"## {' · '.join(key)} (the paper: {_pct(paper)}; the band: {_pct(paper / BAND)} to "
                   f"{_pct(paper * BAND)})", "",
                   "| seed | final accuracy | counted FLOPs | share at the stopping rule | share at the plateau |",
                   "| --- " * 5 + "|"]
-        for r in group:
-            stop, plateau = shares(r)
+        for r, (stop, plateau) in zip(group, seed_shares):
             lines.append(f"| {r['seed']} | {_pct(r['final_accuracy'])} | {r['flops']['counted']:.2e} "
                          f"| {_pct(stop)} | {_pct(plateau)} |")
-        claim = claim_distillation_share(build_boards(to_frames(group)))
         for row in claim.rows:
             est = row.estimate
             interval = "" if est.low is None else f" [{100 * est.low:.1f}, {100 * est.high:.1f}]"
@@ -70,29 +76,26 @@ def readout(records: list[dict]) -> list[str]:
     return lines
 
 
-def plot(records: list[dict], path: Path) -> None:
-    """One panel per board: each seed's share at the stopping rule and at the plateau (dots), their IQM
-    with its 95% interval (a square with bars), the paper's share and the band within a factor of two of
-    it, which the verdict reads."""
+def plot(boards: dict, path: Path) -> None:
+    """One panel per board of `readings`: each seed's share at the stopping rule and at the plateau
+    (dots), their IQM with its 95% interval (a square with bars), the paper's share and the band within
+    a factor of two of it, which the verdict reads."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    boards = boards_of(records)
     fig, axes = plt.subplots(1, len(boards), figsize=(4.2 * len(boards), 3.4), squeeze=False, sharey=True)
-    for ax, (key, group) in zip(axes.flat, boards.items()):
+    for ax, (key, (group, seed_shares, claim)) in zip(axes.flat, boards.items()):
         paper = PAPER_SHARE[len(group[0]["domains"])]
         ax.axhspan(100 * paper / BAND, 100 * paper * BAND, color="tab:green", alpha=0.12,
                    label=f"within x{BAND:g} of the paper's share")
         ax.axhline(100 * paper, color="tab:green", linestyle="--", linewidth=0.9, label=f"the paper: {_pct(paper)}")
-        rows = claim_distillation_share(build_boards(to_frames(group))).rows
         for x, where in enumerate(("stopping rule", "plateau")):
-            values = [shares(r)[x] for r in group]
-            values = [100 * v for v in values if v is not None]
+            values = [100 * pair[x] for pair in seed_shares if pair[x] is not None]
             offsets = [(i - (len(values) - 1) / 2) * 0.025 for i in range(len(values))]
             ax.scatter([x + 0.12 + o for o in offsets], values, s=18, color=f"C{x}", alpha=0.7, zorder=3)
-            est = next(row.estimate for row in rows if where in row.measure)
+            est = next(row.estimate for row in claim.rows if where in row.measure)
             if est.value is not None and est.low is not None:
                 ax.errorbar([x - 0.18], [100 * est.value], yerr=[[100 * (est.value - est.low)],
                                                                  [100 * (est.high - est.value)]],
@@ -117,11 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_dir():
             parser.error(f"{path}: not a folder")
     records, _ = load_many(args.runs)
-    if not boards_of(records):
+    boards = readings(records)
+    if not boards:
         parser.error(f"no {METHOD} records of two or four domains under {', '.join(map(str, args.runs))}")
-    print("\n".join(readout(records)))
+    print("\n".join(readout(boards)))
     if args.figure:
-        plot(records, args.figure)
+        plot(boards, args.figure)
         print(f"wrote {args.figure}")
     return 0
 
