@@ -41,7 +41,7 @@ for path in (ROOT, ROOT / "benchmarks"):
 from bench.api import RunContext  # noqa: E402
 from methods.distill import distill_step  # noqa: E402
 from methods.grpo import grpo_step  # noqa: E402
-from methods.recover import RecoverConfig, forget, recover_until  # noqa: E402
+from methods.recover import RecoverConfig, forget, protocol_flops, recover_until  # noqa: E402
 
 ARMS = ("grpo", "opd")
 GRPO_LRS = (1.25e-4, 2.5e-4, 5e-4)
@@ -109,7 +109,7 @@ class RecoveryRates:
         domain, teacher = forget(ctx, config, config.protocol_budget)
         if ctx.should_stop():
             return
-        cap = (1 - config.stage_fraction) / 2 * config.protocol_budget
+        cap = protocol_flops(config, config.protocol_budget)[2]
         # every copy is taken from the lost student before any arm trains (a resumed run gets them back)
         policies = {(arm, lr): ctx.clone(ctx.student, arm_phase(arm, lr)) for arm in ARMS for lr in config.lrs(arm)}
         for (arm, lr), policy in policies.items():
@@ -162,18 +162,24 @@ def seed_run(runs: Path, seed: int) -> Path | None:
     return found[0] if found else None
 
 
-def run_seed(seed: int, args: argparse.Namespace) -> dict:
-    """One seed's run (kept when complete, resumed when interrupted); its record."""
-    begun = seed_run(args.out / "runs", seed)
+def launch(seed: int, out: Path, cmd: list[str]) -> dict:
+    """One seed's `bench run` `cmd`, writing under `out`/runs, logging to `out`/logs (kept when complete,
+    resumed when interrupted, one torch thread); its record."""
+    begun = seed_run(out / "runs", seed)
     if begun and (begun / "summary.json").is_file():
         return json.loads((begun / "summary.json").read_text())
-    log = args.out / "logs" / f"s{seed}.log"
+    log = out / "logs" / f"s{seed}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with log.open("a") as out:
-        subprocess.run(command(seed, args) + (["--resume"] if begun else []), stdout=out, stderr=subprocess.STDOUT,
+    with log.open("a") as stream:
+        subprocess.run(cmd + (["--resume"] if begun else []), stdout=stream, stderr=subprocess.STDOUT,
                        env=env, cwd=ROOT, check=True)
-    return json.loads((seed_run(args.out / "runs", seed) / "summary.json").read_text())
+    return json.loads((seed_run(out / "runs", seed) / "summary.json").read_text())
+
+
+def run_seed(seed: int, args: argparse.Namespace) -> dict:
+    """One seed's run; its record."""
+    return launch(seed, args.out, command(seed, args))
 
 
 def checks_of(record: dict) -> dict[str, list[tuple[float, float]]]:
@@ -191,7 +197,8 @@ def arm_rows(records: list[dict]) -> list[dict]:
     rows = []
     for record in records:
         config = record["method_config"]
-        cap = (1 - config["stage_fraction"]) / 2 * config["protocol_budget"]
+        cap = protocol_flops(RecoverConfig(stage_fraction=config["stage_fraction"],
+                                           forget_scale=config.get("forget_scale", 1.0)), config["protocol_budget"])[2]
         for phase, checks in checks_of(record).items():
             arm, lr = arm_and_rate(phase)
             later = [a for _, a in checks[1:]]

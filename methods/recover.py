@@ -21,9 +21,17 @@ teacher_accuracy, lost_accuracy, checks})` (FLOPs None where not reached within 
 `checks`: per arm, every check as [the arm's FLOPs so far, accuracy]), becomes the record's
 `recovery` block; the self-teacher reduction is grpo_flops / opd_flops.
 
+How the budget is placed (`protocol_flops`): the domain's stage, the other domains' stages together
+and each arm's cap share it in the proportions stage_fraction/2 : forget_scale x stage_fraction/2 :
+(1 - stage_fraction)/2 : (1 - stage_fraction)/2. At the default forget_scale of 1 the stages take
+`stage_fraction` of the budget, half each, and each arm's cap is half of the rest; a larger
+forget_scale makes the student forget for longer, and a budget raised in proportion keeps the
+domain's stage and the caps where they were (forget_scale 3 at 3e13: 5e12, 1.5e13 and 5e12 each,
+as at 1 and 2e13).
+
 Departures from the paper:
 - forgetting is induced by a fixed budget of GRPO on the other domains, not by a longer curriculum;
-- each recovery is capped at half of what the stages leave of the budget;
+- each recovery is capped at a fixed share of the budget;
 - the target is relative to the self-teacher's accuracy, since tiny models forget little in absolute terms.
 """
 
@@ -46,7 +54,8 @@ class RecoverConfig:
     distill: DistillStepConfig = field(default_factory=DistillStepConfig)
     grpo_arm_lr: float = 0.0  # the GRPO recovery's rate (0: the stages' `grpo.lr`)
     domain: str = ""  # the domain to lose and recover (default: the suite's first)
-    stage_fraction: float = 0.5  # budget share of both stages together (learn it, then the others)
+    stage_fraction: float = 0.5  # budget share of both stages together (learn it, then the others)...
+    forget_scale: float = 1.0  # ...where the others' stages cost this many times the domain's stage
     target_fraction: float = 0.9  # target = lost + target_fraction x (teacher - lost)...
     target: float = 0.0  # ...unless this absolute held-out accuracy is set (> 0)
     check_every: int = 1  # training steps between held-out checks
@@ -59,6 +68,16 @@ class RecoverConfig:
             raise ValueError("check_every and check_size must be >= 1")
         if not 0 <= self.grpo_arm_lr < float("inf"):
             raise ValueError("grpo_arm_lr must be >= 0 (0: the stages' rate)")
+        if not 0 < self.forget_scale < float("inf"):
+            raise ValueError(f"forget_scale must be a positive number, got {self.forget_scale!r}")
+
+
+def protocol_flops(config: RecoverConfig, budget_flops: float) -> tuple[float, float, float]:
+    """Where the protocol places `budget_flops`: (the domain's stage, the other domains' stages
+    together, each arm's cap), in the proportions of the module's docstring."""
+    total = 1 + (config.forget_scale - 1) * config.stage_fraction / 2
+    stages = config.stage_fraction * budget_flops / total
+    return stages / 2, config.forget_scale * (stages / 2), (1 - config.stage_fraction) / 2 * budget_flops / total
 
 
 def heldout_accuracy(ctx: RunContext, policy: Policy, domain: str, size: int) -> float:
@@ -105,11 +124,11 @@ def forget(ctx: RunContext, config: RecoverConfig, budget_flops: float) -> tuple
     others = [d for d in ctx.domains if d != domain]
     if not others:
         raise ValueError("recover needs a suite with at least two domains (one to lose, one to train on)")
-    stages = config.stage_fraction * budget_flops
-    grpo_phase(ctx, ctx.student, f"stage:{domain}", [domain], stages / 2, config.grpo)
+    learn, lose, _ = protocol_flops(config, budget_flops)
+    grpo_phase(ctx, ctx.student, f"stage:{domain}", [domain], learn, config.grpo)
     teacher = ctx.snapshot(ctx.student, f"self:{domain}")
     for other in others:
-        grpo_phase(ctx, ctx.student, f"stage:{other}", [other], stages / 2 / len(others), config.grpo)
+        grpo_phase(ctx, ctx.student, f"stage:{other}", [other], lose / len(others), config.grpo)
     return domain, teacher
 
 
@@ -128,7 +147,7 @@ class Recover:
         if ctx.should_stop():
             return
         target = self._target(ctx, teacher, domain)
-        cap = (1 - config.stage_fraction) / 2 * ctx.budget_flops
+        cap = protocol_flops(config, ctx.budget_flops)[2]
         # The clone is taken from the lost student before OPD changes it (a resumed run gets it back).
         grpo_policy = ctx.clone(ctx.student, "recover:grpo")
         grpo_sampler, opd_sampler = ctx.sampler("recover:grpo", [domain]), ctx.sampler("recover:opd", [domain])

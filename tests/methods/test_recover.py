@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from methods.recover import RecoverConfig
+from methods.recover import RecoverConfig, protocol_flops
 from tests.methods.support import (
     SMALL_DISTILL, SMALL_GRPO, check_curve, grouped, ledger_keys, phase_flops, run_method, spent_budget,
 )
@@ -90,8 +90,36 @@ def test_needs_a_second_domain_to_forget_with(fast_profile, tmp_path):
 
 @pytest.mark.parametrize(
     "bad", [{"target_fraction": 0.0}, {"stage_fraction": 1.0}, {"check_every": 0}, {"target": 1.5},
-            {"grpo_arm_lr": -1e-4}]
+            {"grpo_arm_lr": -1e-4}, {"forget_scale": 0.0}, {"forget_scale": float("inf")}]
 )
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         RecoverConfig(**bad)
+
+
+def test_the_budget_is_placed_as_before_at_forget_scale_1_and_in_proportion_above():
+    for fraction, budget in ((0.5, 2e13), (0.3, 7.7e12), (0.9, 6e10)):
+        stages = fraction * budget
+        # bit for bit what the protocol placed before it had a forget_scale
+        assert protocol_flops(RecoverConfig(stage_fraction=fraction), budget) == (
+            stages / 2, stages / 2, (1 - fraction) / 2 * budget)
+    # forget_scale 3 at 3e13: the domain's stage and each cap as at 1 and 2e13, the others' stages 3x
+    assert protocol_flops(RecoverConfig(forget_scale=3), 3e13) == (5e12, 1.5e13, 5e12)
+    learn, lose, cap = protocol_flops(RecoverConfig(stage_fraction=0.4, forget_scale=2.5), 1e13)
+    assert learn + lose + 2 * cap == pytest.approx(1e13) and lose == pytest.approx(2.5 * learn)
+    assert cap == pytest.approx(0.3 / 0.2 * learn)
+
+
+def test_forget_scale_lengthens_only_the_other_domains_stage(fast_profile, tmp_path):
+    """At forget_scale 2 and a budget raised by 1.25x the domain's stage is the default's, row for row."""
+    quick = {"domain": "code", "check_size": 16, "target": 1e-9, **SMALL}  # both arms reach it at once
+    default = run_method(fast_profile, tmp_path / "one", "recover", BUDGET, **quick)
+    longer = run_method(fast_profile, tmp_path / "two", "recover", 1.25 * BUDGET, forget_scale=2, **quick)
+
+    def rows(summary, phase):
+        return [(r["kind"], r["model"], r["flops"], r["tokens"]) for r in summary["ledger"] if r["phase"] == phase]
+
+    assert rows(longer, "stage:code") == rows(default, "stage:code")
+    assert longer["recovery"]["teacher_accuracy"] == default["recovery"]["teacher_accuracy"]
+    assert phase_flops(default, "stage:math") >= 0.25 * BUDGET
+    assert phase_flops(longer, "stage:math") >= 0.5 * BUDGET > phase_flops(default, "stage:math")
