@@ -13,11 +13,9 @@ from typer.testing import CliRunner
 
 from bench.cli import app
 from bench.run.conformance import smoke_profile
+from tests.reports.browser import ARGS, CHROMIUM
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
 METHODS = ("grpo-joint", "opd-multi")
 SEEDS = (0, 1)
 

@@ -20,7 +20,7 @@ from bench.cli import app  # noqa: E402
 from bench.run.config import RunConfig  # noqa: E402
 from bench.run.runner import Runner  # noqa: E402
 from reports.schema import validate_record  # noqa: E402
-from tests.bench.test_phases import assert_same_phases, run_phases, without_seconds  # noqa: E402
+from tests.bench.phases_support import assert_same_phases, run_phases, without_seconds  # noqa: E402
 
 BUDGET = 4e11  # the smoke profile's: opd-multi's experts take 90%, distillation runs on the merged experts
 

@@ -61,8 +61,7 @@ def test_a_killed_run_resumes_to_the_record_of_a_whole_one(fast_profile, tmp_pat
     """Its config holds tuples (the rates), which JSON reads back as lists: resuming still matches them."""
     from bench.errors import RunError
     from bench.run.runner import Runner
-    from tests.methods.support import run_config
-    from tests.methods.test_resume import Killed, comparable, counting
+    from tests.methods.support import Killed, comparable, counting, run_config
 
     config = run_config(fast_profile, tmp_path, PLUGIN, rates.budget((5e-4,), (5e-4, 1e-3), BUDGET),
                         eval_every=0.05, protocol_budget=BUDGET, check_every=2, grpo_lrs="5e-4",

@@ -26,6 +26,7 @@ from bench.run import checkpoint
 from bench.run.config import RunConfig
 from bench.run.runner import Runner
 from methods.grpo import GRPOJoint
+from tests.methods.support import Killed
 
 cli = CliRunner()
 PROFILE = "direct-smoke"
@@ -33,10 +34,6 @@ BUDGET = "8e10"  # about five GRPO steps; eval_every 0.25 puts a checkpoint afte
 RUN_ARGS = ["run", "--method", "grpo-joint", "--profile", PROFILE, "--budget", BUDGET, "--eval-every", "0.25",
             "--no-progress"]
 RUN_ID = f"grpo-joint__math_code-easy__{PROFILE}__s0"
-
-
-class Killed(Exception):
-    """Stands in for the process dying."""
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -617,8 +614,7 @@ def test_conformance_catches_uncounted_flops(cheat, code, needle, tmp_path):
 # -- kill and resume at random points over the phases --------------------------------------------------
 @pytest.fixture(scope="module")
 def whole_opd_multi(tmp_path_factory, fast_profile):
-    from tests.methods.test_resume import BUDGET as OPD_BUDGET, SETTINGS, counting
-    from tests.methods.support import run_config
+    from tests.methods.support import OPD_RESUME as SETTINGS, OPD_RESUME_BUDGET as OPD_BUDGET, counting, run_config
 
     steps: list = []
     config = run_config(fast_profile, tmp_path_factory.mktemp("whole"), "opd-multi", OPD_BUDGET, eval_every=0.1,
@@ -640,8 +636,7 @@ def test_killed_at_a_random_step_resumes_to_the_same_record(point, whole_opd_mul
     """opd-multi (experts, then distillation) killed after a random step k, any phase, with or without a
     checkpoint just written, resumes to the record of the uninterrupted run."""
     from methods.opd_multi import OPDMulti
-    from tests.methods.test_resume import BUDGET as OPD_BUDGET, SETTINGS, comparable
-    from tests.methods.support import run_config
+    from tests.methods.support import OPD_RESUME as SETTINGS, OPD_RESUME_BUDGET as OPD_BUDGET, comparable, run_config
 
     whole, total = whole_opd_multi
     points = _kill_points(total)

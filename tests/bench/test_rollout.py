@@ -1,15 +1,13 @@
 """TorchRollout against transformers' own generate, a full-sequence forward, and the FLOP ledger.
 
-Tiny random Llama and Qwen2 models built from config classes (no tokenizer: prompts are ids). They are
-initialised with a large weight scale so that next-token distributions are peaked: argmax margins
-are then far above float noise, and greedy comparisons across batch shapes are meaningful.
+Tiny random Llama and Qwen2 models built from config classes (no tokenizer: prompts are ids), from
+tests/bench/rollout_models.py.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from bench.accounting.flops import FlopSpec
@@ -20,61 +18,33 @@ from bench.rollout.base import RolloutBackend, RolloutBatch, padded_logprobs, to
 from bench.rollout.torch_engine import TorchRollout, sample_next
 from bench.hf_compat import cache_argument
 from bench.rollout.kv import decode_attention, drop_rows, make_cache
-
-VOCAB = 300
-SMALL_VOCAB = 12
-EOS = 1
-PROMPT_LENGTHS = (3, 5, 5, 8, 2, 8, 11, 5)
-
-
-def _build(family: str, vocab: int = VOCAB) -> torch.nn.Module:
-    shape = dict(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        initializer_range=0.2,
-        bos_token_id=None,
-        eos_token_id=None,  # each test picks its EOS
-    )
-    torch.manual_seed(0)
-    if family == "llama":
-        return LlamaForCausalLM(LlamaConfig(**shape)).eval()
-    return Qwen2ForCausalLM(Qwen2Config(**shape)).eval()
+from tests.bench.rollout_models import EOS, SMALL_VOCAB, VOCAB, build_model, random_prompts
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def model(request):
-    return _build(request.param)
+    return build_model(request.param)
 
 
 @pytest.fixture(scope="module")
 def llama():
-    return _build("llama")
+    return build_model("llama")
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def stopper(request):
     """A model with a 12-token vocabulary: EOS (id 1) is sampled often, so about half the rows stop early."""
-    return _build(request.param, vocab=SMALL_VOCAB)
-
-
-def _prompts(vocab: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(1)
-    return [torch.randint(2, vocab, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
+    return build_model(request.param, vocab=SMALL_VOCAB)
 
 
 @pytest.fixture(scope="module")
 def prompts():
-    return _prompts(VOCAB)
+    return random_prompts(VOCAB)
 
 
 @pytest.fixture(scope="module")
 def short_prompts():
-    return _prompts(SMALL_VOCAB)
+    return random_prompts(SMALL_VOCAB)
 
 
 def _hf_greedy(model, prompt, max_new, eos_id) -> list[int]:

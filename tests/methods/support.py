@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -59,3 +60,51 @@ def check_curve(summary: dict) -> None:
 
 def spent_budget(summary: dict) -> bool:
     return summary["flops"]["counted"] >= summary["budget_flops"]
+
+
+# -- killing and resuming a run ----------------------------------------------------------------------
+# Experts on 60% of the budget, then distillation that never converges: every phase gets steps.
+OPD_RESUME = dict(expert_fraction=0.6, **grouped("distill", kl_threshold=0.0, use_reward_rule="false"),
+                **grouped("expert", SMALL_GRPO), **SMALL_DISTILL)
+OPD_RESUME_BUDGET = 8e10
+
+
+class Killed(Exception):
+    """Stands in for the process dying."""
+
+
+def counting(steps: list, run_dir=None, base: type | None = None, phase: str = "distill") -> type:
+    """`base` (default opd-multi) that appends to `steps` at each step; with `run_dir`, it dies in `phase`
+    after a checkpoint there (one whose method state has `phase`), at a step that wrote none (so the
+    resumed run has work to redo)."""
+    if base is None:
+        from methods.opd_multi import OPDMulti as base
+    state_file = run_dir / "checkpoints" / "latest" / "state.json" if run_dir else None
+
+    def stamp():
+        return state_file.stat().st_mtime_ns if state_file and state_file.exists() else None
+
+    class Counted(base):
+        def run(self, ctx):
+            done = ctx.step_done
+
+            def step_done(**stats):
+                before = stamp()
+                done(**stats)
+                steps.append(1)
+                if before is not None and stamp() == before and phase in json.loads(state_file.read_text())["state"]:
+                    raise Killed
+
+            ctx.step_done = step_done
+            super().run(ctx)
+
+    return Counted
+
+
+def comparable(summary: dict) -> dict:
+    """What must not depend on the interruption: all that `bench compare` holds a rerun to, the whole
+    record but its inputs, provenance and times (ledger, FLOP totals, curve, steps, accuracies,
+    samples, recovery, the method's figures)."""
+    from reports.compare import outcome
+
+    return outcome(summary)

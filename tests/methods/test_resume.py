@@ -10,50 +10,8 @@ import pytest
 from bench.run.runner import Runner
 from bench.api import RunContext
 from methods.grpo import GRPOStepConfig, grpo_step
-from methods.opd_multi import OPDMulti
-from reports.compare import outcome
-from tests.methods.support import SMALL_DISTILL, SMALL_GRPO, grouped, run_config
-
-# Experts on 60% of the budget, then distillation that never converges: every phase gets steps.
-SETTINGS = dict(expert_fraction=0.6, **grouped("distill", kl_threshold=0.0, use_reward_rule="false"),
-                **grouped("expert", SMALL_GRPO), **SMALL_DISTILL)
-BUDGET = 8e10
-
-
-class Killed(Exception):
-    """Stands in for the process dying."""
-
-
-def counting(steps: list, run_dir=None, base: type = OPDMulti, phase: str = "distill") -> type:
-    """`base` that appends to `steps` at each step; with `run_dir`, it dies in `phase` after a checkpoint
-    there (one whose method state has `phase`), at a step that wrote none (so the resumed run has work to redo)."""
-    state_file = run_dir / "checkpoints" / "latest" / "state.json" if run_dir else None
-
-    def stamp():
-        return state_file.stat().st_mtime_ns if state_file and state_file.exists() else None
-
-    class Counted(base):
-        def run(self, ctx):
-            done = ctx.step_done
-
-            def step_done(**stats):
-                before = stamp()
-                done(**stats)
-                steps.append(1)
-                if before is not None and stamp() == before and phase in json.loads(state_file.read_text())["state"]:
-                    raise Killed
-
-            ctx.step_done = step_done
-            super().run(ctx)
-
-    return Counted
-
-
-def comparable(summary: dict) -> dict:
-    """What must not depend on the interruption: all that `bench compare` holds a rerun to, the whole
-    record but its inputs, provenance and times (ledger, FLOP totals, curve, steps, accuracies,
-    samples, recovery, the method's figures)."""
-    return outcome(summary)
+from tests.methods.support import OPD_RESUME as SETTINGS, OPD_RESUME_BUDGET as BUDGET
+from tests.methods.support import SMALL_GRPO, Killed, comparable, counting, run_config
 
 
 @pytest.mark.slow

@@ -11,18 +11,12 @@ from pathlib import Path
 import pytest
 
 from reports.site import build_site
+from tests.reports.browser import BROWSER_MARKS
 from tests.reports.factory import make_record, make_sweep, write_runs
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "reports"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(),
-                       reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"),
-]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +26,6 @@ def site(tmp_path_factory):
     records.append(make_record("<script>alert(1)</script>", seed=0))
     build_site([write_runs(records, root / "runs")], root / "out")
     return root / "out"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -5,20 +5,15 @@ path is printed; `pytest -s` shows it) for a person to look at.
 """
 
 import time
-from pathlib import Path
 
 import pytest
 
 from reports.colours import FIXED
 from reports.site import build_site
 from tests.reports.factory import make_record, make_sweep, write_runs
-from tests.reports.test_reports_browser import CHROMIUM, browser  # noqa: F401  (browser: the fixture)
+from tests.reports.browser import BROWSER_MARKS
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(),
-                       reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"),
-]
+pytestmark = BROWSER_MARKS
 
 PAGES = {"index": "index.html", "findings": "findings.html", "method": "methods/math_code-easy-tiny/opd-multi.html"}
 WIDTHS = {"desktop": 1280, "phone": 390}
