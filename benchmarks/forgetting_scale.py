@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +36,7 @@ for path in (ROOT, ROOT / "benchmarks"):
 from bench.api import RunContext  # noqa: E402
 from methods.grpo import grpo_phase  # noqa: E402
 from methods.recover import RecoverConfig, heldout_accuracy, protocol_flops  # noqa: E402
-from recovery_rates import launch, world_rates  # noqa: E402
+from recovery_rates import launch_all, positive_numbers, seed_list, world_rates  # noqa: E402
 
 SCALES = (1.0, 2.0, 3.0, 4.0)
 
@@ -176,33 +174,22 @@ def plot(table: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def numbers(text: str) -> tuple[float, ...]:
-    values = tuple(float(x) for x in text.split(",") if x)
-    if not values or not all(0 < v < math.inf for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive numbers, got {text!r}")
-    return tuple(sorted(values))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--seeds", default="10,11,12,13,14,15")
+    parser.add_argument("--seeds", type=seed_list, default="10,11,12,13,14,15")
     parser.add_argument("--suite", default="math_code")
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--scales", type=numbers, default=SCALES)
+    parser.add_argument("--scales", type=positive_numbers, default=SCALES)
     parser.add_argument("--need", type=int, default=5, help="seeds that must forget measurably at a scale")
     parser.add_argument("--protocol-budget", type=float, default=2e13)
     parser.add_argument("--eval-size", type=int, default=100, help="the runner's own evaluation (not read)")
     parser.error = lambda message: parser.exit(2, f"forgetting_scale: {message}\n")  # one line, no usage
     args = parser.parse_args(argv)
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s]
-    except ValueError:
-        parser.exit(2, f"forgetting_scale: --seeds must be comma-separated integers, got {args.seeds!r}\n")
-    if not seeds or args.jobs < 1 or not 1 <= args.need <= len(seeds) or args.eval_size < 1:
-        parser.exit(2, "forgetting_scale: need at least one seed, --jobs >= 1, --need from 1 to the seeds' "
-                       "count, --eval-size >= 1\n")
+    seeds = args.seeds
+    if args.jobs < 1 or not 1 <= args.need <= len(seeds) or args.eval_size < 1:
+        parser.exit(2, "forgetting_scale: need --jobs >= 1, --need from 1 to the seeds' count, --eval-size >= 1\n")
     from bench.world.profiles import PROFILES
     from tasks import SUITES
 
@@ -210,12 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"forgetting_scale: unknown profile {args.profile!r}; known: {', '.join(PROFILES)}\n")
     if args.suite not in SUITES:
         parser.exit(2, f"forgetting_scale: unknown suite {args.suite!r}; known: {', '.join(SUITES)}\n")
-    args.out.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        try:
-            records = list(pool.map(lambda s: launch(s, args.out, command(s, args)), seeds))
-        except subprocess.CalledProcessError as err:
-            parser.exit(2, f"forgetting_scale: a run failed ({err.returncode}); see {args.out / 'logs'}\n")
+    records = launch_all(seeds, args.jobs, args.out, lambda seed: command(seed, args), "forgetting_scale")
     table = rows(records)
     chosen = choose(table, args.need)
     (args.out / "forgetting_scale.json").write_text(json.dumps({"rows": table, "chosen": chosen}, indent=1))

@@ -29,6 +29,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -177,9 +178,27 @@ def launch(seed: int, out: Path, cmd: list[str]) -> dict:
     return json.loads((seed_run(out / "runs", seed) / "summary.json").read_text())
 
 
-def run_seed(seed: int, args: argparse.Namespace) -> dict:
-    """One seed's run; its record."""
-    return launch(seed, args.out, command(seed, args))
+def launch_all(seeds: list[int], jobs: int, out: Path, command: Callable[[int], list[str]], name: str) -> list[dict]:
+    """Each seed's `command(seed)` by `launch`, `jobs` at a time; their records. A failed run: one line
+    that starts with `name`, exit 2."""
+    out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(jobs) as pool:
+        try:
+            return list(pool.map(lambda seed: launch(seed, out, command(seed)), seeds))
+        except subprocess.CalledProcessError as err:
+            print(f"{name}: a run failed ({err.returncode}); see {out / 'logs'}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+def seed_list(text: str) -> list[int]:
+    """`--seeds`: comma-separated integers, at least one."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    return seeds
 
 
 def checks_of(record: dict) -> dict[str, list[tuple[float, float]]]:
@@ -257,44 +276,39 @@ def plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def rates(text: str) -> tuple[float, ...]:
-    values = tuple(float(x) for x in text.split(",") if x)
+def positive_numbers(text: str) -> tuple[float, ...]:
+    """Comma-separated positive, finite numbers, at least one (rates, scales)."""
+    try:
+        values = tuple(float(x) for x in text.split(",") if x)
+    except ValueError:
+        values = ()
     if not values or not all(v > 0 and math.isfinite(v) for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive rates, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive numbers, got {text!r}")
     return values
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--seeds", default="10,11")
+    parser.add_argument("--seeds", type=seed_list, default="10,11")
     parser.add_argument("--suite", default="four_domain")
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--grpo-lrs", type=rates, default=GRPO_LRS)
-    parser.add_argument("--distill-lrs", type=rates, default=DISTILL_LRS)
+    parser.add_argument("--grpo-lrs", type=positive_numbers, default=GRPO_LRS)
+    parser.add_argument("--distill-lrs", type=positive_numbers, default=DISTILL_LRS)
     parser.add_argument("--check-every", type=int, default=2)
     parser.add_argument("--check-size", type=int, default=0, help="held-out prompts per check (default: recover's)")
     parser.add_argument("--protocol-budget", type=float, default=2e13)
     parser.add_argument("--eval-size", type=int, default=100, help="the runner's own evaluations (not read)")
     parser.error = lambda message: parser.exit(2, f"recovery_rates: {message}\n")  # one line, no usage
     args = parser.parse_args(argv)
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s]
-    except ValueError:
-        parser.exit(2, f"recovery_rates: --seeds must be comma-separated integers, got {args.seeds!r}\n")
-    if not seeds or args.jobs < 1 or args.check_every < 1 or args.check_size < 0 or args.eval_size < 1:
-        parser.exit(2, "recovery_rates: need at least one seed, --jobs and --check-every >= 1, --eval-size >= 1\n")
+    if args.jobs < 1 or args.check_every < 1 or args.check_size < 0 or args.eval_size < 1:
+        parser.exit(2, "recovery_rates: need --jobs and --check-every >= 1, --check-size >= 0, --eval-size >= 1\n")
     from bench.world.profiles import PROFILES
 
     if args.profile not in PROFILES:
         parser.exit(2, f"recovery_rates: unknown profile {args.profile!r}; known: {', '.join(PROFILES)}\n")
-    args.out.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        try:
-            records = list(pool.map(lambda s: run_seed(s, args), seeds))
-        except subprocess.CalledProcessError as err:
-            parser.exit(2, f"recovery_rates: a run failed ({err.returncode}); see {args.out / 'logs'}\n")
+    records = launch_all(args.seeds, args.jobs, args.out, lambda seed: command(seed, args), "recovery_rates")
     rows = arm_rows(records)
     chosen = choose(rows, world_rates(args.profile))
     (args.out / "recovery_rates.json").write_text(json.dumps({"rows": rows, "chosen": chosen}, indent=1))
