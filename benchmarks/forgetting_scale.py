@@ -116,14 +116,12 @@ def command(seed: int, args: argparse.Namespace) -> list[str]:
     return cmd
 
 
-def two_ses(accuracy: float, size: int) -> float:
-    """Two binomial standard errors of one check of `size` prompts at `accuracy`."""
-    return 2 * math.sqrt(accuracy * (1 - accuracy) / size)
-
-
 def rows(records: list[dict]) -> list[dict]:
-    """Per record and scale: the self-teacher, the lost student, the points forgotten and whether that is
-    two standard errors of one check or more (`measurable`)."""
+    """Per record and scale: the self-teacher, the lost student, the points forgotten, two standard
+    errors of one check at the self-teacher's accuracy and whether the student forgot measurably, by
+    the criterion the claim 4 read-outs apply (`reports.metrics.recovery_forgetting`, `forgot_measurably`)."""
+    from reports.metrics import forgot_measurably, recovery_forgetting
+
     out = []
     for record in records:
         metrics, size = record["method_metrics"], record["method_config"]["check_size"]
@@ -132,10 +130,11 @@ def rows(records: list[dict]) -> list[dict]:
             lost = metrics.get(f"lost@{scale:g}")
             if lost is None:
                 continue
-            forgot = teacher - lost
+            forgot, noise = recovery_forgetting({"teacher_accuracy": teacher, "lost_accuracy": lost,
+                                                 "check_size": size})
             out.append({"seed": record["seed"], "scale": float(scale), "teacher": teacher, "lost": lost,
-                        "flops": metrics[f"flops@{scale:g}"], "forgot": forgot, "two_ses": two_ses(teacher, size),
-                        "measurable": forgot >= two_ses(teacher, size)})
+                        "flops": metrics[f"flops@{scale:g}"], "forgot": forgot, "two_ses": noise,
+                        "measurable": forgot_measurably(forgot, noise)})
     return out
 
 

@@ -38,7 +38,7 @@ def test_each_check_is_the_lost_student_recover_starts_from_at_that_scale(fast_p
     assert [r["scale"] for r in table] == [1.0, 2.0]
     for row in table:
         assert row["forgot"] == pytest.approx(row["teacher"] - row["lost"])
-        assert row["measurable"] == (row["forgot"] >= row["two_ses"])
+        assert row["measurable"] == (row["forgot"] > 0 and row["forgot"] >= row["two_ses"])
 
 
 def test_needs_a_suite_of_two_domains(fast_profile, tmp_path):
@@ -59,7 +59,14 @@ def test_the_rule_takes_the_smallest_scale_where_enough_seeds_forgot():
     assert scale.choose(table, 1)["chosen"] == 1.0
     never = scale.choose([row(0, 1.0, False), row(0, 2.0, False)], 1)
     assert never["chosen"] == 2.0 and not never["met"]
-    assert scale.two_ses(0.6, 300) == pytest.approx(0.0566, abs=1e-4)
+    # the claim 4 read-outs' criterion: two standard errors of a check at the self-teacher's accuracy
+    checked = {"seed": 0, "method_config": {"check_size": 300, "scales": [1.0, 2.0]},
+               "method_metrics": {"teacher": 0.6, "lost@1": 0.55, "flops@1": 1.0, "lost@2": 0.5, "flops@2": 2.0}}
+    first, second = scale.rows([checked])
+    assert first["two_ses"] == second["two_ses"] == pytest.approx(0.0566, abs=1e-4)
+    assert (first["measurable"], second["measurable"]) == (False, True)
+    nothing = {**checked, "method_metrics": {**checked["method_metrics"], "teacher": 0.0, "lost@1": 0.0}}
+    assert not scale.rows([nothing])[0]["measurable"]  # a check at 0% has no error, and nothing was lost
 
 
 @pytest.mark.parametrize("bad", [["--seeds", "x"], ["--scales", "0"], ["--need", "7"], ["--suite", "maths"],
