@@ -1,9 +1,11 @@
 """Claim 4's read-out, keeping only the seeds on which the student measurably forgot (docs/world.md,
 "Recovery where the student forgets").
 
-    python benchmarks/recovery_readout.py RUNS [RUNS ...] [--figure PNG] [--scatter PNG]
+    python benchmarks/recovery_readout.py RUNS [RUNS ...] [--suite SUITE] [--figure PNG] [--scatter PNG]
 
-RUNS: runs folders or folders of records. For every board with `recover` records, one row per seed:
+RUNS: runs folders or folders of records, each loaded on its own, so that studies whose runs share
+names (`bench sweep --set` keeps a run's name) can be read together; a run found in two folders counts
+once. For every protocol, a board (profile, suite, difficulty) at one `forget_scale`, one row per seed:
 the self-teacher's and the lost student's accuracy on the domain, their difference against two
 standard errors of one check (`reports.metrics.recovery_forgetting`), the target, each arm's FLOPs
 to it, the ratio GRPO / self-OPD, self-OPD's best check and, where it never reached the target, the
@@ -11,7 +13,7 @@ mean of its checks over the second half of the FLOPs it spent (both where the re
 checks), and the student's final held-out accuracy on the domain, after self-OPD. Then the ratio's estimate and
 verdict twice: over the seeds that measurably forgot, and over every seed, as the board computes it.
 `--figure PNG` draws each seed's recovery (`plot`); `--scatter PNG` every seed's ratio against how much
-it forgot, one colour per board (`scatter`). Bad input: one line, exit 2.
+it forgot, one colour per protocol (`scatter`). Bad input: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ if str(ROOT) not in sys.path:
 from reports.boards import build_boards  # noqa: E402
 from reports.findings import direction  # noqa: E402
 from reports.metrics import forgot_measurably, recovery_forgetting, self_teacher_reduction  # noqa: E402
-from reports.records import load_many, to_frames  # noqa: E402
+from reports.records import SEED_KEY, load_many, to_frames  # noqa: E402
 from reports.stats import Estimate  # noqa: E402
 
 METHOD = "recover"
@@ -37,6 +39,31 @@ METHOD = "recover"
 def recoveries(records: list[dict]) -> list[dict]:
     """The records of the recovery protocol that carry its result."""
     return [r for r in records if r["method"] == METHOD and r.get("recovery")]
+
+
+def forget_scale(record: dict) -> float:
+    """The protocol's `forget_scale` (records made before it was a setting ran at 1)."""
+    return float((record.get("method_config") or {}).get("forget_scale", 1.0))
+
+
+def protocol(record: dict) -> tuple[str, str, str, float]:
+    """(profile, suite, difficulty, forget_scale): the records read together."""
+    return record["profile"], record["suite"], record["difficulty"], forget_scale(record)
+
+
+def load(folders: list[Path]) -> tuple[list[dict], int]:
+    """The records of every folder, each folder loaded on its own (`load_many`), and how many were left
+    out as the same run as one loaded before: same method, board, budget, seed and forget_scale."""
+    records, seen, repeated = [], set(), 0
+    for folder in folders:
+        for r in load_many([folder])[0]:
+            key = (*(r.get(k) for k in SEED_KEY), forget_scale(r))
+            if key in seen:
+                repeated += 1
+                continue
+            seen.add(key)
+            records.append(r)
+    return records, repeated
 
 
 def measured(record: dict) -> bool | None:
@@ -99,15 +126,24 @@ def _estimate(est: Estimate | None) -> str:
     return f"{_ratio(est.value)} [{_ratio(est.low)}, {_ratio(est.high)}] ({est.stat} of {est.n_seeds})"
 
 
-def readout(records: list[dict]) -> list[str]:
-    """The printed read-out, one block per board (profile, suite, difficulty)."""
-    lines: list[str] = []
-    boards: dict[tuple, list[dict]] = {}
+def by_protocol(records: list[dict]) -> dict[tuple, list[dict]]:
+    """The recovery records by `protocol`, in its order, each group in seed order."""
+    groups: dict[tuple, list[dict]] = {}
     for r in recoveries(records):
-        boards.setdefault((r["profile"], r["suite"], r["difficulty"]), []).append(r)
-    for key, group in sorted(boards.items()):
-        group.sort(key=lambda r: r["seed"])
-        lines += [f"## {' · '.join(key)}", "",
+        groups.setdefault(protocol(r), []).append(r)
+    return {key: sorted(group, key=lambda r: r["seed"]) for key, group in sorted(groups.items())}
+
+
+def _protocol_label(key: tuple) -> str:
+    profile, suite, difficulty, scale = key
+    return f"{suite} · {difficulty} · {profile} · forget_scale {scale:g}"
+
+
+def readout(records: list[dict]) -> list[str]:
+    """The printed read-out, one block per protocol (board and forget_scale)."""
+    lines: list[str] = []
+    for key, group in by_protocol(records).items():
+        lines += [f"## {_protocol_label(key)}", "",
                   "| seed | self-teacher | lost | forgot, points (2 SE) | measured | target | GRPO FLOPs "
                   "| self-OPD FLOPs | GRPO / self-OPD | self-OPD's best check | self-OPD's late checks "
                   "| student at the end |",
@@ -190,15 +226,12 @@ def plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def scatter_points(records: list[dict]) -> dict[tuple[str, str], tuple[list[tuple[float, float, bool]], int]]:
-    """Per board (profile, suite): each seed's (points forgotten, GRPO / self-OPD, forgot measurably)
+def scatter_points(records: list[dict]) -> dict[tuple, tuple[list[tuple[float, float, bool]], int]]:
+    """Per protocol (`protocol`): each seed's (points forgotten, GRPO / self-OPD, forgot measurably)
     where the ratio is finite and above 0 (both arms reached the target, one after a step at least),
-    and how many seeds the board has."""
-    boards: dict[tuple[str, str], list[dict]] = {}
-    for r in recoveries(records):
-        boards.setdefault((r["profile"], r["suite"]), []).append(r)
+    and how many seeds it has."""
     out = {}
-    for key, group in sorted(boards.items()):
+    for key, group in by_protocol(records).items():
         points = [(recovery_forgetting(r["recovery"])[0], self_teacher_reduction(r["recovery"]), measured(r))
                   for r in group]
         out[key] = ([(100 * lost, ratio, bool(known)) for lost, ratio, known in points
@@ -207,7 +240,7 @@ def scatter_points(records: list[dict]) -> dict[tuple[str, str], tuple[list[tupl
 
 
 def scatter(records: list[dict], path: Path) -> None:
-    """Per seed, GRPO / self-OPD (log scale) against the points the student forgot, one colour per board:
+    """Per seed, GRPO / self-OPD (log scale) against the points the student forgot, one colour per protocol:
     filled where it forgot measurably (two standard errors of a check), hollow where not (`scatter_points`
     says which seeds are drawn). Lines at 1x and at the paper's 50x."""
     import matplotlib
@@ -218,12 +251,12 @@ def scatter(records: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ratios, handles = [], []
-    for i, ((profile, suite), (shown, n_seeds)) in enumerate(scatter_points(records).items()):
+    for i, (key, (shown, n_seeds)) in enumerate(scatter_points(records).items()):
         ratios += [ratio for _, ratio, _ in shown]
         ax.scatter([lost for lost, _, _ in shown], [ratio for _, ratio, _ in shown], s=36, edgecolors=f"C{i}",
                    facecolors=[f"C{i}" if known else "none" for _, _, known in shown], linewidths=1.2)
         handles.append(Line2D([], [], marker="o", linestyle="", color=f"C{i}",
-                              label=f"{suite} ({profile}): {len(shown)} of {n_seeds} seeds with a ratio"))
+                              label=f"{_protocol_label(key)}: {len(shown)} of {n_seeds} seeds with a ratio"))
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.axhline(50.0, color="grey", linestyle="--", linewidth=0.8)
@@ -257,15 +290,20 @@ def _yes(value: bool | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="runs folders or folders of result records")
+    parser.add_argument("--suite", help="read only this suite's records")
     parser.add_argument("--figure", type=Path, help="also draw each seed's recovery into this PNG")
     parser.add_argument("--scatter", type=Path, help="also draw each seed's ratio against what it forgot")
     args = parser.parse_args(argv)
     for path in args.runs:
         if not path.is_dir():
             parser.error(f"{path}: not a folder")
-    records, _ = load_many(args.runs)
+    records, repeated = load(args.runs)
+    records = [r for r in records if args.suite in (None, r["suite"])]
+    if repeated:
+        print(f"{repeated} record(s) left out as runs already loaded from an earlier folder", file=sys.stderr)
     if not recoveries(records):
-        parser.error(f"no {METHOD} records with a recovery block under {', '.join(map(str, args.runs))}")
+        suite = f" of suite {args.suite}" if args.suite else ""
+        parser.error(f"no {METHOD} records{suite} with a recovery block under {', '.join(map(str, args.runs))}")
     print("\n".join(readout(records)))
     if args.figure:
         plot(recoveries(records), args.figure)

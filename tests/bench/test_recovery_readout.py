@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "recovery_readout.py"
 
 
-def _recover(seed: int, lost: float, opd_flops: float | None, suite: str = "math_code") -> dict:
+def _recover(seed: int, lost: float, opd_flops: float | None, suite: str = "math_code", **kw) -> dict:
     """A recover record: the self-teacher at 60% on 300 prompts (two standard errors: 5.7 points)."""
-    record = make_record("recover", suite=suite, seed=seed)
+    record = make_record("recover", suite=suite, seed=seed, **kw)
     record["recovery"] = {"domain": "math", "target": 0.5, "grpo_flops": 1e12, "opd_flops": opd_flops,
                           "check_size": 300, "teacher_accuracy": 0.6, "lost_accuracy": 0.6 - lost}
     return record
@@ -70,16 +70,44 @@ def test_the_scatter_draws_each_seed_with_a_ratio_against_what_it_forgot(tmp_pat
     records[2]["recovery"].update(grpo_flops=0.0, opd_flops=0.0)
     other = _recover(0, 0.07, 2e12, suite="four_domain")
     points = readout.scatter_points(records + [other])
-    assert sorted(points) == [("tiny", "four_domain"), ("tiny", "math_code")]
-    shown, n_seeds = points[("tiny", "math_code")]
+    assert sorted(points) == [("tiny", "four_domain", "easy", 1.0), ("tiny", "math_code", "easy", 1.0)]
+    shown, n_seeds = points[("tiny", "math_code", "easy", 1.0)]
     assert n_seeds == 5 and [(round(lost, 6), ratio, known) for lost, ratio, known in shown] == [
         (6.0, 2.0, True), (5.0, 10.0, False)]
-    assert points[("tiny", "four_domain")][0] == [(pytest.approx(7.0), 0.5, True)]
+    assert points[("tiny", "four_domain", "easy", 1.0)][0] == [(pytest.approx(7.0), 0.5, True)]
     write_runs(records + [other], tmp_path / "runs")
     figure = tmp_path / "scatter.png"
     out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "runs"), "--scatter", str(figure)],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {figure}" in out
+
+
+def test_studies_whose_runs_share_names_are_read_together_and_a_run_in_two_folders_counts_once(tmp_path):
+    readout = benchmark_module("recovery_readout")
+    # the same seeds at forget_scale 1 (2e13) and 3 (3e13): `bench sweep --set` gives them the same run ids
+    short = [_recover(seed, 0.02, 5e11) for seed in (0, 1)]
+    long = [_recover(seed, 0.12, 2.5e11, budget_flops=3e13) for seed in (0, 1)]
+    for r in long:
+        r["method_config"] = {**r["method_config"], "forget_scale": 3}
+    assert [r["run_id"] for r in short] == [r["run_id"] for r in long]
+    write_runs(short, tmp_path / "short")
+    write_runs(long, tmp_path / "long")
+    write_runs(short[:1], tmp_path / "again")  # seed 0 at forget_scale 1 once more: left out
+    records, repeated = readout.load([tmp_path / "short", tmp_path / "long", tmp_path / "again"])
+    assert len(records) == 4 and repeated == 1
+    assert sorted(readout.by_protocol(records)) == [("tiny", "math_code", "easy", 1.0),
+                                                    ("tiny", "math_code", "easy", 3.0)]
+    proc = subprocess.run([sys.executable, str(SCRIPT), *(str(tmp_path / d) for d in ("short", "long", "again")),
+                           "--suite", "math_code"], capture_output=True, text=True, check=True, cwd=ROOT)
+    heads = [line for line in proc.stdout.splitlines() if line.startswith("## ")]
+    assert heads == ["## math_code · easy · tiny · forget_scale 1", "## math_code · easy · tiny · forget_scale 3"]
+    # forget_scale 3: 12 points lost on both seeds (measured), each at 4.00x; forget_scale 1: 2 points, none
+    assert "- seeds that measurably forgot: 2 of 2; GRPO / self-OPD 4.00x" in proc.stdout
+    assert "- seeds that measurably forgot: 0 of 2" in proc.stdout
+    assert "1 record(s) left out" in proc.stderr
+    other = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "short"), "--suite", "four_domain"],
+                           capture_output=True, text=True, cwd=ROOT)
+    assert other.returncode == 2 and "of suite four_domain" in other.stderr.strip().splitlines()[-1]
 
 
 def test_bad_input_gets_one_line_and_exit_2(tmp_path):
