@@ -5,7 +5,7 @@
 
 RUNS: runs folders or folders of records, each loaded on its own, so that studies whose runs share
 names (`bench sweep --set` keeps a run's name) can be read together; a run found in two folders counts
-once. For every protocol, a board (profile, suite, difficulty) at one `forget_scale`, one row per seed:
+once. For every protocol, a board (profile, suite, difficulty, budget) at one `forget_scale`, one row per seed:
 the self-teacher's and the lost student's accuracy on the domain, their difference against two
 standard errors of one check (`reports.metrics.recovery_forgetting`), the target, each arm's FLOPs
 to it, the ratio GRPO / self-OPD, self-OPD's best check and, where it never reached the target, the
@@ -46,9 +46,9 @@ def forget_scale(record: dict) -> float:
     return float((record.get("method_config") or {}).get("forget_scale", 1.0))
 
 
-def protocol(record: dict) -> tuple[str, str, str, float]:
-    """(profile, suite, difficulty, forget_scale): the records read together."""
-    return record["profile"], record["suite"], record["difficulty"], forget_scale(record)
+def protocol(record: dict) -> tuple[str, str, str, float, float]:
+    """(profile, suite, difficulty, forget_scale, budget): the records read together, one board's."""
+    return record["profile"], record["suite"], record["difficulty"], forget_scale(record), float(record["budget_flops"])
 
 
 def load(folders: list[Path]) -> tuple[list[dict], int]:
@@ -135,8 +135,8 @@ def by_protocol(records: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def _protocol_label(key: tuple) -> str:
-    profile, suite, difficulty, scale = key
-    return f"{suite} · {difficulty} · {profile} · forget_scale {scale:g}"
+    profile, suite, difficulty, scale, budget = key
+    return f"{suite} · {difficulty} · {profile} · forget_scale {scale:g} · {budget:.2g} FLOPs"
 
 
 def readout(records: list[dict]) -> list[str]:

@@ -70,11 +70,11 @@ def test_the_scatter_draws_each_seed_with_a_ratio_against_what_it_forgot(tmp_pat
     records[2]["recovery"].update(grpo_flops=0.0, opd_flops=0.0)
     other = _recover(0, 0.07, 2e12, suite="four_domain")
     points = readout.scatter_points(records + [other])
-    assert sorted(points) == [("tiny", "four_domain", "easy", 1.0), ("tiny", "math_code", "easy", 1.0)]
-    shown, n_seeds = points[("tiny", "math_code", "easy", 1.0)]
+    assert sorted(points) == [("tiny", "four_domain", "easy", 1.0, 3e14), ("tiny", "math_code", "easy", 1.0, 3e14)]
+    shown, n_seeds = points[("tiny", "math_code", "easy", 1.0, 3e14)]
     assert n_seeds == 5 and [(round(lost, 6), ratio, known) for lost, ratio, known in shown] == [
         (6.0, 2.0, True), (5.0, 10.0, False)]
-    assert points[("tiny", "four_domain", "easy", 1.0)][0] == [(pytest.approx(7.0), 0.5, True)]
+    assert points[("tiny", "four_domain", "easy", 1.0, 3e14)][0] == [(pytest.approx(7.0), 0.5, True)]
     write_runs(records + [other], tmp_path / "runs")
     figure = tmp_path / "scatter.png"
     out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "runs"), "--scatter", str(figure)],
@@ -95,12 +95,13 @@ def test_studies_whose_runs_share_names_are_read_together_and_a_run_in_two_folde
     write_runs(short[:1], tmp_path / "again")  # seed 0 at forget_scale 1 once more: left out
     records, repeated = readout.load([tmp_path / "short", tmp_path / "long", tmp_path / "again"])
     assert len(records) == 4 and repeated == 1
-    assert sorted(readout.by_protocol(records)) == [("tiny", "math_code", "easy", 1.0),
-                                                    ("tiny", "math_code", "easy", 3.0)]
+    assert sorted(readout.by_protocol(records)) == [("tiny", "math_code", "easy", 1.0, 3e14),
+                                                    ("tiny", "math_code", "easy", 3.0, 3e13)]
     proc = subprocess.run([sys.executable, str(SCRIPT), *(str(tmp_path / d) for d in ("short", "long", "again")),
                            "--suite", "math_code"], capture_output=True, text=True, check=True, cwd=ROOT)
     heads = [line for line in proc.stdout.splitlines() if line.startswith("## ")]
-    assert heads == ["## math_code · easy · tiny · forget_scale 1", "## math_code · easy · tiny · forget_scale 3"]
+    assert heads == ["## math_code · easy · tiny · forget_scale 1 · 3e+14 FLOPs",
+                     "## math_code · easy · tiny · forget_scale 3 · 3e+13 FLOPs"]
     # forget_scale 3: 12 points lost on both seeds (measured), each at 4.00x; forget_scale 1: 2 points, none
     assert "- seeds that measurably forgot: 2 of 2; GRPO / self-OPD 4.00x" in proc.stdout
     assert "- seeds that measurably forgot: 0 of 2" in proc.stdout
