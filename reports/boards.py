@@ -19,7 +19,7 @@ import pandas as pd
 from reports.fit import CurveFit, fit_scaling_curve
 from reports.metrics import (
     BUDGET_FRACTIONS, FIRST_MILESTONE, PROTOCOL_METHODS, REFERENCE_METHOD, TARGET_GAINS, envelope_segments,
-    interpolate_curve, upper_envelope,
+    forgot_measurably, interpolate_curve, upper_envelope,
 )
 from reports.records import ACCURACY_AT, BOARD_COLUMNS, Frames
 from reports.relative import Reference, Relative, at_spend, empty_relative, reference_bootstrap, targets_and_savings
@@ -95,6 +95,8 @@ class MethodResult:
     curve_low: np.ndarray | None  # [B] 95% band, None for one seed
     curve_high: np.ndarray | None
     fit: CurveFit | None
+    # self_teacher_reduction over the runs whose student measurably forgot, as a board of them alone gives it
+    forgot_reduction: Estimate = NONE
     domain_accuracy: dict[str, float] = field(default_factory=dict)  # aggregate final, per domain
     flops_by_group: dict[tuple[str, str], float] = field(default_factory=dict)  # (phase group, kind) -> mean
     per_run: dict[str, list] = field(default_factory=dict)  # column of the runs frame -> values, seed order
@@ -248,6 +250,17 @@ def _method_result(method: str, runs: pd.DataFrame, frames_idx: dict, key: Board
     )
 
 
+def _forgot_reduction(method: str, runs: pd.DataFrame, frames_idx: dict, key: BoardKey) -> Estimate:
+    """The self-teacher reduction over the runs whose student measurably forgot the domain
+    (`metrics.forgot_measurably`), exactly as a board of those runs alone would give it (its own
+    bootstrap draws, no reference); NONE where no run did, or no run has a recovery."""
+    lost, noise = runs["recovery_forgetting"].to_numpy(float), runs["recovery_noise"].to_numpy(float)
+    kept = [not (np.isnan(a) or np.isnan(b)) and forgot_measurably(a, b) for a, b in zip(lost, noise)]
+    if not any(kept):
+        return NONE
+    return _method_result(method, runs[kept], frames_idx, key, None).self_teacher_reduction
+
+
 def _per_run_tables(frames: Frames) -> tuple[dict, dict]:
     """run_id -> {domain: final accuracy}, and run_id -> {(phase group, kind): counted FLOPs}."""
     domains: dict[str, dict[str, float]] = {}
@@ -346,6 +359,8 @@ def build_boards(frames: Frames) -> list[Board]:
         key = BoardKey(*(str(v) for v in values[:4]), float(values[4]))
         ref = _reference(runs, curves, key)
         results = [_method_result(m, g, idx, key, ref) for m, g in runs.groupby("method")]
+        for r in results:
+            r.forgot_reduction = _forgot_reduction(r.method, runs[runs["method"] == r.method], idx, key)
         results.sort(key=lambda r: (not r.is_reference, r.is_protocol, -(r.final_accuracy.value or 0.0), r.method))
         targets = {} if ref is None or not ref.has_targets else dict(zip(TARGET_GAINS, map(float, ref.tau)))
         board = Board(key, REFERENCE_METHOD if ref else None, targets, results, frontier(results, key.budget_flops),

@@ -278,7 +278,19 @@ def claim_self_teachers(boards: list[Board]) -> Claim:
         note = (f"largest single run: {_ratio_text(max(values))}; " if values else "") + _recovery_note(m, est)
         claim.rows.append(_row(b, "recovery FLOPs, GRPO / self-OPD", "up to 50x", est, "ratio",
                                direction(est, 1.0, want_above=True), note))
+        forgot = m.forgot_reduction
+        if forgot.value is not None and forgot.n_seeds < est.n_seeds:
+            claim.rows.append(_row(
+                b, "the same, over the seeds whose student measurably forgot", "up to 50x", forgot, "ratio",
+                CONTEXT, f"{_listed('seed', _forgot_seeds(m))}: the seeds whose ratio measures a recovery; "
+                f"judged alone, {direction(forgot, 1.0, want_above=True)}", decides=False))
     return claim
+
+
+def _forgot_seeds(m) -> list[int]:
+    """The seeds on which the student lost more than two standard errors of one check."""
+    return [seed for seed, lost, noise in zip(m.seeds, m.per_run["recovery_forgetting"], m.per_run["recovery_noise"])
+            if _known(lost) and _known(noise) and forgot_measurably(lost, noise)]
 
 
 def findings(boards: list[Board]) -> list[Claim]:

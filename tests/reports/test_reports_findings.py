@@ -112,3 +112,22 @@ def test_claim_4_names_the_seeds_where_nothing_measurable_was_lost():
     one = claim_self_teachers(_boards(runs[:2])).rows[0].note
     assert "on seed 0 the student had lost 0.3 points" in one and "its ratio measures no recovery" in one
     assert "nothing measurable" not in claim_self_teachers(_boards(runs[1:2] + runs[3:])).rows[0].note
+
+
+def test_claim_4_shows_beside_its_verdict_the_ratio_over_the_seeds_that_measurably_forgot():
+    # seeds 1, 3 and 4 lost 6-12 points (measured, ratios 3, 4 and 5); seeds 0 and 2 lost 1 and 2 (ratios 0.5, 1)
+    lost = {0: 0.59, 1: 0.48, 2: 0.58, 3: 0.54, 4: 0.50}
+    ratio = {0: 0.5, 1: 3.0, 2: 1.0, 3: 4.0, 4: 5.0}
+    runs = [_recovery_run(s, ratio[s], 300, 0.6, lost[s]) for s in range(5)]
+    claim = claim_self_teachers(_boards(runs))
+    main, context = claim.rows
+    assert main.decides and main.estimate.n_seeds == 5
+    assert not context.decides and context.verdict == CONTEXT and context.estimate.n_seeds == 3
+    assert "seeds 1, 3 and 4" in context.note and "judged alone, holds" in context.note
+    assert claim.verdict == main.verdict  # context never decides
+    # exactly what a board of those three runs alone gives (benchmarks/recovery_readout.py reads that)
+    alone = claim_self_teachers(_boards([runs[1], runs[3], runs[4]])).rows
+    assert len(alone) == 1 and alone[0].estimate == context.estimate
+    # where every seed with a ratio forgot measurably, or none did, there is nothing to add
+    assert len(claim_self_teachers(_boards([runs[1], runs[3]])).rows) == 1
+    assert len(claim_self_teachers(_boards([runs[0], runs[2]])).rows) == 1
