@@ -288,7 +288,8 @@ def claim_self_teachers(boards: list[Board]) -> Claim:
 
 
 def _forgot_seeds(m) -> list[int]:
-    """The seeds on which the student lost more than two standard errors of one check."""
+    """The seeds on which the student measurably forgot: more than nothing, and at least two standard
+    errors of one check (`metrics.forgot_measurably`)."""
     return [seed for seed, lost, noise in zip(m.seeds, m.per_run["recovery_forgetting"], m.per_run["recovery_noise"])
             if _known(lost) and _known(noise) and forgot_measurably(lost, noise)]
 
