@@ -97,14 +97,14 @@ def late_checks(record: dict, arm: str = "opd") -> float | None:
     return sum(late) / len(late)
 
 
-def reduction_estimate(records: list[dict]) -> Estimate | None:
-    """The board's self-teacher reduction over these records (one board), None without records."""
-    if not records:
-        return None
-    for board in build_boards(to_frames(records)):
+def reduction_estimates(records: list[dict]) -> tuple[Estimate, Estimate] | None:
+    """The board's self-teacher reduction over these records (one board) and, as the findings page
+    gives it, over the seeds that measurably forgot (`MethodResult.forgot_reduction`); None without
+    records."""
+    for board in build_boards(to_frames(records)) if records else []:
         for m in board.methods:
             if m.method == METHOD:
-                return m.self_teacher_reduction
+                return m.self_teacher_reduction, m.forgot_reduction
     return None
 
 
@@ -157,9 +157,10 @@ def readout(records: list[dict]) -> list[str]:
                 f"| {_flops(rec['grpo_flops'])} | {_flops(rec['opd_flops'])} | {_ratio(self_teacher_reduction(rec))} "
                 f"| {_pct(best_check(r))} | {_pct(late_checks(r))} | {_pct(final_domain_accuracy(r))} |")
         kept = [r for r in group if measured(r)]
-        for name, subset in (("seeds that measurably forgot", kept), ("every seed (the board's)", group)):
-            est = reduction_estimate(subset)
-            verdict = direction(est, 1.0, want_above=True) if est is not None else "not measured"
+        every, forgot = reduction_estimates(group)
+        for name, subset, est in (("seeds that measurably forgot", kept, forgot),
+                                  ("every seed (the board's)", group, every)):
+            verdict = direction(est, 1.0, want_above=True) if est.value is not None else "not measured"
             lines.append(f"- {name}: {len(subset)} of {len(group)}; GRPO / self-OPD {_estimate(est)}: {verdict}")
         lines.append("")
     return lines
