@@ -358,9 +358,10 @@ def build_boards(frames: Frames) -> list[Board]:
     for values, runs in frames.runs.groupby(BOARD_COLUMNS, sort=True):
         key = BoardKey(*(str(v) for v in values[:4]), float(values[4]))
         ref = _reference(runs, curves, key)
-        results = [_method_result(m, g, idx, key, ref) for m, g in runs.groupby("method")]
-        for r in results:
-            r.forgot_reduction = _forgot_reduction(r.method, runs[runs["method"] == r.method], idx, key)
+        results = []
+        for method, group in runs.groupby("method"):
+            results.append(_method_result(method, group, idx, key, ref))
+            results[-1].forgot_reduction = _forgot_reduction(method, group, idx, key)
         results.sort(key=lambda r: (not r.is_reference, r.is_protocol, -(r.final_accuracy.value or 0.0), r.method))
         targets = {} if ref is None or not ref.has_targets else dict(zip(TARGET_GAINS, map(float, ref.tau)))
         board = Board(key, REFERENCE_METHOD if ref else None, targets, results, frontier(results, key.budget_flops),

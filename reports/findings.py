@@ -238,9 +238,7 @@ def _recovery_note(m, est: Estimate) -> str:
                      "FLOPs than it was given)")
     if any(math.isinf(v) for _, v in per_seed):
         parts.append("a seed where GRPO did not reach it counts as ∞×")
-    unmeasured = [(seed, lost, noise) for seed, lost, noise
-                  in zip(m.seeds, m.per_run["recovery_forgetting"], m.per_run["recovery_noise"])
-                  if _known(lost) and _known(noise) and not forgot_measurably(lost, noise)]
+    unmeasured = [(seed, lost, noise) for seed, lost, noise, forgot in _forgetting(m) if not forgot]
     if unmeasured:
         seeds, lost, noise = zip(*unmeasured)
         one = len(unmeasured) == 1
@@ -280,18 +278,20 @@ def claim_self_teachers(boards: list[Board]) -> Claim:
                                direction(est, 1.0, want_above=True), note))
         forgot = m.forgot_reduction
         if forgot.value is not None and forgot.n_seeds < est.n_seeds:
+            seeds = [seed for seed, _, _, measured in _forgetting(m) if measured]
             claim.rows.append(_row(
                 b, "the same, over the seeds whose student measurably forgot", "up to 50x", forgot, "ratio",
-                CONTEXT, f"{_listed('seed', _forgot_seeds(m))}: the seeds whose ratio measures a recovery; "
+                CONTEXT, f"{_listed('seed', seeds)}: the seeds whose ratio measures a recovery; "
                 f"judged alone, {direction(forgot, 1.0, want_above=True)}", decides=False))
     return claim
 
 
-def _forgot_seeds(m) -> list[int]:
-    """The seeds on which the student measurably forgot: more than nothing, and at least two standard
-    errors of one check (`metrics.forgot_measurably`)."""
-    return [seed for seed, lost, noise in zip(m.seeds, m.per_run["recovery_forgetting"], m.per_run["recovery_noise"])
-            if _known(lost) and _known(noise) and forgot_measurably(lost, noise)]
+def _forgetting(m) -> list[tuple[int, float, float, bool]]:
+    """(seed, accuracy lost, two standard errors of one check, forgot measurably) for every run whose
+    record has both accuracies (`metrics.forgot_measurably`: more than nothing, and at least that noise)."""
+    return [(seed, lost, noise, forgot_measurably(lost, noise)) for seed, lost, noise
+            in zip(m.seeds, m.per_run["recovery_forgetting"], m.per_run["recovery_noise"])
+            if _known(lost) and _known(noise)]
 
 
 def findings(boards: list[Board]) -> list[Claim]:
