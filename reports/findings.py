@@ -35,6 +35,7 @@ MIN_CHECK_SIZE = 300  # held-out prompts a recovery target should be checked on 
 PAPER_TITLE = "Unpacking the Compute Efficiency of Strong-to-Weak OPD against GRPO"
 PAPER_ID = "arXiv:2611.08453"
 PAPER = f"{PAPER_TITLE} ({PAPER_ID})"
+PAPER_SHARE = {2: 0.052, 4: 0.080}  # claim 2: distillation's share of the experts' FLOPs, by number of domains
 
 
 @dataclass
@@ -164,7 +165,7 @@ def claim_distillation_share(boards: list[Board]) -> Claim:
                   "opd-multi's distillation share at the held-out plateau (where the records carry per-evaluation "
                   "phase FLOPs) and at the stopping rule, each with its 95% bootstrap interval over seeds "
                   "(docs/metrics.md, \"Distillation share\")")
-    paper = {2: 0.052, 4: 0.080}
+    paper = PAPER_SHARE
     for b, m, _ in _pairs(boards, "opd-multi"):
         if b.n_domains not in paper:
             continue
@@ -258,12 +259,21 @@ def _recovery_note(m, est: Estimate) -> str:
     return "; ".join(parts)
 
 
-def claim_self_teachers(boards: list[Board]) -> Claim:
+EVERY, FORGOT = "every", "forgot"  # claim 4 decided over every seed with a ratio, or over those that forgot
+
+
+def claim_self_teachers(boards: list[Board], over: str = EVERY) -> Claim:
+    """Claim 4. over: EVERY (a board: every seed with a ratio decides, those that measurably forgot are
+    context) or FORGOT (a study that said so before it ran: the seeds that forgot decide, every seed is
+    context)."""
+    if over not in (EVERY, FORGOT):
+        raise ValueError(f"claim 4 is decided over {EVERY!r} or {FORGOT!r} seeds, not {over!r}")
+    seeds = "the seeds whose student measurably forgot" if over == FORGOT else "seeds"
     claim = Claim(4, "Self-GRPO teachers cut the FLOPs needed to recover a domain",
                   "up to 50x fewer FLOPs than GRPO to recover single-domain accuracy",
                   "holds when the reduction's interval lies above 1 (self-OPD recovers with fewer FLOPs); an "
                   "interval that spans 1 is inconclusive",
-                  "recovery FLOPs, GRPO / self-OPD, aggregated over seeds with its 95% bootstrap interval "
+                  f"recovery FLOPs, GRPO / self-OPD, aggregated over {seeds} with its 95% bootstrap interval "
                   "(docs/metrics.md, \"Self-teacher reduction\")")
     # The recovery protocol runs as its own method (`recover`); a self-grpo record carrying a
     # `recovery` block counts too.
@@ -274,15 +284,20 @@ def claim_self_teachers(boards: list[Board]) -> Claim:
             continue
         values = [v for v in m.per_run["self_teacher_reduction"] if _known(v)]
         note = (f"largest single run: {_ratio_text(max(values))}; " if values else "") + _recovery_note(m, est)
+        every = direction(est, 1.0, want_above=True)
         claim.rows.append(_row(b, "recovery FLOPs, GRPO / self-OPD", "up to 50x", est, "ratio",
-                               direction(est, 1.0, want_above=True), note))
+                               every if over == EVERY else CONTEXT,
+                               note if over == EVERY else f"judged alone, {every}; {note}", decides=over == EVERY))
         forgot = m.forgot_reduction
-        if forgot.value is not None and forgot.n_seeds < est.n_seeds:
+        if over == FORGOT or (forgot.value is not None and forgot.n_seeds < est.n_seeds):
             seeds = [seed for seed, _, _, measured in _forgetting(m) if measured]
+            judged = direction(forgot, 1.0, want_above=True)
+            which = (f"{_listed('seed', seeds)}: the seeds whose ratio measures a recovery" if seeds
+                     else "no seed's student measurably forgot")
             claim.rows.append(_row(
                 b, "the same, over the seeds whose student measurably forgot", "up to 50x", forgot, "ratio",
-                CONTEXT, f"{_listed('seed', seeds)}: the seeds whose ratio measures a recovery; "
-                f"judged alone, {direction(forgot, 1.0, want_above=True)}", decides=False))
+                judged if over == FORGOT else CONTEXT, which if over == FORGOT else f"{which}; judged alone, {judged}",
+                decides=over == FORGOT))
     return claim
 
 
@@ -294,7 +309,8 @@ def _forgetting(m) -> list[tuple[int, float, float, bool]]:
             if _known(lost) and _known(noise)]
 
 
-def findings(boards: list[Board]) -> list[Claim]:
-    """The four claims, measured on every board that has the runs for them."""
+def findings(boards: list[Board], recovery_over: str = EVERY) -> list[Claim]:
+    """The four claims, measured on every board that has the runs for them; claim 4 decided over
+    `recovery_over` seeds (EVERY or FORGOT, claim_self_teachers)."""
     return [claim_savings(boards), claim_distillation_share(boards), claim_external(boards),
-            claim_self_teachers(boards)]
+            claim_self_teachers(boards, recovery_over)]

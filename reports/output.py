@@ -81,7 +81,8 @@ class Writer:
 def remove_previous(root: Path, keep: set[Path]) -> None:
     """Delete the files a previous build listed in site.json (only those, only inside root), except `keep`.
 
-    keep: the record files this build reads (resolved): a site rebuilt from its own records/ keeps them.
+    keep: the files this build wrote and the record files it read (resolved): a site rebuilt from its
+    own records/ keeps them.
     """
     index = root / "site.json"
     try:
@@ -114,16 +115,21 @@ def check_overwrite(root: Path, run_ids: set[str], inputs: set[Path]) -> None:
         inputs: every record file this build reads (resolved): those are kept, never lost.
     Raises:
         SiteOverwriteError naming how many records would be lost, when `root` holds a built site
-        (site.json) with record files (records/*.json) of other run ids.
+        (site.json) with record files (records/*.json) of other run ids, or a study
+        (studies/<slug>/study.json and records/*.json) this build does not read.
     """
     if not (root / "site.json").is_file():
         return
     lost = [p for p in sorted((root / "records").glob("*.json"))
             if p.resolve() not in inputs and (run_id := _run_id(p)) is not None and run_id not in run_ids]
+    # a study's records are its own (another study may hold runs of the same names): kept only if read
+    lost += [p for p in sorted((root / "studies").glob("*/records/*.json"))
+             if p.resolve() not in inputs and _run_id(p) is not None]
+    lost += [p for p in sorted((root / "studies").glob("*/study.json")) if p.resolve() not in inputs]
     if lost:
-        n = len(lost)
+        n, first = len(lost), lost[0].relative_to(root)
         raise SiteOverwriteError(
-            f"{root} holds a built site, and {n} of its record{'s' if n != 1 else ''} ({lost[0].name}"
-            f"{', ...' if n > 1 else ''}) would be lost: {'they are runs' if n > 1 else 'it is a run'} this build "
-            "does not read. Nothing was written. Pass force=True (--force on the command line) to replace the "
-            "site, or choose another output folder.")
+            f"{root} holds a built site, and {n} of its record files ({first}{', ...' if n > 1 else ''}) would "
+            "be lost: this build does not read them (runs it does not show, or a study it is not given). "
+            "Nothing was written. Pass force=True (--force on the command line) to replace the site, or choose "
+            "another output folder.")

@@ -194,3 +194,55 @@ def step_traces(name: str, traces: dict) -> str:
                   f"Training statistics of every step of each of {len(runs)} seeds, coloured by ledger phase; "
                   "x: counted FLOPs after the step.", height=height,
                   extra=legend(entries, 20, height - 22, horizontal=True))
+
+
+def study_recovery(groups: list[dict]) -> str:
+    """A recovery study seed by seed: the points of the domain each student lost against GRPO / self-OPD.
+
+    groups: [{"name", "colour", "lost": [points], "ratio": [...], "forgot": [bool]}], one per board. A seed
+    whose student measurably forgot is a full dot, one that did not a faint one; 0 and infinity (an arm
+    that never recovered) are drawn at the axis' ends.
+    """
+    xs = [v for g in groups for v in g["lost"]]
+    ys = [v for g in groups for v in g["ratio"] if v is not None and 0 < v < math.inf] + [1.0]
+    p = Panel(LinearScale.nice(xs + [0.0]), LinearScale.nice(ys + [0.0], floor=0.0), _MAIN,
+              "points of the domain the student lost", "recovery FLOPs, GRPO / self-OPD")
+    p.y.fmt = lambda v: f"{v:g}×"
+    p.line([p.x.lo, p.x.hi], [1.0, 1.0], INK, width=1.0, dash="5 3")
+    legend = []
+    for g in groups:
+        for forgot, opacity in ((False, 0.3), (True, 0.9)):
+            kept = [(x, y) for x, y, f in zip(g["lost"], g["ratio"], g["forgot"]) if f == forgot and y is not None]
+            if kept:
+                p.points(*zip(*kept), g["colour"], r=4.5, opacity=opacity)
+        legend.append(LegendEntry(g["name"], g["colour"], "marker"))
+    legend.append(LegendEntry("equal cost", INK, "dash"))
+    return render([p], "Recovery, seed by seed", legend,
+                  "Each seed's GRPO / self-OPD recovery FLOPs against the points of the domain its student lost; full "
+                  "dots are the seeds whose student measurably forgot, faint ones those where it did not.")
+
+
+def study_shares(groups: list[dict]) -> str:
+    """A distillation study seed by seed: each seed's share of its experts' FLOPs at the held-out plateau
+    and at the stopping rule, with the band within a factor of two of the paper's share.
+
+    groups: [{"name", "colour", "seeds": [...], "plateau": [...], "stop": [...], "paper": share}].
+    """
+    seeds = [s for g in groups for s in g["seeds"]]
+    ys = [v for g in groups for v in g["plateau"] + g["stop"] if v is not None] + [2 * g["paper"] for g in groups]
+    x = LinearScale.nice(seeds, pad=0.08)
+    x.n_ticks = min(10, max(seeds) - min(seeds) + 1)  # whole seeds: a step of 1 or 2, never 2.5
+    p = Panel(x, LinearScale.nice(ys + [0.0], floor=0.0), _MAIN, "seed", "distillation FLOPs / experts' FLOPs")
+    p.y.fmt = lambda v: f"{100 * v:.0f}%"
+    legend = []
+    for g in groups:
+        lo, hi = p.x.lo, p.x.hi
+        p.band([lo, hi], [g["paper"] / 2] * 2, [2 * g["paper"]] * 2, g["colour"], opacity=0.1)
+        p.line([lo, hi], [g["paper"]] * 2, g["colour"], width=1.0, dash="5 3")
+        p.points(g["seeds"], g["plateau"], g["colour"], r=4.5, opacity=0.9)
+        p.points(g["seeds"], g["stop"], g["colour"], r=4.5, opacity=0.3)
+        legend.append(LegendEntry(g["name"], g["colour"], "marker"))
+    legend.append(LegendEntry("the paper's share", INK, "dash"))
+    return render([p], "Distillation's share, seed by seed", legend,
+                  "Each seed's distillation FLOPs as a share of its experts', at the held-out plateau (full dots) and "
+                  "at the stopping rule (faint); the band is within a factor of two of the paper's share.")

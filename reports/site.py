@@ -5,14 +5,17 @@
 Writes, under out_dir: index.html (what the site measures and at what scale, a tab per board with
 sortable tables and figures, and an About section on the method), methods/<board>/<method>.html (one
 page per method and board, with the command that reproduces each run and its sample completions),
-findings.html (the paper's claims beside ours), plots/**.svg, static/ (CSS and JS), results.csv,
-results.json, records/<run>.json (a copy of every record used, so `bench report --runs
-leaderboard/records --out leaderboard/` rebuilds the site from itself) and site.json (every page and
-file written). Fully static: no network, no CDN, works from file://. Every
-string from a record is autoescaped by Jinja and every path is made of slugs. Files listed in a
-previous build's site.json are removed first, except record files this build reads, so pages of
-methods that left the leaderboard do not linger; nothing else in out_dir is touched. A build that
-would delete the record files of runs it does not read refuses first (SiteOverwriteError) unless forced.
+findings.html (the paper's claims beside ours, and the studies), studies/<slug>.html with
+studies/<slug>/{study.json, records/} (each study given: its question, rule, commands and verdicts;
+reports.studies), plots/**.svg, static/ (CSS and JS), results.csv, results.json, records/<run>.json
+(a copy of every record used, so `bench report --runs leaderboard/records --out leaderboard/`
+rebuilds the site from itself) and site.json (every page and file written). Fully static: no
+network, no CDN, works from file://. Every string from a record or a study's manifest is autoescaped
+by Jinja and every path is made of slugs. Once every file is written, the files a previous build's
+site.json lists and this build did not write or read are removed, so pages of methods that left the
+leaderboard do not linger and a build that fails half-way leaves the previous site whole; nothing
+else in out_dir is touched. A build that would delete the record files of runs it
+does not read, or a study it is not given, refuses first (SiteOverwriteError) unless forced.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ from reports.output import SiteOverwriteError, Writer, check_overwrite, remove_p
 from reports.records import SOURCE_KEY, Frames, load_many, to_frames
 from reports.reproduce import commits, site_command
 from reports.stats import CURVE_REPS, DEFAULT_REPS
+from reports.studies import STUDIES_DIR, STUDY_FILE, Study, StudyError, study_view
 from reports.views import board_view, claims_view, method_href, method_plot_paths, plot_jobs, worlds_view
 
-__all__ = ["SiteOverwriteError", "SiteSummary", "build_site"]  # SiteOverwriteError: build_site raises it
+__all__ = ["SiteOverwriteError", "SiteSummary", "StudyError", "build_site"]  # the errors build_site raises
 
 _HERE = Path(__file__).parent
 SITE_SCHEMA = "opd-bench-site/1"
@@ -85,20 +89,50 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def _write_records(records: list[dict[str, Any]], writer: Writer) -> list[str]:
-    """Copy each record used into records/<slug of its run id>.json, so the site can be rebuilt from itself."""
+def _place(writer: Writer, rel: str, source: Path) -> None:
+    """A file the site keeps as read: kept where it already is (a rebuild from itself), else copied."""
+    if (writer.root / rel).resolve() == source.resolve():
+        writer.keep(rel)
+    else:
+        # the file as read: records carry their per-step traces, and encoding a thousand of them
+        # again took ~0.5 s of a build
+        writer.copy(rel, source)
+
+
+def _write_records(records: list[dict[str, Any]], writer: Writer, folder: str = "records") -> list[str]:
+    """Copy each record used into <folder>/<slug of its run id>.json, so the site can be rebuilt from itself."""
     slugs, out = Slugs(), []
     for r in records:
-        rel = f"records/{slugs(r['run_id'])}.json"
-        source = Path(r[SOURCE_KEY])
-        if (writer.root / rel).resolve() == source.resolve():
-            writer.keep(rel)  # rebuilding from this very file: it is the record
-        else:
-            # the file as read: records carry their per-step traces, and encoding a thousand of them
-            # again took ~0.5 s of a build
-            writer.copy(rel, source)
+        rel = f"{folder}/{slugs(r['run_id'])}.json"
+        _place(writer, rel, Path(r[SOURCE_KEY]))
         out.append(rel)
     return out
+
+
+def _write_studies(studies: list[Study], writer: Writer, env: jinja2.Environment,
+                   common: dict[str, Any]) -> tuple[list[dict], list[dict], list[dict]]:
+    """Each study's page (studies/<slug>.html), manifest and records (studies/<slug>/); returns (pages,
+    the findings page's list of studies, results.json's studies)."""
+    pages, listed, results = [], [], []
+    for study in studies:
+        folder = f"{STUDIES_DIR}/{study.slug}"
+        _place(writer, f"{folder}/{STUDY_FILE}", study.manifest)
+        record_files = _write_records(study.records, writer, f"{folder}/records")
+        view, claims, figures = study_view(study, record_files)
+        for path, func, kwargs, _ in figures:
+            writer.draw(path, func, kwargs)
+        rel = f"{folder}.html"
+        writer.write(rel, env.get_template("study.html").render(root="../", s=view, **common))
+        pages.append({"path": rel, "kind": "study", "title": study.title, "study": study.slug})
+        listed.append({"href": rel, "title": study.title, "question": study.question, "plan": study.plan,
+                       "claims": [{"number": c.number, "verdict": c.verdict} for c in claims],
+                       "verdicts": {c.number: c.verdict for c in claims}})
+        results.append({"slug": study.slug, "title": study.title, "question": study.question, "rule": study.rule,
+                        "docs": study.docs, "sweep": study.sweep, "readout": study.readout,
+                        "recovery_over": study.recovery_over, "plan_check": study.plan,
+                        "run_ids": [r["run_id"] for r in study.records], "record_files": record_files,
+                        "findings": _claims_json(claims)})
+    return pages, listed, results
 
 
 def _results_json(boards: list[Board], slugs: dict, claims, skipped, generated: str) -> dict[str, Any]:
@@ -120,13 +154,15 @@ def _results_json(boards: list[Board], slugs: dict, claims, skipped, generated: 
                                  (b.frontier.segments if b.frontier else [])],
                     "leads": lead_sentence(board_leads(b)),
                     "warnings": b.warnings, "methods": methods})
-    claims_out = [{"number": c.number, "title": c.title, "paper": c.paper, "verdict": c.verdict, "basis": c.basis,
-                   "rows": [{"board": r.board, "measure": r.measure, "paper": r.paper,
-                             "estimate": r.estimate.to_dict(), "verdict": r.verdict, "decides": r.decides,
-                             "note": r.note} for r in c.rows]}
-                  for c in claims]
-    return {"schema": RESULTS_SCHEMA, "generated": generated, "notes": NOTES, "boards": out, "findings": claims_out,
-            "skipped": [{"path": str(p), "reason": r} for p, r in skipped]}
+    return {"schema": RESULTS_SCHEMA, "generated": generated, "notes": NOTES, "boards": out,
+            "findings": _claims_json(claims), "skipped": [{"path": str(p), "reason": r} for p, r in skipped]}
+
+
+def _claims_json(claims: list) -> list[dict[str, Any]]:
+    return [{"number": c.number, "title": c.title, "paper": c.paper, "verdict": c.verdict, "basis": c.basis,
+             "rows": [{"board": r.board, "measure": r.measure, "paper": r.paper, "estimate": r.estimate.to_dict(),
+                       "verdict": r.verdict, "decides": r.decides, "note": r.note} for r in c.rows]}
+            for c in claims]
 
 
 def _number(value: float | str | None) -> float:
@@ -195,7 +231,8 @@ def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, A
 
 
 def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = None,
-               worlds: list[dict[str, Any]] | None = None, force: bool = False) -> SiteSummary:
+               worlds: list[dict[str, Any]] | None = None, force: bool = False,
+               studies: list[Study] | None = None) -> SiteSummary:
     """Build the leaderboard from every valid record under `runs_dirs` into `out_dir`.
 
     Args:
@@ -209,7 +246,11 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
             index says what scale the results come from with the descriptions, the findings page
             shows the regime tables.
         force: build even when `out_dir` holds a built site whose records/ has runs this build does
-            not read (they are deleted); without it that raises SiteOverwriteError and nothing is touched.
+            not read, or studies it is not given (they are deleted); without it that raises
+            SiteOverwriteError and nothing is touched.
+        studies: studies to show beside the board (reports.studies.load_study), each on its own page
+            with its manifest and records copied to studies/<slug>/; a study already in `out_dir` is
+            kept in place.
     Returns:
         a SiteSummary; invalid records are listed there, in site.json and on the index page.
     Raises:
@@ -218,40 +259,51 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
     t0 = time.perf_counter()
     generated = generated or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     records, skipped = load_many(runs_dirs)
-    out_dir = Path(out_dir)
+    out_dir, studies = Path(out_dir), list(studies or [])
+    if len({s.slug for s in studies}) < len(studies):
+        raise StudyError(f"two studies share a slug (a study's folder name): {sorted(s.slug for s in studies)}")
     inputs = {Path(r[SOURCE_KEY]).resolve() for r in records} | {Path(p).resolve() for p, _ in skipped}
+    for study in studies:
+        inputs |= {study.manifest.resolve(), *(Path(r[SOURCE_KEY]).resolve() for r in study.records),
+                   *(Path(p).resolve() for p, _ in study.skipped)}
     if not force:
         check_overwrite(out_dir, {r["run_id"] for r in records}, inputs)
     frames = to_frames(records)
     boards = build_boards(frames)
     claims = findings(boards)
     out_dir.mkdir(parents=True, exist_ok=True)
-    remove_previous(out_dir, keep=inputs)
     with figures.drawing_pool(n_figures=len(figures.SEABORN_FIGURES) * len(boards)) as pool:
         writer, env = Writer(out_dir, pool), _environment()
         record_files = _write_records(records, writer)
         common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER,
                   "paper_title": PAPER_TITLE, "paper_id": PAPER_ID, "site_command": site_command(records),
                   "commits": commits(records), "reference": REFERENCE_METHOD,
-                  "reps": {"per_run": DEFAULT_REPS, "curve": CURVE_REPS}}
+                  "reps": {"per_run": DEFAULT_REPS, "curve": CURVE_REPS}, "has_studies": bool(studies)}
         pages, views, slug_of = _write_boards(boards, frames, records, record_files, writer, env, common)
         common["worlds"] = worlds_view(worlds or [], views)
+        study_pages, study_list, study_results = _write_studies(studies, writer, env, common)
+        pages += study_pages
         writer.write("index.html", env.get_template("index.html").render(
             root="", boards=views, skipped=[(str(p), r) for p, r in skipped], **common))
         writer.write("findings.html", env.get_template("findings.html").render(
-            root="", claims=claims_view(claims, slug_of), regimes=worlds or [], **common))
+            root="", claims=claims_view(claims, slug_of), regimes=worlds or [], studies=study_list,
+            studies_of={n: [s for s in study_list if n in s["verdicts"]] for n in range(1, 5)}, **common))
         results = _results_json(boards, slug_of, claims, skipped, generated)
         results["worlds"] = worlds or []
+        results["studies"] = study_results
         writer.write("results.json", json.dumps(results, indent=1, ensure_ascii=False))
         writer.write("results.csv", _results_csv(results))
         for name in ("site.css", "site.js"):
             writer.write(f"static/{name}", (_HERE / "static" / name).read_text(encoding="utf-8"))
         writer.finish()
+    # only once every file is written: a build that fails half-way leaves the previous site whole
+    remove_previous(out_dir, keep=inputs | {(out_dir / rel).resolve() for rel in [*writer.written, "site.json"]})
     pages[:0] = [{"path": "index.html", "kind": "index", "title": "Leaderboard"},
                  {"path": "findings.html", "kind": "findings", "title": "Findings"}]
     files = writer.written + ["site.json"]
     site = {"schema": SITE_SCHEMA, "generated": generated, "records": len(records), "skipped": len(skipped),
-            "boards": [v["slug"] for v in views], "pages": pages, "downloads": ["results.csv", "results.json"],
+            "boards": [v["slug"] for v in views], "studies": [s.slug for s in studies], "pages": pages,
+            "downloads": ["results.csv", "results.json"],
             "record_files": record_files, "files": files}
     writer.write("site.json", json.dumps(site, indent=1, ensure_ascii=False))
     return SiteSummary(out_dir=out_dir, n_records=len(records), skipped=skipped, boards=[b.label for b in boards],

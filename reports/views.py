@@ -216,10 +216,11 @@ def plot_jobs(board: Board, slug: str, method_slugs: dict[str, str], colours: di
     return jobs
 
 
-def claims_view(claims: list[Claim], board_slugs: dict[tuple, str]) -> list[dict[str, Any]]:
+def claims_view(claims: list[Claim], board_slugs: dict[tuple, str], page: str = "index.html") -> list[dict[str, Any]]:
+    """The claims for a template; each row's board links to `page#<board slug>`."""
     out = []
     for c in claims:
-        rows = [{"board": r.board, "href": f"index.html#{board_slugs[r.board_slug_key]}", "measure": r.measure,
+        rows = [{"board": r.board, "href": f"{page}#{board_slugs[r.board_slug_key]}", "measure": r.measure,
                  "paper": r.paper, "verdict": r.verdict, "decides": r.decides, "note": r.note,
                  **fmt_estimate(r.estimate, r.unit)} for r in c.rows]
         out.append({"number": c.number, "title": c.title, "paper": c.paper, "rule": c.rule, "basis": c.basis,

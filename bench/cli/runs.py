@@ -164,7 +164,7 @@ def prepare(
     except ReferenceError as exc:
         _fail(str(exc))
     teacher = prepared.teacher_info()
-    shipped = {} if prepared.rebuilt or reference.manifest(profile) is None else _shipped_hashes(profile)
+    shipped = {} if prepared.rebuilt else reference.shipped_hashes(profile)
     built = (_built_in(teacher, "the external teacher", shipped.get("external") == teacher["model_hash"])
              if teacher is not None else "the external teacher not built")
     base = _built_in(prepared.info, "the base", shipped.get("base") == prepared.info["model_hashes"]["base"])
@@ -180,7 +180,7 @@ def prepare(
         shipped = reference.manifest(profile)
         if shipped is None:
             _fail(f"no shipped reference for profile {profile} to check against", code=1)
-        ours, theirs = prepared.model_hashes(), _shipped_hashes(profile)
+        ours, theirs = prepared.model_hashes(), reference.shipped_hashes(profile)
         names = [n for n in ("base", "external") if n in ours and n in theirs]  # built here and shipped
         for name in names:
             same = ours.get(name) == theirs.get(name)
@@ -188,15 +188,3 @@ def prepare(
                           f"{'identical' if same else 'DIFFERENT'}")
         if any(ours.get(n) != theirs.get(n) for n in names):
             _fail("the rebuilt models differ from the shipped ones (see docs/world.md, Reproducibility)", code=1)
-
-
-def _shipped_hashes(profile: str) -> dict:
-    import json
-
-    from bench.world import reference
-
-    root = reference.ROOT / profile
-    hashes = {"base": json.loads((root / "prepared.json").read_text())["model_hashes"]["base"]}
-    if (root / "external.json").exists():  # a world may ship its base before its teacher
-        hashes["external"] = json.loads((root / "external.json").read_text())["model_hash"]
-    return hashes

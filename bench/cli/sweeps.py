@@ -14,6 +14,7 @@ from bench.cli.common import (
     ADDRESS_HELP, DEFAULT_PROFILE, PROFILE_HELP, PROFILE_ORDER, ROLLOUT_HELP, RUNS_HELP, SEEDS_HELP, _budget, _fail,
     _interruptible, _names, _one_line, _overrides, _print_json, _seeds, _split, app, console, err,
 )
+from bench.errors import USER_ERRORS
 
 
 PANEL = "Many runs and the leaderboard"  # the heading these commands are listed under in `bench --help`
@@ -36,17 +37,26 @@ def sweep(
     set_: list[str] = typer.Option([], "--set", help="method config override key=value for every run (repeatable)"),
 ) -> None:
     """Run methods x suites x seeds (skips complete runs, resumes interrupted ones)."""
-    _names(_split(methods), _split(suites), difficulty, profile)
-    from bench.run.config import RunConfig
-    from bench.run.sweep import plan, run_sweep
-
     with _interruptible(INTERRUPTED), _one_line():
-        base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
-                         budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, rollout=rollout)
-        configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
-        _validate(configs)
+        configs = _sweep_configs(methods, suites, seeds, difficulty, budget, profile, runs, rollout, set_)
+        from bench.run.sweep import run_sweep
+
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
     _sweep_outcome(result)
+
+
+def _sweep_configs(methods: str, suites: str, seeds: str, difficulty: str, budget: Optional[str], profile: str,
+                   runs: Path, rollout: str, set_: list[str]) -> list:
+    """The runs `bench sweep` plans from its options, each checked (`_validate`) before any starts."""
+    _names(_split(methods), _split(suites), difficulty, profile)  # before torch loads: a typo is answered at once
+    from bench.run.config import RunConfig
+    from bench.run.sweep import plan
+
+    base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
+                     budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, rollout=rollout)
+    configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
+    _validate(configs)
+    return configs
 
 
 # Ctrl-C or SIGTERM: the sweep stops its runs (`run_sweep`) and says so on one line.
@@ -77,6 +87,8 @@ def reproduce(
     profile = profile or shipped_profiles()
     if not profile:
         _fail("no world has shipped reference models (bench/reference/<profile>/); name one with --profile")
+    with _one_line():
+        studies = _studies(out, [])  # the site's studies, read and checked before any run starts
     with _interruptible(INTERRUPTED), _one_line():
         configs = [c for name in profile for c in reproduce_plan(
             _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
@@ -87,7 +99,7 @@ def reproduce(
     try:
         with _interruptible(f"interrupted while the site was built, after the sweep: `bench report --runs {runs} "
                             f"--out {out}{' --force' if force else ''}` builds it"), _one_line():
-            summary = build_site([runs], out, worlds=shipped_worlds(), force=force)
+            summary = build_site([runs], out, worlds=shipped_worlds(), force=force, studies=studies)
     except SiteOverwriteError as exc:
         _sweep_outcome(result, fail=False)
         _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site "
@@ -143,14 +155,72 @@ def _sweep_outcome(result, fail: bool = True) -> None:
         _fail("; ".join(f"{name}: {why}" for name, why in result.failed), code=1)
 
 
+def _studies(out: Path, folders: list[Path]) -> list:
+    """The studies a site shows: those it already holds (OUT/studies/*) and `folders`, each loaded and its
+    sweep command checked against its records at this code (`plan_check`); a study that cannot be
+    read or whose command cannot be parsed stops the build with one line."""
+    from reports.studies import StudyError, load_study, site_studies
+
+    from bench.run.plan_check import plan_check
+    from bench.run.provenance import git_commit
+
+    chosen: dict[str, Path] = {}
+    for folder in [*site_studies(out), *folders]:
+        if not (folder / "study.json").is_file():
+            _fail(f"study {folder}: no study.json (a study is a folder with study.json and records/)")
+        if folder.name in chosen and chosen[folder.name].resolve() != folder.resolve():
+            _fail(f"two studies named {folder.name}: {chosen[folder.name]} and {folder} (a study's name is its "
+                  "folder's)")
+        chosen[folder.name] = folder
+    studies, commit = [], git_commit()
+    for folder in chosen.values():
+        try:
+            study = load_study(folder)
+            configs = _parsed_sweep(study.sweep, f"study {folder}")
+            check = plan_check(configs, study.records)
+        except StudyError as exc:
+            _fail(str(exc))
+        except USER_ERRORS as exc:  # a sweep command that names an unknown method, key or value
+            _fail(f"study {folder}: {exc}")
+        study.plan = {"commit": commit, "runs": len(configs), **check}
+        if differences := check["differences"]:
+            err.print(f"study {folder}: its sweep command no longer makes its records ({len(differences)} "
+                      f"difference{'s' if len(differences) != 1 else ''}; first: {differences[0]})",
+                      highlight=False, soft_wrap=True)
+        studies.append(study)
+    return studies
+
+
+def _parsed_sweep(text: str, where: str) -> list:
+    """The runs a `bench sweep ...` command line plans, parsed by the `sweep` command's own options."""
+    import shlex
+
+    from typer.exceptions import TyperException  # what typer's own click raises on bad options
+    from typer.main import get_command
+
+    try:
+        words = shlex.split(text)
+        if words[:2] != ["bench", "sweep"]:
+            raise ValueError("it does not start with `bench sweep`")
+        params = get_command(app).commands["sweep"].make_context("bench sweep", words[2:]).params
+    except (ValueError, TyperException) as exc:
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        _fail(f"{where}: its sweep command cannot be read: {message}")
+    return _sweep_configs(*(params[k] for k in ("methods", "suites", "seeds", "difficulty", "budget", "profile",
+                                                "runs", "rollout", "set_")))
+
+
 @app.command(rich_help_panel=PANEL)
 def report(
     runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),
     out: Path = typer.Option(
         Path("site"), help="where the static site is written (the committed reference is leaderboard/)"),
     force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
+    study: list[Path] = typer.Option(
+        [], help="a study folder (study.json and records/) to show beside the board and copy into OUT/studies/ "
+                 "(repeatable; the studies OUT already holds are always shown)"),
 ) -> None:
-    """Build the static HTML leaderboard from run records."""
+    """Build the static HTML leaderboard from run records (and the studies beside it)."""
     from reports.site import SiteOverwriteError, build_site
 
     from bench.world.regime import shipped_worlds
@@ -158,9 +228,11 @@ def report(
     missing = [str(r) for r in runs if not r.is_dir()]
     if missing:
         _fail(f"no such runs folder: {', '.join(missing)}")
+    with _one_line():
+        studies = _studies(out, study)
     try:
         with _one_line():
-            summary = build_site(runs, out, worlds=shipped_worlds(), force=force)
+            summary = build_site(runs, out, worlds=shipped_worlds(), force=force, studies=studies)
     except SiteOverwriteError as exc:
         _fail(str(exc))
     for path, reason in summary.skipped:

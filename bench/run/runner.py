@@ -235,6 +235,11 @@ class Runner:
         self.dir.mkdir(parents=True, exist_ok=True)
         store.write_json(config_path, written)
 
+    def fingerprint(self) -> dict:
+        """What makes this run (config.json's fingerprint): its method and resolved config, suite and its
+        hash, profile, seed, budget and evaluation settings. Nothing is built or written."""
+        return self._config_record()["fingerprint"]
+
     def _config_record(self) -> dict:
         return record.config_record(self.run_id, self.method_cls.name, self.method_config, self.config,
                                     self.profile, self.suite)

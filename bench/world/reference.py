@@ -44,6 +44,18 @@ def ships(profile_name: str, part: str) -> bool:
     return meta is not None and PARTS[part][1] in meta["files"]
 
 
+def shipped_hashes(profile_name: str) -> dict[str, str]:
+    """The weights hashes of the shipped models, {"base": ..., "external": ...} (a world may ship its
+    base before its teacher); {} where the world ships none."""
+    root = ROOT / profile_name
+    if not ships(profile_name, "student"):
+        return {}
+    hashes = {"base": json.loads((root / "prepared.json").read_text())["model_hashes"]["base"]}
+    if ships(profile_name, "external"):
+        hashes["external"] = json.loads((root / "external.json").read_text())["model_hash"]
+    return hashes
+
+
 def install(profile_name: str, key: str, folder: Path, part: str, part_key: str | None = None) -> bool:
     """Copy the shipped `part` (`student` or `external`) into `folder` if it was built for this recipe:
     the part's own key (`part_key`) where the manifest records one, else the world's `key`.

@@ -11,6 +11,8 @@ budget; opd-multi adds a boundary point where distillation starts and denser poi
     make_record(method="opd-multi", suite="math_code", seed=0)  -> dict
     make_sweep(1000)                                           -> list of dicts
     write_runs(records, runs_dir)                              -> runs_dir/<run_id>/summary.json
+    make_recover_record(seed=0, lost=0.2, ratio=3.0)           -> a `recover` run's record
+    write_study(folder, records, title=...)                    -> folder (study.json and records/)
 """
 
 from __future__ import annotations
@@ -238,3 +240,29 @@ def write_runs(records: list[dict], runs_dir: Path) -> Path:
         run_dir.mkdir(exist_ok=True)
         (run_dir / "summary.json").write_text(json.dumps(record), encoding="utf-8")
     return runs_dir
+
+
+def make_recover_record(seed: int, lost: float, ratio: float) -> dict[str, Any]:
+    """A recovery run (`recover`) whose student lost `lost` of the domain (checked on 300 prompts) and
+    whose GRPO arm needed `ratio` times self-OPD's FLOPs to recover it."""
+    record = make_record("grpo-joint", seed=seed)
+    record.update(method="recover", run_id=f"recover__math_code-easy__tiny__s{seed}")
+    record["recovery"] = {"domain": "math", "target": 0.5, "grpo_flops": ratio * 1e11, "opd_flops": 1e11,
+                          "check_size": 300, "teacher_accuracy": 0.6, "lost_accuracy": 0.6 - lost}
+    return record
+
+
+def write_study(folder: Path, records: list[dict], **manifest: Any) -> Path:
+    """A study folder: study.json (a claim 4 study over the seeds that forgot, with `manifest`'s changes;
+    a None value leaves the field out) and each record as records/<run id>.json."""
+    fields = {"schema": "opd-bench-study/1", "title": "Claim 4 on eight seeds",
+              "question": "Does the self-teacher recover with fewer FLOPs?", "rule": "over the seeds that forgot",
+              "docs": "docs/world.md", "sweep": "bench sweep --methods recover --seeds 8 --out runs-s",
+              "readout": "python benchmarks/recovery_readout.py runs-s", "claims": [4], "recovery_over": "forgot"}
+    fields.update(manifest)
+    (folder / "records").mkdir(parents=True)
+    (folder / "study.json").write_text(json.dumps({k: v for k, v in fields.items() if v is not None}),
+                                       encoding="utf-8")
+    for r in records:
+        (folder / "records" / f"{r['run_id']}.json").write_text(json.dumps(r), encoding="utf-8")
+    return folder

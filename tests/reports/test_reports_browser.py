@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from reports.site import build_site
+from reports.studies import load_study
 from tests.reports.browser import BROWSER_MARKS
-from tests.reports.factory import make_record, make_sweep, write_runs
+from tests.reports.factory import make_record, make_recover_record, make_sweep, write_runs, write_study
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "reports"
 
@@ -185,3 +186,20 @@ def test_a_copied_site_works_anywhere(site, page, tmp_path):
     assert page.is_visible("#panel-four_domain-easy-tiny")
     page.click("text=results.json")
     assert "opd-bench-results/2" in page.content()
+
+
+def test_a_study_opens_from_the_findings_page_and_links_its_records(page, tmp_path):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    study = write_study(tmp_path / "claim4-study", [make_recover_record(s, 0.2, 3.0) for s in range(4)])
+    records = [make_record(m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
+    build_site([write_runs(records, tmp_path / "runs")], tmp_path / "out", studies=[load_study(study)])
+    page.goto((tmp_path / "out" / "index.html").as_uri())
+    page.click(".site-header >> text=Studies")
+    assert page.url.endswith("findings.html#studies")
+    page.click("#studies >> text=Claim 4 on eight seeds")
+    assert page.url.endswith("studies/claim4-study.html")
+    assert page.locator("section.claim h2 .verdict").all_inner_texts() == ["holds"]
+    assert page.locator("table.study-runs tbody tr").count() == 4
+    page.screenshot(path=str(ARTIFACTS / "study.png"), full_page=True)
+    page.click("table.study-runs tbody tr >> nth=0 >> text=JSON")
+    assert '"run_id": "recover__math_code-easy__tiny__s0"' in page.content()

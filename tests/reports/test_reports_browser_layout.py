@@ -10,12 +10,14 @@ import pytest
 
 from reports.colours import FIXED
 from reports.site import build_site
-from tests.reports.factory import make_record, make_sweep, write_runs
+from reports.studies import load_study
+from tests.reports.factory import make_record, make_recover_record, make_sweep, write_runs, write_study
 from tests.reports.browser import BROWSER_MARKS
 
 pytestmark = BROWSER_MARKS
 
-PAGES = {"index": "index.html", "findings": "findings.html", "method": "methods/math_code-easy-tiny/opd-multi.html"}
+PAGES = {"index": "index.html", "findings": "findings.html", "method": "methods/math_code-easy-tiny/opd-multi.html",
+         "study": "studies/long-study.html"}
 WIDTHS = {"desktop": 1280, "phone": 390}
 SCHEMES = ("light", "dark")
 
@@ -27,7 +29,10 @@ def site(tmp_path_factory):
     records.append(make_record("x" * 150, seed=0))  # a long name must not widen a phone's page
     worlds = [{"profile": "tiny", "description": "worked answers of 30-60 tokens: a small student and teacher",
                "rows": [{"criterion": "completion length", "needs": ">= 30", "measured": "math 37.0", "met": True}]}]
-    build_site([write_runs(records, root / "runs")], root / "out", worlds=worlds)
+    # a study: its page, and the header's link to the studies, must fit a phone too
+    study = write_study(root / "long-study", [make_recover_record(s, 0.1 * (s % 2), 2.0) for s in range(6)],
+                        title="A study whose title is long enough to wrap on a phone " * 2)
+    build_site([write_runs(records, root / "runs")], root / "out", worlds=worlds, studies=[load_study(study)])
     return root / "out"
 
 

@@ -137,6 +137,23 @@ def test_rebuild_removes_stale_pages_and_nothing_else(tmp_path):
     assert (out / "README.md").read_text() == "mine" and summary.n_records == 1
 
 
+def test_a_build_that_fails_half_way_leaves_the_previous_site_whole(tmp_path, monkeypatch):
+    import reports.site
+
+    out = tmp_path / "out"
+    build_site([write_runs([make_record("grpo-joint"), make_record("opd-multi")], tmp_path / "r1")], out)
+    before = {p for p in out.rglob("*") if p.is_file()}
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a page failed to render")
+
+    monkeypatch.setattr(reports.site, "_write_studies", broken)  # after the boards' pages, before the index
+    with pytest.raises(RuntimeError, match="failed to render"):
+        build_site([write_runs([make_record("grpo-joint")], tmp_path / "r2")], out, force=True)
+    assert {p for p in out.rglob("*") if p.is_file()} >= before  # every file of the previous site is there
+    assert (out / "methods" / "math_code-easy-tiny" / "opd-multi.html").is_file()
+
+
 def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
             for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -151,7 +168,7 @@ def test_a_build_that_would_lose_records_refuses_and_touches_nothing(tmp_path):
     with pytest.raises(SiteOverwriteError) as caught:
         build_site([part], out)
     message = str(caught.value)
-    assert "3 of its records" in message and "force=True" in message and "another output folder" in message
+    assert "3 of its record files" in message and "force=True" in message and "another output folder" in message
     assert _snapshot(out) == before  # nothing deleted, nothing written again
     # the same runs again, more runs, or the site's own records: nothing is lost, no error
     build_site([full], out)

@@ -1,0 +1,113 @@
+"""A study's sweep command, resolved by today's code, is checked against its records: the committed
+studies' commands make exactly their records, and a changed default, base or seed set is named."""
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bench.cli import app
+from bench.cli.sweeps import _parsed_sweep
+from bench.run.plan_check import plan_check
+from reports.studies import load_study, site_studies
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDIES = site_studies(ROOT / "leaderboard")
+CLAIM2 = ROOT / "leaderboard" / "studies" / "claim2-ten-seeds"
+runner = CliRunner()
+
+
+def test_the_reference_site_holds_its_studies():
+    assert {p.name for p in STUDIES} >= {"claim2-ten-seeds", "claim4-ten-seeds", "claim4-forget-scale-3"}
+
+
+@pytest.mark.parametrize("folder", STUDIES, ids=lambda p: p.name)
+def test_each_committed_studys_command_makes_exactly_its_records(folder):
+    """If this fails, today's code would not remake the study's records (a default, a suite, the world's
+    version or its shipped base changed): run the study again, or say on the site why it may stand."""
+    study = load_study(folder)
+    configs = _parsed_sweep(study.sweep, folder.name)
+    check = plan_check(configs, study.records)
+    assert len(configs) == len(study.records)
+    assert check["differences"] == []
+
+
+def _claim2(seeds=range(2)):
+    study = load_study(CLAIM2)
+    sweep = study.sweep.replace("--seeds 10", f"--seeds {len(seeds)}")
+    records = [r for r in study.records if r["seed"] in seeds]
+    return _parsed_sweep(sweep, "test"), copy.deepcopy(records)
+
+
+def test_a_changed_value_base_or_seed_set_is_named():
+    configs, records = _claim2()
+    assert plan_check(configs, records) == {"differences": [], "added": []}
+    records[0]["method_config"]["distill"]["lr"] *= 2
+    records[1]["provenance"]["model_hashes"]["base"] = "0" * 16
+    differences = plan_check(configs, records)["differences"]
+    assert len(differences) == 2
+    assert differences[0].startswith("opd-multi__four_domain-easy__tiny__s0: method_config.distill.lr is ")
+    assert "opd-multi__four_domain-easy__tiny__s1: model_hashes.base is '0000000000000000' in its record" in \
+        differences[1]
+    configs, records = _claim2(range(3))
+    check = plan_check(configs[:2], records[1:] + [records[0] | {"run_id": "opd-multi__four_domain-easy__tiny__s9"}])
+    assert check["differences"] == [
+        "opd-multi__four_domain-easy__tiny__s0: planned by the command, but there is no record of it",
+        "opd-multi__four_domain-easy__tiny__s2: a record the command does not plan",
+        "opd-multi__four_domain-easy__tiny__s9: a record the command does not plan"]
+
+
+def test_an_option_added_since_a_record_was_made_is_listed_apart():
+    configs, records = _claim2()
+    for r in records:
+        del r["method_config"]["distill"]["warmup_updates"]
+    check = plan_check(configs, records)
+    assert check["differences"] == []
+    assert check["added"] == ["method_config.distill.warmup_updates = 0 (2 of 2 records lack it)"]
+    del records[0]["suite_hash"]  # what makes a run is never an option added since: a record lacking it differs
+    assert plan_check(configs, records)["differences"][0].startswith(
+        "opd-multi__four_domain-easy__tiny__s0: suite_hash is '(absent)' in its record")
+
+
+def _copy_study(tmp_path: Path, sweep: str | None = None) -> Path:
+    folder = tmp_path / "claim2-copy"
+    shutil.copytree(CLAIM2, folder)
+    if sweep is not None:
+        manifest = json.loads((folder / "study.json").read_text())
+        (folder / "study.json").write_text(json.dumps({**manifest, "sweep": sweep}))
+    return folder
+
+
+def test_bench_report_shows_each_studys_check(tmp_path):
+    from tests.reports.factory import make_record, write_runs
+
+    runs = write_runs([make_record("grpo-joint", seed=s) for s in range(2)], tmp_path / "runs")
+    study = _copy_study(tmp_path, "bench sweep --methods opd-multi --suites four_domain --seeds 10 --profile tiny "
+                                  "--set distill.lr=0.5")
+    result = runner.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site"), "--study", str(study)])
+    assert result.exit_code == 0, result.output
+    assert "its sweep command no longer makes its records (10 differences; first: " in result.stderr
+    page = (tmp_path / "site" / "studies" / "claim2-copy.html").read_text()
+    assert "The command no longer makes these records" in page and "method_config.distill.lr is " in page
+    # the next build finds the study in the site and checks it again
+    result = runner.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
+    assert result.exit_code == 0 and "no longer makes its records" in result.stderr
+
+
+@pytest.mark.parametrize("sweep, needle", [
+    ("bench sweep --methods opd-multi --seeds 10 --colour red", "No such option: --colour"),
+    ("bench sweep --methods opd-mutli --seeds 10", "did you mean 'opd-multi'"),
+    ("bench sweep --methods opd-multi --set distill.lrr=1", "did you mean 'distill.lr'"),
+    ("bench sweep --methods opd-multi --seeds 'ten", "No closing quotation"),
+])
+def test_a_sweep_command_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, sweep, needle):
+    study = _copy_study(tmp_path, sweep)
+    result = runner.invoke(app, ["report", "--runs", str(CLAIM2 / "records"), "--out", str(tmp_path / "site"),
+                                 "--study", str(study)])
+    assert result.exit_code == 2
+    message = (result.stderr or result.output).strip()
+    assert needle in message and len(message.splitlines()) == 1, message
+    assert not (tmp_path / "site").exists()  # refused before anything was written
