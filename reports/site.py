@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -232,7 +233,8 @@ def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, A
 
 def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = None,
                worlds: list[dict[str, Any]] | None = None, force: bool = False,
-               studies: list[Study] | None = None) -> SiteSummary:
+               studies: list[Study] | None = None,
+               board_check: Callable[[list[dict[str, Any]], str], dict[str, Any] | None] | None = None) -> SiteSummary:
     """Build the leaderboard from every valid record under `runs_dirs` into `out_dir`.
 
     Args:
@@ -251,6 +253,10 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
         studies: studies to show beside the board (reports.studies.load_study), each on its own page
             with its manifest and records copied to studies/<slug>/; a study already in `out_dir` is
             kept in place.
+        board_check: called with the records and the site's command (`bench reproduce ...`) before
+            anything is written; it says whether that command, at today's code, plans exactly these
+            records ({"commit", "runs", "differences", "added"}, as a study's `plan`), or None. The
+            engine gives one (`bench report`); the pages show its answer, or that none was given.
     Returns:
         a SiteSummary; invalid records are listed there, in site.json and on the index page.
     Raises:
@@ -268,6 +274,8 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
                    *(Path(p).resolve() for p, _ in study.skipped)}
     if not force:
         check_overwrite(out_dir, {r["run_id"] for r in records}, inputs)
+    command = site_command(records)
+    check = board_check(records, command) if board_check is not None else None
     frames = to_frames(records)
     boards = build_boards(frames)
     claims = findings(boards)
@@ -276,7 +284,7 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
         writer, env = Writer(out_dir, pool), _environment()
         record_files = _write_records(records, writer)
         common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER,
-                  "paper_title": PAPER_TITLE, "paper_id": PAPER_ID, "site_command": site_command(records),
+                  "paper_title": PAPER_TITLE, "paper_id": PAPER_ID, "site_command": command, "board_check": check,
                   "commits": commits(records), "reference": REFERENCE_METHOD,
                   "reps": {"per_run": DEFAULT_REPS, "curve": CURVE_REPS}, "has_studies": bool(studies)}
         pages, views, slug_of = _write_boards(boards, frames, records, record_files, writer, env, common)
@@ -291,6 +299,7 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
         results = _results_json(boards, slug_of, claims, skipped, generated)
         results["worlds"] = worlds or []
         results["studies"] = study_results
+        results["board_check"] = {"command": command, **check} if check is not None else None
         writer.write("results.json", json.dumps(results, indent=1, ensure_ascii=False))
         writer.write("results.csv", _results_csv(results))
         for name in ("site.css", "site.js"):

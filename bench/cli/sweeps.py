@@ -80,26 +80,21 @@ def reproduce(
 ) -> None:
     """Every method on math_code and four_domain at each world's budget, the recovery protocol, then the report."""
     from bench.world.regime import shipped_worlds
-    from bench.run.config import RunConfig
-    from bench.run.sweep import reproduce_plan, run_sweep
+    from bench.run.sweep import run_sweep
     from reports.site import SiteOverwriteError, build_site
 
-    profile = profile or shipped_profiles()
-    if not profile:
-        _fail("no world has shipped reference models (bench/reference/<profile>/); name one with --profile")
     with _one_line():
         studies = _studies(out, [])  # the site's studies, read and checked before any run starts
     with _interruptible(INTERRUPTED), _one_line():
-        configs = [c for name in profile for c in reproduce_plan(
-            _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
-        _validate(configs)
+        configs = _reproduce_configs(profile, seeds, runs, rollout)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run),
                            expected_s=_record_wall_times(out) or _record_wall_times(REFERENCE_SITE))
     # copies each record it uses to OUT/records: the site rebuilds from itself
     try:
         with _interruptible(f"interrupted while the site was built, after the sweep: `bench report --runs {runs} "
                             f"--out {out}{' --force' if force else ''}` builds it"), _one_line():
-            summary = build_site([runs], out, worlds=shipped_worlds(), force=force, studies=studies)
+            summary = build_site([runs], out, worlds=shipped_worlds(), force=force, studies=studies,
+                                 board_check=_board_check)
     except SiteOverwriteError as exc:
         _sweep_outcome(result, fail=False)
         _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site "
@@ -110,6 +105,20 @@ def reproduce(
 
 
 REFERENCE_SITE = Path("leaderboard")  # the reference board, in a checkout of this repository
+
+
+def _reproduce_configs(profile: list[str], seeds: str, runs: Path, rollout: str) -> list:
+    """The runs `bench reproduce` plans from its options, each checked (`_validate`) before any starts."""
+    from bench.run.config import RunConfig
+    from bench.run.sweep import reproduce_plan
+
+    profile = profile or shipped_profiles()
+    if not profile:
+        _fail("no world has shipped reference models (bench/reference/<profile>/); name one with --profile")
+    configs = [c for name in profile for c in reproduce_plan(
+        _seeds(seeds), RunConfig(method="", suite="", profile=name, runs_dir=runs, rollout=rollout))]
+    _validate(configs)
+    return configs
 
 
 def _record_wall_times(site: Path) -> dict[str, float]:
@@ -184,15 +193,15 @@ def _studies(out: Path, folders: list[Path]) -> list:
             _fail(f"study {folder}: {exc}")
         study.plan = {"commit": commit, "runs": len(configs), **check}
         if differences := check["differences"]:
-            err.print(f"study {folder}: its sweep command no longer makes its records ({len(differences)} "
+            err.print(f"study {folder}: its sweep command does not make exactly its records ({len(differences)} "
                       f"difference{'s' if len(differences) != 1 else ''}; first: {differences[0]})",
                       highlight=False, soft_wrap=True)
         studies.append(study)
     return studies
 
 
-def _parsed_sweep(text: str, where: str) -> list:
-    """The runs a `bench sweep ...` command line plans, parsed by the `sweep` command's own options."""
+def _parsed(text: str, command: str, where: str) -> dict:
+    """The options of a `bench <command> ...` command line, parsed by that command's own options."""
     import shlex
 
     from typer.exceptions import TyperException  # what typer's own click raises on bad options
@@ -200,14 +209,44 @@ def _parsed_sweep(text: str, where: str) -> list:
 
     try:
         words = shlex.split(text)
-        if words[:2] != ["bench", "sweep"]:
-            raise ValueError("it does not start with `bench sweep`")
-        params = get_command(app).commands["sweep"].make_context("bench sweep", words[2:]).params
+        if words[:2] != ["bench", command]:
+            raise ValueError(f"it does not start with `bench {command}`")
+        return get_command(app).commands[command].make_context(f"bench {command}", words[2:]).params
     except (ValueError, TyperException) as exc:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        _fail(f"{where}: its sweep command cannot be read: {message}")
+        _fail(f"{where}: its {command} command cannot be read: {message}")
+        raise  # pragma: no cover  (_fail raises)
+
+
+def _parsed_sweep(text: str, where: str) -> list:
+    """The runs a `bench sweep ...` command line plans."""
+    params = _parsed(text, "sweep", where)
     return _sweep_configs(*(params[k] for k in ("methods", "suites", "seeds", "difficulty", "budget", "profile",
                                                 "runs", "rollout", "set_")))
+
+
+def _board_check(records: list[dict], command: str) -> dict | None:
+    """Whether the site's own command (`bench reproduce ...`, reports.reproduce.site_command), resolved
+    by today's code, plans exactly the board's records (`plan_check`); None, with a line on stderr,
+    where it cannot be planned here (no records, or a world that needs local models)."""
+    from bench.run.plan_check import plan_check
+    from bench.run.provenance import git_commit
+
+    if not records:
+        return None
+    params = _parsed(command, "reproduce", "the site")
+    try:
+        configs = _reproduce_configs(params["profile"], params["seeds"], params["runs"], params["rollout"])
+        check = plan_check(configs, records)
+    except USER_ERRORS as exc:
+        err.print(f"the site's command `{command}` was not checked against its records: {exc}", highlight=False,
+                  soft_wrap=True)
+        return None
+    if differences := check["differences"]:
+        err.print(f"the site's command `{command}` does not make exactly its records ({len(differences)} "
+                  f"difference{'s' if len(differences) != 1 else ''}; first: {differences[0]})",
+                  highlight=False, soft_wrap=True)
+    return {"commit": git_commit(), "runs": len(configs), **check}
 
 
 @app.command(rich_help_panel=PANEL)
@@ -232,7 +271,8 @@ def report(
         studies = _studies(out, study)
     try:
         with _one_line():
-            summary = build_site(runs, out, worlds=shipped_worlds(), force=force, studies=studies)
+            summary = build_site(runs, out, worlds=shipped_worlds(), force=force, studies=studies,
+                                 board_check=_board_check)
     except SiteOverwriteError as exc:
         _fail(str(exc))
     for path, reason in summary.skipped:

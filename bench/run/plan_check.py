@@ -1,6 +1,6 @@
 """Does a command, resolved by today's code, plan exactly a set of records? `bench report` asks it of
-each study's `bench sweep` command, so that a reference number whose command no longer makes it is
-seen on the site, not discovered by accident.
+the site's own `bench reproduce` command and of each study's `bench sweep` command, so that a
+reference number whose command does not make it is seen on the site, not discovered by accident.
 
     check = plan_check(configs, records)   # {"differences": [...], "added": [...]}: both empty when the
                                            # plan is the records, run for run

@@ -89,12 +89,12 @@ def test_bench_report_shows_each_studys_check(tmp_path):
                                   "--set distill.lr=0.5")
     result = runner.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site"), "--study", str(study)])
     assert result.exit_code == 0, result.output
-    assert "its sweep command no longer makes its records (10 differences; first: " in result.stderr
+    assert "its sweep command does not make exactly its records (10 differences; first: " in result.stderr
     page = (tmp_path / "site" / "studies" / "claim2-copy.html").read_text()
-    assert "The command no longer makes these records" in page and "method_config.distill.lr is " in page
+    assert "The command does not make exactly these 10 records." in page and "method_config.distill.lr is " in page
     # the next build finds the study in the site and checks it again
     result = runner.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
-    assert result.exit_code == 0 and "no longer makes its records" in result.stderr
+    assert result.exit_code == 0 and "does not make exactly its records" in result.stderr
 
 
 @pytest.mark.parametrize("sweep, needle", [
@@ -111,3 +111,36 @@ def test_a_sweep_command_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, sw
     message = (result.stderr or result.output).strip()
     assert needle in message and len(message.splitlines()) == 1, message
     assert not (tmp_path / "site").exists()  # refused before anything was written
+
+
+def test_the_reference_sites_command_makes_exactly_its_records(tmp_path):
+    """`bench reproduce --seeds 3 --profile direct --profile tiny`, the command the reference site shows,
+    resolved by today's code, plans exactly its 72 records; an option added since some were made is listed."""
+    result = runner.invoke(app, ["report", "--runs", str(ROOT / "leaderboard" / "records"), "--out",
+                                 str(tmp_path / "site")])
+    assert result.exit_code == 0, result.output
+    assert "does not make exactly its records" not in result.stderr
+    check = json.loads((tmp_path / "site" / "results.json").read_text())["board_check"]
+    assert check["command"] == "bench reproduce --seeds 3 --profile direct --profile tiny"
+    assert check["runs"] == 72 and check["differences"] == []
+    assert any(a.startswith("method_config.forget_scale = 1.0 (12 of 72") for a in check["added"])
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "the command plans exactly the board&#39;s records, run for run" in index
+
+
+def test_bench_report_says_when_the_sites_command_does_not_make_its_records(tmp_path):
+    from tests.reports.factory import make_record, write_runs
+
+    # synthetic records: the runs `bench reproduce` would make have other configs, and most are missing
+    runs = write_runs([make_record("grpo-joint", seed=s) for s in range(2)], tmp_path / "runs")
+    result = runner.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
+    assert result.exit_code == 0, result.output
+    assert "the site's command `bench reproduce --seeds 3 --profile tiny` does not make exactly its records" in \
+        result.stderr
+    check = json.loads((tmp_path / "site" / "results.json").read_text())["board_check"]
+    assert "grpo-joint__math_code-easy__tiny__s2: planned by the command, but there is no record of it" in \
+        check["differences"]
+    assert any(d.startswith("grpo-joint__math_code-easy__tiny__s0: method_config.") for d in check["differences"])
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "The command does not make exactly the board&#39;s records." in index
+    assert f"and {len(check['differences']) - 10} more (results.json has them all)" in index

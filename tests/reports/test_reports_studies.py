@@ -73,9 +73,9 @@ def test_a_plan_check_is_shown_as_given(tmp_path):
                   "added": ["method_config.forget_scale = 1.0 (8 of 8 records lack it)"]}
     build_site([_board(tmp_path)], tmp_path / "site", studies=[study])
     page = (tmp_path / "site" / "studies" / "checked.html").read_text()
-    assert "The command no longer makes these records" in page and "method_config.lr is 1e-05" in page
+    assert "The command does not make exactly these 8 records." in page and "method_config.lr is 1e-05" in page
     assert "method_config.forget_scale = 1.0" in page
-    assert "its command no longer makes its records" in (tmp_path / "site" / "findings.html").read_text()
+    assert "its command does not make exactly its records" in (tmp_path / "site" / "findings.html").read_text()
 
 
 def test_a_site_keeps_its_studies_and_a_rebuild_without_them_refuses(tmp_path):
