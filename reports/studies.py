@@ -17,6 +17,7 @@ not know, or lacks one it needs, is a StudyError with one line that says which.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,11 @@ _RUN_COLUMNS = (  # (frames.runs column, heading, unit, methods it is read for o
 )
 
 
+def _forgot(lost: Any, noise: Any) -> bool | None:
+    """Whether a run's student measurably forgot (`metrics.forgot_measurably`); None: not a recovery run."""
+    return forgot_measurably(float(lost), float(noise)) if pd.notna(lost) and pd.notna(noise) else None
+
+
 def _value(x: Any, unit: str) -> str:
     if not pd.notna(x):
         return fmt(None, unit)
@@ -145,10 +151,8 @@ def _runs_table(board: Board, runs: pd.DataFrame, record_hrefs: dict[str, str]) 
     for rid, r in rows.iterrows():
         cells = [_value(r[name] if not methods or r["method"] in methods else None, unit)
                  for name, _, unit, methods in columns]
-        forgot = None
-        if pd.notna(r["recovery_forgetting"]) and pd.notna(r["recovery_noise"]):
-            forgot = forgot_measurably(float(r["recovery_forgetting"]), float(r["recovery_noise"]))
-        out.append({"method": r["method"], "seed": int(r["seed"]), "cells": cells, "forgot": forgot,
+        out.append({"method": r["method"], "seed": int(r["seed"]), "cells": cells,
+                    "forgot": _forgot(r["recovery_forgetting"], r["recovery_noise"]),
                     "record": record_hrefs[rid]})
     return {"headings": [c[1] for c in columns], "rows": out,
             "forgetting": any(r["forgot"] is not None for r in out)}
@@ -163,7 +167,7 @@ def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tupl
     recoveries against what each student lost, and distillation's share at the plateau and the stop."""
     recovery, shares = [], []
     rows = runs.set_index("run_id")
-    for colour, b in zip(plots.COLOURBLIND, boards):
+    for colour, b in zip(itertools.cycle(plots.COLOURBLIND), boards):
         for m in b.methods:
             r = rows.loc[m.run_ids]
             if m.method in _RECOVERY and r["self_teacher_reduction"].notna().any():
@@ -171,8 +175,7 @@ def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tupl
                 recovery.append({"name": b.key.suite, "colour": colour,
                                  "lost": [100 * float(v) if pd.notna(v) else None for v in lost],
                                  "ratio": [_number(v) for v in r["self_teacher_reduction"]],
-                                 "forgot": [bool(pd.notna(a) and pd.notna(n) and forgot_measurably(a, n))
-                                            for a, n in zip(lost, noise)]})
+                                 "forgot": [bool(_forgot(a, n)) for a, n in zip(lost, noise)]})
             if m.method in _OPD and b.n_domains in PAPER_SHARE and r["distillation_share"].notna().any():
                 shares.append({"name": b.key.suite, "colour": colour, "seeds": [int(v) for v in r["seed"]],
                                "plateau": [_number(v) for v in r["distillation_share_plateau"]],
