@@ -85,6 +85,7 @@ def reproduce(
 
     with _one_line():
         studies = _studies(out, [])  # the site's studies, read and checked before any run starts
+    checks = _BoardCheck(studies)
     with _interruptible(INTERRUPTED), _one_line():
         configs = _reproduce_configs(profile, seeds, runs, rollout)
         result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run),
@@ -94,11 +95,12 @@ def reproduce(
         with _interruptible(f"interrupted while the site was built, after the sweep: `bench report --runs {runs} "
                             f"--out {out}{' --force' if force else ''}` builds it"), _one_line():
             summary = build_site([runs], out, worlds=shipped_worlds(), force=force, studies=studies,
-                                 board_check=_board_check)
+                                 board_check=checks)
     except SiteOverwriteError as exc:
         _sweep_outcome(result, fail=False)
         _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site "
               "from them.")
+    checks.say()
     console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; "
                   f"findings: {out / 'findings.html'}")
     _sweep_outcome(result)
@@ -192,12 +194,47 @@ def _studies(out: Path, folders: list[Path]) -> list:
         except USER_ERRORS as exc:  # a sweep command that names an unknown method, key or value
             _fail(f"study {folder}: {exc}")
         study.plan = {"commit": commit, "runs": len(configs), **check}
-        if differences := check["differences"]:
-            err.print(f"study {folder}: its sweep command does not make exactly its records ({len(differences)} "
-                      f"difference{'s' if len(differences) != 1 else ''}; first: {differences[0]})",
-                      highlight=False, soft_wrap=True)
         studies.append(study)
     return studies
+
+
+def _differs(where: str, check: dict) -> str:
+    n = len(check["differences"])
+    return (f"{where} does not make exactly its records ({n} difference{'s' if n != 1 else ''}; first: "
+            f"{check['differences'][0]})")
+
+
+class _BoardCheck:
+    """build_site's `board_check`: whether the site's own command (`bench reproduce ...`,
+    reports.reproduce.site_command), resolved by today's code, plans exactly the board's records
+    (`plan_check`); None where it cannot be planned here (no records, or a world that needs local
+    models). What to say of it and of the studies waits in `lines` until the site is built, so that a
+    build that fails says one line."""
+
+    def __init__(self, studies: list) -> None:
+        self.lines = [_differs(f"study {s.folder}: its sweep command", s.plan) for s in studies
+                      if s.plan and s.plan["differences"]]
+
+    def __call__(self, records: list[dict], command: str) -> dict | None:
+        from bench.run.plan_check import plan_check
+        from bench.run.provenance import git_commit
+
+        if not records:
+            return None
+        params = _parsed(command, "reproduce", "the site")
+        try:
+            configs = _reproduce_configs(params["profile"], params["seeds"], params["runs"], params["rollout"])
+            check = plan_check(configs, records)
+        except USER_ERRORS as exc:
+            self.lines.append(f"the site's command `{command}` was not checked against its records: {exc}")
+            return None
+        if check["differences"]:
+            self.lines.append(_differs(f"the site's command `{command}`", check))
+        return {"commit": git_commit(), "runs": len(configs), **check}
+
+    def say(self) -> None:
+        for line in self.lines:
+            err.print(line, highlight=False, soft_wrap=True)
 
 
 def _parsed(text: str, command: str, where: str) -> dict:
@@ -225,30 +262,6 @@ def _parsed_sweep(text: str, where: str) -> list:
                                                 "runs", "rollout", "set_")))
 
 
-def _board_check(records: list[dict], command: str) -> dict | None:
-    """Whether the site's own command (`bench reproduce ...`, reports.reproduce.site_command), resolved
-    by today's code, plans exactly the board's records (`plan_check`); None, with a line on stderr,
-    where it cannot be planned here (no records, or a world that needs local models)."""
-    from bench.run.plan_check import plan_check
-    from bench.run.provenance import git_commit
-
-    if not records:
-        return None
-    params = _parsed(command, "reproduce", "the site")
-    try:
-        configs = _reproduce_configs(params["profile"], params["seeds"], params["runs"], params["rollout"])
-        check = plan_check(configs, records)
-    except USER_ERRORS as exc:
-        err.print(f"the site's command `{command}` was not checked against its records: {exc}", highlight=False,
-                  soft_wrap=True)
-        return None
-    if differences := check["differences"]:
-        err.print(f"the site's command `{command}` does not make exactly its records ({len(differences)} "
-                  f"difference{'s' if len(differences) != 1 else ''}; first: {differences[0]})",
-                  highlight=False, soft_wrap=True)
-    return {"commit": git_commit(), "runs": len(configs), **check}
-
-
 @app.command(rich_help_panel=PANEL)
 def report(
     runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),
@@ -269,12 +282,13 @@ def report(
         _fail(f"no such runs folder: {', '.join(missing)}")
     with _one_line():
         studies = _studies(out, study)
+    checks = _BoardCheck(studies)
     try:
         with _one_line():
-            summary = build_site(runs, out, worlds=shipped_worlds(), force=force, studies=studies,
-                                 board_check=_board_check)
+            summary = build_site(runs, out, worlds=shipped_worlds(), force=force, studies=studies, board_check=checks)
     except SiteOverwriteError as exc:
         _fail(str(exc))
+    checks.say()
     for path, reason in summary.skipped:
         err.print(f"skipped {path}: {reason}", highlight=False, soft_wrap=True)
     console.print(

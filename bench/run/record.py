@@ -15,12 +15,11 @@ from bench.world.profiles import Profile
 SCHEMA_VERSION = 1
 
 
-def config_record(run_id: str, method: str, method_config: Any, config: RunConfig, profile: Profile,
-                  suite: Any) -> dict:
-    """`config.json`: the fingerprint a resumed run must match, then the suite version and provenance.
-    The fingerprint is built as it reads back from disk (a config's tuple, such as a plugin's list of
-    rates, as a list), so a run compares equal to its own config.json."""
-    fingerprint = json.loads(json.dumps({
+def fingerprint(method: str, method_config: Any, config: RunConfig, profile: Profile, suite: Any) -> dict:
+    """What makes a run, the part of `config.json` a resumed run must match. It is built as it reads back
+    from disk (a config's tuple, such as a plugin's list of rates, as a list), so a run compares equal
+    to its own config.json."""
+    return json.loads(json.dumps({
         "method": method,
         "method_config": dataclasses.asdict(method_config),
         "suite": config.suite,
@@ -38,10 +37,16 @@ def config_record(run_id: str, method: str, method_config: Any, config: RunConfi
                    "teachers": dict(config.teachers)} if config.model
         else ({"teachers": dict(config.teachers)} if config.teachers else None),
     }, default=str))
+
+
+def config_record(run_id: str, method: str, method_config: Any, config: RunConfig, profile: Profile,
+                  suite: Any) -> dict:
+    """`config.json`: the fingerprint a resumed run must match, then the suite version and provenance."""
+    made = fingerprint(method, method_config, config, profile, suite)
     return {
         "run_id": run_id,
-        "fingerprint": fingerprint,
-        **fingerprint,
+        "fingerprint": made,
+        **made,
         "suite_version": suite.version,
         "provenance": provenance(suite, profile),
     }

@@ -107,7 +107,7 @@ class Runner:
         except (OSError, ValueError, AttributeError) as exc:
             raise RunError(f"{self.dir} is complete but its config.json or summary.json cannot be read ({exc}); "
                            "move it away or choose another --out") from exc
-        if old != self._config_record()["fingerprint"]:
+        if old != self.fingerprint():
             raise RunError(f"{self.dir} is a complete run of another configuration; choose another --out "
                            "(or --seed), or move it away")
         return summary
@@ -238,7 +238,7 @@ class Runner:
     def fingerprint(self) -> dict:
         """What makes this run (config.json's fingerprint): its method and resolved config, suite and its
         hash, profile, seed, budget and evaluation settings. Nothing is built or written."""
-        return self._config_record()["fingerprint"]
+        return record.fingerprint(self.method_cls.name, self.method_config, self.config, self.profile, self.suite)
 
     def _config_record(self) -> dict:
         return record.config_record(self.run_id, self.method_cls.name, self.method_config, self.config,
