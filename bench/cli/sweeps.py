@@ -177,8 +177,6 @@ def _studies(out: Path, folders: list[Path]) -> list:
 
     chosen: dict[str, Path] = {}
     for folder in [*site_studies(out), *folders]:
-        if not (folder / "study.json").is_file():
-            _fail(f"study {folder}: no study.json (a study is a folder with study.json and records/)")
         if folder.name in chosen and chosen[folder.name].resolve() != folder.resolve():
             _fail(f"two studies named {folder.name}: {chosen[folder.name]} and {folder} (a study's name is its "
                   "folder's)")
