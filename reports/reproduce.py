@@ -2,7 +2,7 @@
 
     run_command(record)      -> "OMP_NUM_THREADS=1 bench run --method opd-multi ... --set lr=0.0005 ..."
     commits(records)         -> [{"commit": "560b4b6…", "records": 33}, {"commit": None, "records": 2}]
-    site_command(records)    -> "bench reproduce --seeds 3 --profile direct --profile tiny"
+    site_command(records)    -> "bench reproduce --seeds 3 --profile direct --profile tiny" (seeds 0-2 recorded)
 
 A run's command names every field of the record's resolved `method_config` with `--set`, not only
 those that differ from today's defaults: defaults may change, the record's values do not. It sets
@@ -20,13 +20,31 @@ import shlex
 from collections import Counter
 from typing import Any
 
-SITE_COMMAND = "bench reproduce --seeds 3"  # what the reference leaderboard is built with, per world
+SITE_COMMAND = "bench reproduce"  # the reference leaderboard's sweep: every method, seeds 0 to n-1, per world
+DEFAULT_SEEDS = 3  # a site with no records names the reference board's
+
+
+def site_seeds(records: list[dict[str, Any]]) -> int:
+    """How many seeds the site's command runs: 0 to the largest seed of its records."""
+    seeds = [int(r["seed"]) for r in records if isinstance(r.get("seed"), int)]
+    return max(seeds) + 1 if seeds else DEFAULT_SEEDS
 
 
 def site_command(records: list[dict[str, Any]]) -> str:
-    """The command that rebuilds every record of the site: SITE_COMMAND with each world it shows."""
+    """The command that rebuilds every record of the site: SITE_COMMAND with its seeds and each world it
+    shows (whether it makes exactly these records is for the engine to check: `bench report` does)."""
     worlds = sorted({str(r["profile"]) for r in records if r.get("profile")})
-    return " ".join([SITE_COMMAND, *(f"--profile {shlex.quote(w)}" for w in worlds)])
+    return " ".join([SITE_COMMAND, f"--seeds {site_seeds(records)}",
+                     *(f"--profile {shlex.quote(w)}" for w in worlds)])
+
+
+def seeds_text(n: int) -> str:
+    """"seed 0", "seeds 0 and 1", "seeds 0, 1 and 2", "seeds 0-9"."""
+    if n == 1:
+        return "seed 0"
+    if n <= 3:
+        return "seeds " + ", ".join(map(str, range(n - 1))) + f" and {n - 1}"
+    return f"seeds 0-{n - 1}"
 
 
 def budget_text(flops: float) -> str:

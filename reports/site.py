@@ -41,7 +41,7 @@ from reports.method_page import method_view
 from reports.metrics import REFERENCE_METHOD
 from reports.output import SiteOverwriteError, Writer, check_overwrite, remove_previous
 from reports.records import SOURCE_KEY, Frames, load_many, to_frames
-from reports.reproduce import commits, site_command
+from reports.reproduce import commits, seeds_text, site_command, site_seeds
 from reports.stats import CURVE_REPS, DEFAULT_REPS
 from reports.studies import STUDIES_DIR, STUDY_FILE, Study, StudyError, study_view
 from reports.views import board_view, claims_view, method_href, method_plot_paths, plot_jobs, worlds_view
@@ -285,6 +285,7 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
         record_files = _write_records(records, writer)
         common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER,
                   "paper_title": PAPER_TITLE, "paper_id": PAPER_ID, "site_command": command, "board_check": check,
+                  "site_seeds": seeds_text(site_seeds(records)),
                   "commits": commits(records), "reference": REFERENCE_METHOD,
                   "reps": {"per_run": DEFAULT_REPS, "curve": CURVE_REPS}, "has_studies": bool(studies)}
         pages, views, slug_of = _write_boards(boards, frames, records, record_files, writer, env, common)

@@ -14,7 +14,7 @@ from reports.colours import FIXED, method_colour, method_colours
 from reports.columns import COLUMNS
 from reports.findings import PAPER_ID, PAPER_TITLE, findings
 from reports.records import to_frames
-from reports.reproduce import budget_text, run_command, site_command
+from reports.reproduce import budget_text, run_command, seeds_text, site_command
 from reports.site import build_site
 from tests.reports.factory import GIT_COMMIT, make_record, make_sweep, write_runs
 
@@ -167,14 +167,16 @@ def test_the_site_command_and_the_records_commits_are_shown(site):
     for page in ("index.html", "findings.html"):
         text = _read(site, page)
         assert '<code class="cmd">bench reproduce --seeds 3 --profile tiny</code>' in text  # the records' world
+        assert "the benchmark's whole sweep with seeds 0, 1 and 2 and builds" in text
         assert f'commit <code class="hash">{GIT_COMMIT}</code> (20 records); no recorded commit (1 record).' in text
 
 
-def test_the_site_command_names_every_world_of_the_records():
-    records = [make_record("grpo-joint", profile=p) for p in ("tiny", "direct", "tiny")]
+def test_the_site_command_names_every_world_and_the_seeds_of_the_records():
+    records = [make_record("grpo-joint", profile=p, seed=s) for p, s in (("tiny", 0), ("direct", 2), ("tiny", 1))]
     assert site_command(records) == "bench reproduce --seeds 3 --profile direct --profile tiny"
     assert site_command([make_record("grpo-joint", profile="my world")]) == \
-        "bench reproduce --seeds 3 --profile 'my world'"
+        "bench reproduce --seeds 1 --profile 'my world'"
+    assert [seeds_text(n) for n in (1, 2, 3, 10)] == ["seed 0", "seeds 0 and 1", "seeds 0, 1 and 2", "seeds 0-9"]
 
 
 def test_run_command_quotes_and_reads_back():
