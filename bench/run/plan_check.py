@@ -67,11 +67,12 @@ def plan_check(configs: list[RunConfig], records: list[dict[str, Any]]) -> dict[
     out = [f"{rid}: planned by the command, but there is no record of it" for rid in sorted(set(planned) - set(by_id))]
     out += [f"{rid}: a record the command does not plan" for rid in sorted(set(by_id) - set(planned))]
     added: dict[str, list[Any]] = {}
+    shipped_by_world = {p: reference.shipped_hashes(p) for p in {r.config.profile for r in planned.values()}}
     for rid in sorted(set(planned) & set(by_id)):
         runner, record = planned[rid], by_id[rid]
         provenance = record.get("provenance") or {}
         recorded_hashes = provenance.get("model_hashes") or {}
-        shipped = reference.shipped_hashes(runner.config.profile)
+        shipped = shipped_by_world[runner.config.profile]
         # the base always, where shipped; the teacher where the record names one (a run may not load it)
         names = [n for n in shipped if n == "base" or n in recorded_hashes]
         want = _what_makes(runner.fingerprint(), runner.profile.world_version, runner.config.rollout,
