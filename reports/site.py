@@ -126,7 +126,6 @@ def _write_studies(studies: list[Study], writer: Writer, env: jinja2.Environment
         writer.write(rel, env.get_template("study.html").render(root="../", s=view, **common))
         pages.append({"path": rel, "kind": "study", "title": study.title, "study": study.slug})
         listed.append({"href": rel, "title": study.title, "question": study.question, "plan": study.plan,
-                       "claims": [{"number": c.number, "verdict": c.verdict} for c in claims],
                        "verdicts": {c.number: c.verdict for c in claims}})
         results.append({"slug": study.slug, "title": study.title, "question": study.question, "rule": study.rule,
                         "docs": study.docs, "sweep": study.sweep, "readout": study.readout,
