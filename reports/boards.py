@@ -19,7 +19,7 @@ import pandas as pd
 from reports.fit import CurveFit, fit_scaling_curve
 from reports.metrics import (
     BUDGET_FRACTIONS, FIRST_MILESTONE, PROTOCOL_METHODS, REFERENCE_METHOD, TARGET_GAINS, envelope_segments,
-    forgot_measurably, interpolate_curve, upper_envelope,
+    interpolate_curve, run_forgot, upper_envelope,
 )
 from reports.records import ACCURACY_AT, BOARD_COLUMNS, Frames
 from reports.relative import Reference, Relative, at_spend, empty_relative, reference_bootstrap, targets_and_savings
@@ -252,10 +252,10 @@ def _method_result(method: str, runs: pd.DataFrame, frames_idx: dict, key: Board
 
 def _forgot_reduction(method: str, runs: pd.DataFrame, frames_idx: dict, key: BoardKey) -> Estimate:
     """The self-teacher reduction over the runs whose student measurably forgot the domain
-    (`metrics.forgot_measurably`), exactly as a board of those runs alone would give it (its own
+    (`metrics.run_forgot`), exactly as a board of those runs alone would give it (its own
     bootstrap draws, no reference); NONE where no run did, or no run has a recovery."""
     lost, noise = runs["recovery_forgetting"].to_numpy(float), runs["recovery_noise"].to_numpy(float)
-    kept = [not (np.isnan(a) or np.isnan(b)) and forgot_measurably(a, b) for a, b in zip(lost, noise)]
+    kept = [bool(run_forgot(a, b)) for a, b in zip(lost, noise)]
     if not any(kept):
         return NONE
     return _method_result(method, runs[kept], frames_idx, key, None).self_teacher_reduction

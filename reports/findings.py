@@ -25,7 +25,7 @@ from typing import Any
 
 from reports.boards import Board
 from reports.columns import tau_label
-from reports.metrics import REFERENCE_METHOD, TARGET_GAINS, forgot_measurably
+from reports.metrics import REFERENCE_METHOD, TARGET_GAINS, run_forgot
 from reports.stats import Estimate, estimate_pair, rng_for
 
 HOLDS, FAILS, UNSURE, NOT_MEASURED = "holds", "does not hold at this scale", "inconclusive", "not measured"
@@ -303,10 +303,10 @@ def claim_self_teachers(boards: list[Board], over: str = EVERY) -> Claim:
 
 def _forgetting(m) -> list[tuple[int, float, float, bool]]:
     """(seed, accuracy lost, two standard errors of one check, forgot measurably) for every run whose
-    record has both accuracies (`metrics.forgot_measurably`: more than nothing, and at least that noise)."""
-    return [(seed, lost, noise, forgot_measurably(lost, noise)) for seed, lost, noise
+    record has both accuracies (`metrics.run_forgot`: more than nothing, and at least that noise)."""
+    return [(seed, lost, noise, forgot) for seed, lost, noise
             in zip(m.seeds, m.per_run["recovery_forgetting"], m.per_run["recovery_noise"])
-            if _known(lost) and _known(noise)]
+            if (forgot := run_forgot(lost, noise)) is not None]
 
 
 def findings(boards: list[Board], recovery_over: str = EVERY) -> list[Claim]:

@@ -364,6 +364,14 @@ def forgot_measurably(forgetting: float, noise: float) -> bool:
     return forgetting > 0 and forgetting >= noise
 
 
+def run_forgot(forgetting: Any, noise: Any) -> bool | None:
+    """`forgot_measurably` for one run's values as the runs frame holds them: None where the run has no
+    recovery check (either value missing, None or NaN)."""
+    if forgetting is None or noise is None or math.isnan(forgetting) or math.isnan(noise):
+        return None
+    return forgot_measurably(float(forgetting), float(noise))
+
+
 def self_teacher_reduction(recovery: Mapping[str, Any] | None) -> float | None:
     """GRPO's recovery FLOPs / self-OPD's (record["recovery"]). An arm that did not reach the target
     within its cap needs more FLOPs than it was given, without bound, as a curve that never reaches a

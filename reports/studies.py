@@ -29,7 +29,7 @@ from reports import plots
 from reports.boards import Board, build_boards
 from reports.findings import EVERY, FORGOT, PAPER_SHARE, Claim, findings
 from reports.formatting import Slugs, fmt, is_safe_slug
-from reports.metrics import forgot_measurably
+from reports.metrics import run_forgot
 from reports.records import load_records, to_frames
 from reports.views import claims_view
 
@@ -131,11 +131,6 @@ _RUN_COLUMNS = (  # (frames.runs column, heading, unit, methods it is read for o
 )
 
 
-def _forgot(lost: Any, noise: Any) -> bool | None:
-    """Whether a run's student measurably forgot (`metrics.forgot_measurably`); None: not a recovery run."""
-    return forgot_measurably(float(lost), float(noise)) if pd.notna(lost) and pd.notna(noise) else None
-
-
 def _value(x: Any, unit: str) -> str:
     if not pd.notna(x):
         return fmt(None, unit)
@@ -152,7 +147,7 @@ def _runs_table(board: Board, runs: pd.DataFrame, record_hrefs: dict[str, str]) 
         cells = [_value(r[name] if not methods or r["method"] in methods else None, unit)
                  for name, _, unit, methods in columns]
         out.append({"method": r["method"], "seed": int(r["seed"]), "cells": cells,
-                    "forgot": _forgot(r["recovery_forgetting"], r["recovery_noise"]),
+                    "forgot": run_forgot(r["recovery_forgetting"], r["recovery_noise"]),
                     "record": record_hrefs[rid]})
     return {"headings": [c[1] for c in columns], "rows": out,
             "forgetting": any(r["forgot"] is not None for r in out)}
@@ -175,7 +170,7 @@ def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tupl
                 recovery.append({"name": b.key.suite, "colour": colour,
                                  "lost": [100 * float(v) if pd.notna(v) else None for v in lost],
                                  "ratio": [_number(v) for v in r["self_teacher_reduction"]],
-                                 "forgot": [bool(_forgot(a, n)) for a, n in zip(lost, noise)]})
+                                 "forgot": [bool(run_forgot(a, n)) for a, n in zip(lost, noise)]})
             if m.method in _OPD and b.n_domains in PAPER_SHARE and r["distillation_share"].notna().any():
                 shares.append({"name": b.key.suite, "colour": colour, "seeds": [int(v) for v in r["seed"]],
                                "plateau": [_number(v) for v in r["distillation_share_plateau"]],

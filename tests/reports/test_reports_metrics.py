@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from reports.fit import fit_scaling_curve
 from reports.metrics import (
     carry_flat, distillation_share, final_accuracy, flops_to_target, flops_to_target_batch, forgot_measurably,
-    gain_per_pflop_spent, interpolate_curve, length_ratio, recovery_forgetting, savings_at_matched_accuracy,
-    self_teacher_reduction,
+    gain_per_pflop_spent, interpolate_curve, length_ratio, recovery_forgetting, run_forgot,
+    savings_at_matched_accuracy, self_teacher_reduction,
 )
 
 F = [0.0, 1e12, 1e14]
@@ -154,3 +154,6 @@ def test_recovery_forgetting_against_two_standard_errors_of_one_check():
     # at 0% a check has no binomial error, but nothing lost is still nothing to recover
     assert recovery_forgetting({"teacher_accuracy": 0.0, "lost_accuracy": 0.0, "check_size": 300}) == (0.0, 0.0)
     assert not forgot_measurably(0.0, 0.0)
+    # a run of the runs frame: a missing value (None, or NaN in a float column) is no recovery check
+    assert run_forgot(lost, noise) is True and run_forgot(0.05, noise) is False
+    assert run_forgot(None, noise) is None and run_forgot(float("nan"), noise) is None and run_forgot(lost, None) is None
