@@ -71,6 +71,7 @@ class RunContext:
         phase_runner: PhaseRunner | None = None,
         on_boundary: Callable[[str, str], None] | None = None,
         eval_max_new_tokens: int | None = None,
+        heldout_size: int | None = None,
         reports: dict | None = None,
         student_name: str | None = None,
         on_progress: Callable[[float, str | None], None] | None = None,
@@ -92,6 +93,7 @@ class RunContext:
         self._on_progress = on_progress or (lambda spent, line: None)
         self._on_replay = on_replay or (lambda spent, phase, stats: None)
         self._eval_max_new_tokens = eval_max_new_tokens or max_new_tokens
+        self._heldout_size = heldout_size
         self._evaluators: dict[tuple, Any] = {}
         self._reports: dict[str, Any] = reports if reports is not None else {}
         self._policy_states = policy_states or {}  # checkpointed policies not re-created yet
@@ -301,6 +303,13 @@ class RunContext:
             self._evaluators[key] = Evaluator(self._suite, size, self._eval_max_new_tokens, backend=self._backend,
                                               split=split, domains=chosen)
         return self._evaluators[key].evaluate(policy)
+
+    @property
+    def heldout_size(self) -> int | None:
+        """Held-out prompts per domain the runner scores the student on (None: not known here, as in a
+        parallel phase's child): `evaluate(..., split="heldout", size=ctx.heldout_size)` scores another
+        policy on exactly the student's held-out prompts."""
+        return self._heldout_size
 
     def report(self, name: str, value: Any) -> None:
         """Record a method-specific result in the run's record (`method_metrics`), e.g. the FLOPs an

@@ -21,7 +21,7 @@ Then, from the records alone (the read-outs are in benchmarks/full_budget_readou
   (the rule reads each step's reverse KL and draws nothing, so up to there the run is the method's
   default run), and the accuracy there, read off the curve as the report reads every curve;
 - with `--reference`, the reference opd-multi records of the same seeds;
-- to say why, each expert's held-out accuracy on its own domain, from the run's last checkpoint;
+- to say why, each expert's held-out accuracy on its own domain, as the run reported it;
 - distillation's cost: the distillation FLOPs at which the student first takes 50%, 75% and 90% of
   its experts' gain over the base, as a share of the experts' FLOPs;
 - how many first steps each opd-multi run shares, value for value, with the same seed's run in
@@ -119,45 +119,14 @@ def run_missing(args: argparse.Namespace) -> None:
         sys.exit(f"full_budget: {len(failed)} runs failed: {', '.join(failed)}")
 
 
-def expert_accuracy(args: argparse.Namespace, record: dict) -> dict[str, float]:
-    """Each opd-multi expert's greedy held-out accuracy on its own domain (the prompts the run scores),
-    from the run's last checkpoint; kept in OUT_DIR/experts.json, so a second call reads it."""
-    cache_path = args.out / "experts.json"
-    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
-    key = f"{args.arm}/{record['run_id']}"
-    if key in cache:
-        return {d: cache[key][d] for d in record["domains"]}
-    import torch
-
-    from bench.accounting.ledger import Ledger
-    from bench.evaluation import Evaluator
-    from bench.policy import Policy
-    from bench.run import checkpoint
-    from bench.run.config import RunConfig
-    from bench.run.runner import Runner
-    from bench.world.prepare import prepare
-
-    torch.set_num_threads(1)
-    config = RunConfig(method="opd-multi", suite=record["suite"], difficulty=record["difficulty"],
-                       profile=record["profile"], seed=record["seed"], runs_dir=runs_dir(args, "opd-multi"))
-    runner = Runner(config, progress=False)
-    saved = checkpoint.load(runner.dir)
-    # the experts are final in a checkpoint taken after every one of their steps
-    steps = {f"expert:{d}": sum(s["phase"] == f"expert:{d}" for s in record["steps"]) for d in record["domains"]}
-    if saved is None or any(saved.trace["phase_steps"].get(phase, 0) != n for phase, n in steps.items()):
-        sys.exit(f"full_budget: {runner.dir} has no checkpoint taken after its experts were trained")
-    states = saved.context["policy_states"]
-    model, tokenizer = prepare(runner.profile, progress=False, teacher=False).load_student()  # its hash checked
-    ledger = Ledger(args.out / "experts-eval-ledger.jsonl")
-    accuracy = {}
-    for domain in record["domains"]:
-        model.load_state_dict(states[f"expert:{domain}"]["model"])
-        evaluator = Evaluator(runner.suite, record["eval_size"], runner.profile.eval_max_new_tokens, domains=[domain])
-        policy = Policy(f"expert:{domain}", model, tokenizer, ledger=ledger, trainable=False)
-        accuracy[domain] = evaluator.evaluate(policy)["accuracy"]
-    cache[key] = accuracy
-    cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
-    return accuracy
+def expert_accuracy(record: dict) -> dict[str, float]:
+    """Each opd-multi expert's greedy held-out accuracy on its own domain (the prompts the run scores
+    the student on), as the run reported it once the expert was trained."""
+    metrics = record["method_metrics"]
+    if missing := [d for d in record["domains"] if f"expert_heldout_accuracy:{d}" not in metrics]:
+        sys.exit(f"full_budget: {record['run_id']} does not report its experts' held-out accuracy "
+                 f"({', '.join(missing)}): it was made before runs did; move it away and run the study again")
+    return {d: metrics[f"expert_heldout_accuracy:{d}"] for d in record["domains"]}
 
 
 def steps_shared_with(args: argparse.Namespace, record: dict, arm: str) -> dict | None:
@@ -190,7 +159,7 @@ def seed_row(args: argparse.Namespace, r: dict, reference: dict[int, dict]) -> d
     stop = replay_kl_rule(r)
     if stop is not None:
         stop["accuracy"] = accuracy_at(r, stop["flops"])
-    experts = expert_accuracy(args, r)
+    experts = expert_accuracy(r)
     row = {"kl_rule_stop": stop, "expert_accuracy": experts,
            "expert_steps": {d: sum(s["phase"] == f"expert:{d}" for s in r["steps"]) for d in r["domains"]},
            "distillation_cost": distillation_cost(r, experts),

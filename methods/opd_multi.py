@@ -20,7 +20,9 @@ Departures from the paper:
   `expert_stop=validation` is the paper's protocol instead: greedy accuracy on a validation
   sample, checked every `expert_eval_every` steps, has not improved by one standard error for
   `expert_patience` checks. The FLOPs each expert spent after its best point are reported
-  (`expert_tail_flops`);
+  (`expert_tail_flops`), and each expert's accuracy on its own domain's held-out prompts once it is
+  trained (`expert_heldout_accuracy:<domain>`; evaluation, never counted), which distillation's cost
+  is read against (docs/metrics.md);
 - distillation stops on a convergence rule (per-token reverse KL below `distill.kl_threshold` for
   `distill.patience` steps, or the student's sample accuracy at its experts' on every domain), else
   at the budget; `distill.steps=N` is the paper's fixed schedule instead;
@@ -85,11 +87,26 @@ class OPDMulti:
         for domain, tail in tails.items():
             ctx.report(f"expert_tail_flops:{domain}", tail)
         ctx.report("expert_tail_flops", sum(tails.values()))
+        _score_experts(ctx, experts)
         if ctx.should_stop():
             return
         with ctx.phase("distill"):
             distill(ctx, ctx.student, experts, ctx.sampler("distill"), self.config.distill,
                     teacher_rewards=rewards if len(rewards) == len(experts) else None)
+
+
+def _score_experts(ctx: RunContext, experts: dict[str, Policy]) -> None:
+    """Report each trained expert's greedy accuracy on its own domain's held-out prompts, the ones the
+    student is scored on (`expert_heldout_accuracy:<domain>`), booked as evaluation: the experts' gain
+    over the base is what distillation has to pass on. Once per run; a resumed run keeps the scores."""
+    if ctx.heldout_size is None:
+        return
+    scores = ctx.state.setdefault("expert_heldout_accuracy", {})
+    for domain, expert in experts.items():
+        if domain not in scores:
+            scores[domain] = float(ctx.evaluate(expert, split="heldout", domains=[domain],
+                                                size=ctx.heldout_size)["accuracy"])
+        ctx.report(f"expert_heldout_accuracy:{domain}", scores[domain])
 
 
 def _train_expert(ctx: RunContext, domain: str, *, phase_flops: float, config: OPDMultiConfig) -> float | None:

@@ -143,9 +143,10 @@ class Runner:
         chat = self.profile.task_format == "hf"
         student = Policy("student", model, tokenizer, ledger=self.ledger, chat=chat)
         backend = make_backend(self.config.rollout)
+        heldout_size = self.config.eval_size or self.profile.eval_size
         self.evaluator = Evaluator(
             self.suite,
-            self.config.eval_size or self.profile.eval_size,
+            heldout_size,
             self.config.max_new_tokens or self.profile.eval_max_new_tokens,
             backend=backend,
         )
@@ -164,6 +165,7 @@ class Runner:
             on_progress=self._phase_progress,
             on_replay=self._trace_step,
             eval_max_new_tokens=self.config.max_new_tokens or self.profile.eval_max_new_tokens,
+            heldout_size=heldout_size,
             **(restored or {}),
         )
         self.ctx = ctx

@@ -133,3 +133,19 @@ def test_expert_and_distillation_boundaries_are_evaluated(fast_profile, tmp_path
     # the last point before distillation FLOPs appear is the end of the last expert: where distillation starts
     start = max(i for i, p in enumerate(curve) if not p["phase_flops"].get("distill"))
     assert curve[start].get("boundary") == "end expert:code"
+
+
+
+def test_each_expert_is_scored_on_its_own_domain_as_evaluation(fast_profile, tmp_path):
+    """Each trained expert's held-out accuracy on its own domain is in the record, booked as evaluation
+    (never counted); that it is the expert's own score is checked against its checkpoint on a world
+    where experts learn (tests/bench/test_full_budget.py)."""
+    summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=0,
+                         **NEVER_CONVERGES, **SMALL)
+    for domain in ("math", "code"):
+        assert 0.0 <= summary["method_metrics"][f"expert_heldout_accuracy:{domain}"] <= 1.0
+    # the experts' stopping rule is off (no validation checks), so these rows are the scoring alone
+    evaluated = {r["model"] for r in summary["ledger"] if r["category"] == "eval"}
+    assert {"expert:math", "expert:code"} <= evaluated
+    assert not any(r["model"].startswith("expert:") and r["phase"] == "distill" and r["kind"] != "score"
+                   for r in summary["ledger"] if r["category"] == "counted")
