@@ -47,8 +47,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench  # noqa: E402,F401  (sets OMP_WAIT_POLICY before torch loads)
-from full_budget_readout import (  # noqa: E402
-    accuracy_at, cost_estimates, curve_of, describe, distillation_cost, matched_accuracy, plot, replay_kl_rule)
+from full_budget_readout import accuracy_at, describe, plot, replay_kl_rule  # noqa: E402
+
+from reports.paired import cost_estimates, curve_of, distillation_cost, matched_accuracy  # noqa: E402
 
 ARMS = {"to-budget": ("--phase-executor", "sequential", "--set", "distill.steps=1000000"),
         "whole-share": ("--phase-executor", "sequential", "--set", "distill.steps=1000000",
@@ -122,11 +123,12 @@ def run_missing(args: argparse.Namespace) -> None:
 def expert_accuracy(record: dict) -> dict[str, float]:
     """Each opd-multi expert's greedy held-out accuracy on its own domain (the prompts the run scores
     the student on), as the run reported it once the expert was trained."""
-    metrics = record["method_metrics"]
-    if missing := [d for d in record["domains"] if f"expert_heldout_accuracy:{d}" not in metrics]:
-        sys.exit(f"full_budget: {record['run_id']} does not report its experts' held-out accuracy "
-                 f"({', '.join(missing)}): it was made before runs did; move it away and run the study again")
-    return {d: metrics[f"expert_heldout_accuracy:{d}"] for d in record["domains"]}
+    from reports.paired import experts_heldout
+
+    if (experts := experts_heldout(record)) is None:
+        sys.exit(f"full_budget: {record['run_id']} does not report its experts' held-out accuracy: it was made "
+                 "before runs did; move it away and run the study again")
+    return experts
 
 
 def steps_shared_with(args: argparse.Namespace, record: dict, arm: str) -> dict | None:
@@ -211,9 +213,10 @@ def analyse(args: argparse.Namespace) -> dict:
         "targets": board.targets,
         "claim_rows": claim_rows,
         "verdict": verdict,
-        "matched_accuracy": matched_accuracy(board.targets, by_method["grpo-joint"], by_method["opd-multi"]),
-        "distillation_cost": cost_estimates([row["distillation_cost"] for row in by_seed.values()
-                                             if "distillation_cost" in row]),
+        "matched_accuracy": [{**row, "savings": row["savings"] and row["savings"].to_dict()} for row in
+                             matched_accuracy(board.targets, by_method["grpo-joint"], by_method["opd-multi"])],
+        "distillation_cost": {p: e and e.to_dict() for p, e in cost_estimates(
+            [row["distillation_cost"] for row in by_seed.values() if "distillation_cost" in row]).items()},
         "final_accuracy": {"opd-multi": opd.final_accuracy.to_dict(), "grpo-joint": ref.final_accuracy.to_dict()},
         "minus_reference_at_spend": minus,
         "counted_flops": {"opd-multi": opd.counted_flops.to_dict(), "grpo-joint": ref.counted_flops.to_dict()},

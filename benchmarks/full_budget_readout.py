@@ -1,9 +1,9 @@
 """The read-outs of benchmarks/full_budget.py, from a study's records alone (docs/world.md).
 
-Per opd-multi record: where the KL rule would have stopped distillation (`replay_kl_rule`), and what
-distillation cost to take each share of its experts' gain (`distillation_cost`). Per target, seeds
-paired: each method's FLOPs to it (`matched_accuracy`). Then the printed table (`describe`) and the
-figure (`plot`) of the result that `full_budget.analyse` builds.
+Per opd-multi record: where the KL rule would have stopped distillation (`replay_kl_rule`). What
+distillation cost to take each share of its experts' gain, and each method's FLOPs to each target with
+seeds paired, are read by reports.paired, as the study pages read them. Then the printed table
+(`describe`) and the figure (`plot`) of the result that `full_budget.analyse` builds.
 
     python benchmarks/full_budget_readout.py FIGURE.png OUT/full_budget-<arm>.json [...]
 
@@ -18,9 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
-GAIN_SHARES = (0.5, 0.75, 0.9)  # the student's share of its experts' gain that distillation's cost is read at
+from reports.paired import GAIN_SHARES, curve_of  # noqa: E402
+
 PAPER_SHARE = {2: 0.052, 4: 0.080}  # the paper's distillation FLOPs as a share of the experts', by domains
 
 
@@ -46,89 +47,6 @@ def accuracy_at(record: dict, flops: float) -> float:
     from reports.metrics import interpolate_curve
 
     return float(interpolate_curve(*curve_of(record), [flops])[0])
-
-
-def curve_of(record: dict) -> tuple[list[float], list[float]]:
-    points = sorted((p["flops"], p["accuracy"]) for p in record["curve"])
-    return [f for f, _ in points], [a for _, a in points]
-
-
-def expert_flops(record: dict) -> float:
-    """The counted FLOPs of the record's expert phases, as the distillation share counts them."""
-    from reports import metrics
-
-    return metrics.expert_flops(metrics.phase_flops(record["ledger"]))
-
-
-def distillation_cost(record: dict, experts: dict[str, float]) -> dict:
-    """The distillation FLOPs (counted FLOPs past the experts') at which the student's held-out accuracy
-    first reaches base + p x (its experts' mean on their own domains - base), for p in GAIN_SHARES,
-    each also as a share of the experts' FLOPs; and the share of that gain the student ends with.
-    `curve`: each evaluation from distillation's start on as (distillation FLOPs / experts' FLOPs,
-    share of the gain)."""
-    from reports.metrics import flops_to_target
-
-    flops, accuracy = curve_of(record)
-    spent = expert_flops(record)
-    base, mean = accuracy[0], sum(experts.values()) / len(experts)
-    out = {"expert_flops": spent, "base": base, "experts_mean": mean, "final_gain_share": None, "at": {},
-           "curve": None}
-    if mean <= base:  # no gain to take
-        return out
-    out["final_gain_share"] = (record["final_accuracy"] - base) / (mean - base)
-    out["curve"] = [((f - spent) / spent, (a - base) / (mean - base)) for f, a in zip(flops, accuracy) if f >= spent]
-    for p in GAIN_SHARES:
-        reached = flops_to_target(flops, accuracy, base + p * (mean - base))
-        out["at"][str(p)] = None if reached is None else {"distill_flops": reached - spent,
-                                                          "share_of_expert_flops": (reached - spent) / spent}
-    return out
-
-
-def matched_accuracy(targets: dict[float, float], joint: dict[int, dict], opd: dict[int, dict]) -> list[dict]:
-    """Per target, seeds paired: each method's counted FLOPs to it, the savings 1 - opd-multi's / joint
-    GRPO's, and opd-multi's distillation FLOPs alone to it; the IQM of the savings with its 95%
-    bootstrap interval where every seed reaches the target."""
-    from reports.findings import FAILS, NOT_MEASURED, direction
-    from reports.metrics import flops_to_target, savings
-    from reports.stats import estimate, rng_for
-
-    paired = sorted(set(joint) & set(opd))
-    curves = {seed: (curve_of(opd[seed]), curve_of(joint[seed]), expert_flops(opd[seed])) for seed in paired}
-    rows = []
-    for k, tau in sorted(targets.items()):
-        seeds = {}
-        for seed, (opd_curve, joint_curve, spent) in curves.items():
-            fo = flops_to_target(*opd_curve, tau)
-            fj = flops_to_target(*joint_curve, tau)
-            saved = savings(np.nan if fo is None else fo, np.nan if fj is None else fj)
-            seeds[seed] = {"opd-multi": fo, "grpo-joint": fj, "savings": float(saved) if np.isfinite(saved) else None,
-                           "distill_only": None if fo is None else fo - spent}
-        missed = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is None]
-        undefined = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is not None and v["savings"] is None]
-        est = None
-        if missed:  # it would need unbounded FLOPs there: the savings' IQM is unbounded below
-            verdict = f"{FAILS}: opd-multi never reaches it on seed {', '.join(missed)}"
-        elif undefined:  # joint GRPO never reaches it there (or its base already does)
-            verdict = f"{NOT_MEASURED}: no savings on seed {', '.join(undefined)}"
-        else:  # the findings page's rule: holds when the interval lies above 0, fails below it
-            est = estimate([v["savings"] for v in seeds.values()], rng_for("full_budget", str(k)))
-            verdict = direction(est, 0.0, want_above=True)
-        rows.append({"gain": k, "tau": tau, "seeds": seeds, "verdict": verdict,
-                     "savings": None if est is None else est.to_dict()})
-    return rows
-
-
-def cost_estimates(costs: list[dict]) -> dict[str, dict | None]:
-    """Per share of the gain: the IQM over seeds of distillation's cost as a share of the experts' FLOPs,
-    with its 95% bootstrap interval; None unless every seed takes that share."""
-    from reports.stats import estimate, rng_for
-
-    out = {}
-    for p in map(str, GAIN_SHARES):
-        shares = [c["at"].get(p) and c["at"][p]["share_of_expert_flops"] for c in costs]
-        out[p] = (estimate(shares, rng_for("full_budget", "cost", p)).to_dict()
-                  if shares and all(x is not None for x in shares) else None)
-    return out
 
 
 def pct(e: dict, unit: str = "%") -> str:

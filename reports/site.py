@@ -128,7 +128,7 @@ def _write_studies(studies: list[Study], writer: Writer, env: jinja2.Environment
         listed.append({"href": rel, "title": study.title, "question": study.question, "plan": study.plan,
                        "verdicts": {c.number: c.verdict for c in claims}})
         results.append({"slug": study.slug, "title": study.title, "question": study.question, "rule": study.rule,
-                        "docs": study.docs, "sweep": study.sweep, "readout": study.readout,
+                        "docs": study.docs, "sweep": list(study.sweep), "readout": study.readout,
                         "recovery_over": study.recovery_over, "plan_check": study.plan,
                         "run_ids": [r["run_id"] for r in study.records], "record_files": record_files,
                         "findings": _claims_json(claims)})

@@ -6,10 +6,11 @@ A study is a folder: `study.json`, its manifest, and `records/`, its result reco
     folders = site_studies(Path("leaderboard"))   # the studies a built site holds
 
 The manifest (schema `opd-bench-study/1`) says what the study asks, the rule it was read by (written
-down before its runs), where its design is written, the `bench sweep` command that makes its runs and
-the command that reads them out, which of the paper's claims it reads (1-4), and, for claim 4, whether
+down before its runs), where its design is written, the `bench sweep` command that makes its runs (or a
+list of them, where its runs differ in what one sweep sets for all, such as the budget) and the
+command that reads them out, which of the paper's claims it reads (1-4), and, for claim 4, whether
 the seeds that measurably forgot decide (`"recovery_over": "forgot"`) or every seed does (`"every"`,
-as on a board). Its slug is the folder's name. Whether the sweep command, run at today's code, would
+as on a board). Its slug is the folder's name. Whether the sweep commands, run at today's code, would
 plan exactly the study's records is checked by the caller (`bench report` does), since only the engine
 can resolve a command; the site shows the answer. A manifest that cannot be read, has a field it does
 not know, or lacks one it needs, is a StudyError with one line that says which.
@@ -28,15 +29,16 @@ import pandas as pd
 from reports import plots
 from reports.boards import Board, build_boards
 from reports.findings import EVERY, FORGOT, PAPER_SHARE, Claim, findings
-from reports.formatting import Slugs, fmt, is_safe_slug
+from reports.formatting import Slugs, fmt, fmt_estimate, is_safe_slug
 from reports.metrics import run_forgot
+from reports.paired import GAIN_SHARES, distillation_costs, paired_savings
 from reports.records import load_records, to_frames
 from reports.views import claims_view
 
 STUDY_FILE = "study.json"
 STUDY_SCHEMA = "opd-bench-study/1"
 STUDIES_DIR = "studies"  # a site's studies: <site>/studies/<slug>/{study.json, records/}
-_TEXT = ("title", "question", "rule", "docs", "sweep", "readout")
+_TEXT = ("title", "question", "rule", "docs", "readout")
 
 
 class StudyError(ValueError):
@@ -51,13 +53,13 @@ class Study:
     question: str
     rule: str  # how its verdict is read, written down before its runs
     docs: str  # where its design and result are written, in words ("docs/world.md, ...")
-    sweep: str  # the `bench sweep` command that makes its runs
+    sweep: tuple[str, ...]  # the `bench sweep` commands that make its runs, together
     readout: str  # the command that reads them out
     claims: tuple[int, ...]
     recovery_over: str = EVERY
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
-    # the caller's check that `sweep`, resolved by today's code, plans exactly these records:
+    # the caller's check that `sweep`, resolved by today's code, plans exactly these records together:
     # {"commit": str or None, "runs": n planned, "differences": [one line each]}; None: not checked
     plan: dict[str, Any] | None = None
 
@@ -90,15 +92,18 @@ def load_study(folder: Path) -> Study:
         raise StudyError(f"{where}: {STUDY_FILE} cannot be read: {exc}") from exc
     if not isinstance(data, dict) or data.get("schema") != STUDY_SCHEMA:
         raise StudyError(f"{where}: {STUDY_FILE} must be an object with \"schema\": \"{STUDY_SCHEMA}\"")
-    known = {"schema", *_TEXT, "claims", "recovery_over"}
+    known = {"schema", *_TEXT, "sweep", "claims", "recovery_over"}
     if unknown := sorted(set(data) - known):
         raise StudyError(f"{where}: unknown field(s) {', '.join(unknown)} in {STUDY_FILE}; known: "
                          f"{', '.join(sorted(known))}")
     for name in _TEXT:
         if not isinstance(data.get(name), str) or not data[name].strip():
             raise StudyError(f"{where}: {STUDY_FILE} needs \"{name}\", a non-empty string")
-    if not data["sweep"].startswith("bench sweep "):
-        raise StudyError(f"{where}: \"sweep\" must be a `bench sweep ...` command, got {data['sweep']!r}")
+    sweep = [data.get("sweep")] if isinstance(data.get("sweep"), str) else data.get("sweep")
+    if (not isinstance(sweep, list) or not sweep
+            or not all(isinstance(c, str) and c.strip().startswith("bench sweep ") for c in sweep)):
+        raise StudyError(f"{where}: \"sweep\" must be a `bench sweep ...` command or a list of them, got "
+                         f"{data.get('sweep')!r}")
     claims = data.get("claims")
     if (not isinstance(claims, list) or not claims
             or not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 4 for c in claims)):
@@ -110,7 +115,8 @@ def load_study(folder: Path) -> Study:
     if not records:
         raise StudyError(f"{where}: no valid record in {folder / 'records'}"
                          + (f" ({len(skipped)} skipped: {skipped[0][1]})" if skipped else ""))
-    return Study(slug=folder.name, folder=folder, claims=tuple(sorted(set(claims))), recovery_over=over,
+    return Study(slug=folder.name, folder=folder, sweep=tuple(c.strip() for c in sweep),
+                 claims=tuple(sorted(set(claims))), recovery_over=over,
                  records=records, skipped=skipped, **{name: data[name].strip() for name in _TEXT})
 
 
@@ -151,6 +157,29 @@ def _runs_table(board: Board, runs: pd.DataFrame, record_hrefs: dict[str, str]) 
                     "record": record_hrefs[rid]})
     return {"headings": [c[1] for c in columns], "rows": out,
             "forgetting": any(r["forgot"] is not None for r in out)}
+
+
+def _cost_table(cost: dict[str, Any], slug_of: dict[tuple, str]) -> dict[str, Any]:
+    """Distillation's cost on one board, as the study page shows it: per seed and over seeds."""
+    b = cost["board"]
+    rows = []
+    for seed, c in cost["seeds"].items():
+        at = []
+        for p in GAIN_SHARES:
+            x = c["at"].get(str(p))
+            at.append(fmt(None, "pct") if x is None else
+                      f"{fmt(x['distill_flops'], 'flops')} ({fmt(x['share_of_expert_flops'], 'pct')})")
+        rows.append({"seed": seed, "experts": ", ".join(f"{d} {fmt(a, 'pct')}" for d, a in c["experts"].items()),
+                     "mean": fmt(c["experts_mean"], "pct"), "base": fmt(c["base"], "pct"),
+                     "expert_flops": fmt(c["expert_flops"], "flops"), "at": at,
+                     "ends": fmt(c["final_gain_share"], "pct")})
+    over = []
+    for e in cost["estimates"].values():
+        cell = fmt_estimate(e, "pct") if e is not None else {"text": fmt(None, "pct"), "interval": ""}
+        over.append(f"{cell['text']} {cell['interval']}".strip())
+    return {"slug": slug_of[tuple(vars(b.key).values())], "label": b.label,
+            "shares": [f"{p:.0%}" for p in GAIN_SHARES], "rows": rows, "over_seeds": over,
+            "paper": PAPER_SHARE.get(b.n_domains)}
 
 
 def _number(x: Any) -> float | None:
@@ -201,6 +230,8 @@ def study_view(study: Study, record_files: list[str],
     boards = build_boards(frames)
     figures = _figures(study, boards, frames.runs)
     claims = [c for c in findings(boards, study.recovery_over) if c.number in study.claims]
+    paired = paired_savings(boards, study.records)  # the methods on two budgets: claim 1 with seeds paired
+    claims = [paired if c.number == 1 and not c.rows and paired is not None else c for c in claims]
     slugs = Slugs()
     slug_of = {tuple(vars(b.key).values()): slugs(f"board-{b.key.suite}-{b.key.difficulty}-{b.key.profile}")
                for b in boards}
@@ -214,5 +245,6 @@ def study_view(study: Study, record_files: list[str],
         "boards": [{"slug": slug_of[tuple(vars(b.key).values())], "label": b.label,
                     "runs": _runs_table(b, frames.runs, hrefs)} for b in boards],
         "figures": [{"src": env_root + rel, "caption": caption} for rel, _, _, caption in figures],
+        "costs": [_cost_table(c, slug_of) for c in distillation_costs(boards, study.records)],
     }
     return view, claims, figures

@@ -185,7 +185,7 @@ def _studies(out: Path, folders: list[Path]) -> list:
     for folder in chosen.values():
         try:
             study = load_study(folder)
-            configs = _parsed_sweep(study.sweep, f"study {folder}")
+            configs = study_configs(study)
             check = plan_check(configs, study.records)
         except StudyError as exc:
             _fail(str(exc))
@@ -196,9 +196,10 @@ def _studies(out: Path, folders: list[Path]) -> list:
     return studies
 
 
-def _differs(where: str, check: dict) -> str:
+def _differs(where: str, check: dict, plural: bool = False) -> str:
     n = len(check["differences"])
-    return (f"{where} does not make exactly its records ({n} difference{'s' if n != 1 else ''}; first: "
+    verb, whose = ("do", "their") if plural else ("does", "its")
+    return (f"{where} {verb} not make exactly {whose} records ({n} difference{'s' if n != 1 else ''}; first: "
             f"{check['differences'][0]})")
 
 
@@ -210,8 +211,8 @@ class _BoardCheck:
     build that fails says one line."""
 
     def __init__(self, studies: list) -> None:
-        self.lines = [_differs(f"study {s.folder}: its sweep command", s.plan) for s in studies
-                      if s.plan and s.plan["differences"]]
+        self.lines = [_differs(f"study {s.folder}: its sweep command{'s' if len(s.sweep) > 1 else ''}", s.plan,
+                               plural=len(s.sweep) > 1) for s in studies if s.plan and s.plan["differences"]]
 
     def __call__(self, records: list[dict], command: str) -> dict | None:
         from bench.run.plan_check import plan_check
@@ -251,6 +252,11 @@ def _parsed(text: str, command: str, where: str) -> dict:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         _fail(f"{where}: its {command} command cannot be read: {message}")
         raise  # pragma: no cover  (_fail raises)
+
+
+def study_configs(study) -> list:
+    """The runs a study's sweep commands plan together, in order (reports.studies.Study)."""
+    return [c for command in study.sweep for c in _parsed_sweep(command, f"study {study.folder}")]
 
 
 def _parsed_sweep(text: str, where: str) -> list:

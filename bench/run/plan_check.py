@@ -17,6 +17,7 @@ and, as `bench compare` reads it, never decides.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from bench.run.config import RunConfig
@@ -62,9 +63,12 @@ def plan_check(configs: list[RunConfig], records: list[dict[str, Any]]) -> dict[
     Raises:
         RunError (bench.errors): a config that cannot be resolved (unknown method, bad override, ...).
     """
-    planned = {runner.run_id: runner for runner in (Runner(c, progress=False) for c in configs)}
+    runners = [Runner(c, progress=False) for c in configs]
+    planned = {runner.run_id: runner for runner in runners}
     by_id = {r["run_id"]: r for r in records}
-    out = [f"{rid}: planned by the command, but there is no record of it" for rid in sorted(set(planned) - set(by_id))]
+    # two commands (or one) that plan one run id twice would make one run over the other
+    out = [f"{rid}: planned {n} times" for rid, n in sorted(Counter(r.run_id for r in runners).items()) if n > 1]
+    out += [f"{rid}: planned by the command, but there is no record of it" for rid in sorted(set(planned) - set(by_id))]
     out += [f"{rid}: a record the command does not plan" for rid in sorted(set(by_id) - set(planned))]
     added: dict[str, list[Any]] = {}
     shipped_by_world = {p: reference.shipped_hashes(p) for p in {r.config.profile for r in planned.values()}}

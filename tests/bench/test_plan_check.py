@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.cli import app
-from bench.cli.sweeps import _parsed_sweep
+from bench.cli.sweeps import _parsed_sweep, study_configs
 from bench.run.plan_check import plan_check
 from reports.studies import load_study, site_studies
 
@@ -29,7 +29,7 @@ def test_each_committed_studys_command_makes_exactly_its_records(folder):
     """If this fails, today's code would not remake the study's records (a default, a suite, the world's
     version or its shipped base changed): run the study again, or say on the site why it may stand."""
     study = load_study(folder)
-    configs = _parsed_sweep(study.sweep, folder.name)
+    configs = study_configs(study)
     check = plan_check(configs, study.records)
     assert len(configs) == len(study.records)
     assert check["differences"] == []
@@ -37,7 +37,7 @@ def test_each_committed_studys_command_makes_exactly_its_records(folder):
 
 def _claim2(seeds=range(2)):
     study = load_study(CLAIM2)
-    sweep = study.sweep.replace("--seeds 10", f"--seeds {len(seeds)}")
+    sweep = study.sweep[0].replace("--seeds 10", f"--seeds {len(seeds)}")
     records = [r for r in study.records if r["seed"] in seeds]
     return _parsed_sweep(sweep, "test"), copy.deepcopy(records)
 
@@ -72,7 +72,7 @@ def test_an_option_added_since_a_record_was_made_is_listed_apart():
         "opd-multi__four_domain-easy__tiny__s0: suite_hash is '(absent)' in its record")
 
 
-def _copy_study(tmp_path: Path, sweep: str | None = None) -> Path:
+def _copy_study(tmp_path: Path, sweep: str | list[str] | None = None) -> Path:
     folder = tmp_path / "claim2-copy"
     shutil.copytree(CLAIM2, folder)
     if sweep is not None:
@@ -95,6 +95,27 @@ def test_bench_report_shows_each_studys_check(tmp_path):
     # the next build finds the study in the site and checks it again
     result = runner.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
     assert result.exit_code == 0 and "does not make exactly its records" in result.stderr
+
+
+def test_a_study_made_by_several_commands_is_checked_on_what_they_plan_together(tmp_path):
+    command = load_study(CLAIM2).sweep[0]
+    halves = [command.replace("--seeds 10", "--seeds 0-4"), command.replace("--seeds 10", "--seeds 5-9")]
+    study = _copy_study(tmp_path, halves)
+    result = runner.invoke(app, ["report", "--runs", str(CLAIM2 / "records"), "--out", str(tmp_path / "site"),
+                                 "--study", str(study)])
+    assert result.exit_code == 0, result.output
+    assert "its sweep commands" not in result.stderr  # (the board here is the study's records: not the site's)
+    page = (tmp_path / "site" / "studies" / "claim2-copy.html").read_text()
+    assert halves[0] in page and halves[1] in page and "make its 10 runs together" in page
+    assert "the commands plan exactly these 10 records together, run for run" in page
+    # one run planned by two commands would be made twice, one over the other
+    overlapping = [command.replace("--seeds 10", "--seeds 0-5"), command.replace("--seeds 10", "--seeds 5-9")]
+    shutil.rmtree(tmp_path / "site")
+    result = runner.invoke(app, ["report", "--runs", str(CLAIM2 / "records"), "--out", str(tmp_path / "site"),
+                                 "--study", str(_copy_study(tmp_path / "again", overlapping))])
+    assert result.exit_code == 0, result.output
+    assert ("its sweep commands do not make exactly their records (1 difference; first: "
+            "opd-multi__four_domain-easy__tiny__s5: planned 2 times)") in result.stderr
 
 
 @pytest.mark.parametrize("sweep, needle", [

@@ -102,6 +102,8 @@ def test_a_site_keeps_its_studies_and_a_rebuild_without_them_refuses(tmp_path):
     ({"colour": "red"}, "unknown field(s) colour"),
     ({"schema": "opd-bench-study/0"}, STUDY_SCHEMA),
     ({"sweep": "bench run --method recover"}, "must be a `bench sweep ...` command"),
+    ({"sweep": []}, "must be a `bench sweep ...` command or a list of them"),
+    ({"sweep": ["bench sweep --methods recover", "bench run --method recover"]}, "or a list of them, got ["),
     ({"claims": [5]}, '"claims" must be a non-empty list'),
     ({"claims": []}, '"claims" must be a non-empty list'),
     ({"recovery_over": "some"}, '"recovery_over" must be "every" or "forgot"'),

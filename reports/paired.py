@@ -1,0 +1,198 @@
+"""Joint GRPO and opd-multi run on different budgets, read with seeds paired (docs/metrics.md).
+
+A board holds the runs of one budget, so a study that gives opd-multi more FLOPs than joint GRPO (to
+see how far distillation goes) has the two methods on two boards. Claim 1 is then read seed by seed:
+each method's counted FLOPs to joint GRPO's targets on its own board, and opd-multi's savings. And
+where opd-multi's records report their experts' held-out accuracy, distillation's cost: the
+distillation FLOPs at which the student takes each share of its experts' gain over the base.
+
+    claim = paired_savings(boards, records)     # a findings Claim, or None where no pair of boards
+    costs = distillation_costs(boards, records) # per opd-multi board: each seed's cost and the IQM
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from reports import metrics
+from reports.boards import Board
+from reports.columns import tau_label
+from reports.formatting import fmt
+from reports.findings import CONTEXT, FAILS, NOT_MEASURED, VERDICT_TARGET, Claim, Row, direction
+from reports.stats import NONE, Estimate, estimate, rng_for
+
+GAIN_SHARES = (0.5, 0.75, 0.9)  # the student's share of its experts' gain that distillation's cost is read at
+EXPERT_METRIC = "expert_heldout_accuracy:"  # + domain: an opd-multi record's score of each expert
+
+
+def curve_of(record: Mapping[str, Any]) -> tuple[list[float], list[float]]:
+    """The record's held-out accuracy curve: (counted FLOPs, accuracy), in FLOP order."""
+    points = sorted((p["flops"], p["accuracy"]) for p in record["curve"])
+    return [f for f, _ in points], [a for _, a in points]
+
+
+def expert_flops(record: Mapping[str, Any]) -> float:
+    """The counted FLOPs of the record's expert phases, as the distillation share counts them."""
+    return metrics.expert_flops(metrics.phase_flops(record["ledger"]))
+
+
+def experts_heldout(record: Mapping[str, Any]) -> dict[str, float] | None:
+    """Each expert's accuracy on its own domain's held-out prompts, as the run reported it; None where
+    the record does not report every domain's (a run made before runs did)."""
+    reported = record.get("method_metrics") or {}
+    domains = record.get("domains") or []
+    if not domains or any(f"{EXPERT_METRIC}{d}" not in reported for d in domains):
+        return None
+    return {d: float(reported[f"{EXPERT_METRIC}{d}"]) for d in domains}
+
+
+def distillation_cost(record: Mapping[str, Any], experts: Mapping[str, float]) -> dict[str, Any]:
+    """The distillation FLOPs (counted FLOPs past the experts') at which the student's held-out accuracy
+    first reaches base + p x (its experts' mean on their own domains - base), for p in GAIN_SHARES,
+    each also as a share of the experts' FLOPs; and the share of that gain the student ends with.
+    `curve`: each evaluation from distillation's start on as (distillation FLOPs / experts' FLOPs,
+    share of the gain)."""
+    flops, accuracy = curve_of(record)
+    spent = expert_flops(record)
+    base, mean = accuracy[0], sum(experts.values()) / len(experts)
+    out: dict[str, Any] = {"expert_flops": spent, "base": base, "experts_mean": mean, "final_gain_share": None,
+                           "at": {}, "curve": None}
+    if mean <= base:  # no gain to take
+        return out
+    out["final_gain_share"] = (record["final_accuracy"] - base) / (mean - base)
+    out["curve"] = [((f - spent) / spent, (a - base) / (mean - base)) for f, a in zip(flops, accuracy) if f >= spent]
+    for p in GAIN_SHARES:
+        reached = metrics.flops_to_target(flops, accuracy, base + p * (mean - base))
+        out["at"][str(p)] = None if reached is None else {"distill_flops": reached - spent,
+                                                          "share_of_expert_flops": (reached - spent) / spent}
+    return out
+
+
+def cost_estimates(costs: Sequence[Mapping[str, Any]]) -> dict[str, Estimate | None]:
+    """Per share of the gain: the IQM over seeds of distillation's cost as a share of the experts' FLOPs,
+    with its 95% bootstrap interval; None unless every seed takes that share."""
+    out: dict[str, Estimate | None] = {}
+    for p in map(str, GAIN_SHARES):
+        shares = [c["at"].get(p) and c["at"][p]["share_of_expert_flops"] for c in costs]
+        out[p] = (estimate(shares, rng_for("full_budget", "cost", p))
+                  if shares and all(x is not None for x in shares) else None)
+    return out
+
+
+def matched_accuracy(targets: Mapping[float, float], joint: Mapping[int, Mapping[str, Any]],
+                     opd: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per target, seeds paired: each method's counted FLOPs to it, the savings 1 - opd-multi's / joint
+    GRPO's, and opd-multi's distillation FLOPs alone to it; the IQM of the savings (`savings`, an
+    Estimate) with its 95% bootstrap interval where every seed reaches the target, else None; and the
+    verdict by the findings page's rule."""
+    paired = sorted(set(joint) & set(opd))
+    curves = {seed: (curve_of(opd[seed]), curve_of(joint[seed]), expert_flops(opd[seed])) for seed in paired}
+    rows = []
+    for k, tau in sorted(targets.items()):
+        seeds = {}
+        for seed, (opd_curve, joint_curve, spent) in curves.items():
+            fo = metrics.flops_to_target(*opd_curve, tau)
+            fj = metrics.flops_to_target(*joint_curve, tau)
+            saved = metrics.savings(np.nan if fo is None else fo, np.nan if fj is None else fj)
+            seeds[seed] = {"opd-multi": fo, "grpo-joint": fj, "savings": float(saved) if np.isfinite(saved) else None,
+                           "distill_only": None if fo is None else fo - spent}
+        missed = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is None]
+        undefined = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is not None and v["savings"] is None]
+        est = None
+        if missed:  # it would need unbounded FLOPs there: the savings' IQM is unbounded below
+            verdict = f"{FAILS}: opd-multi never reaches it on seed {', '.join(missed)}"
+        elif undefined:  # joint GRPO never reaches it there (or its base already does)
+            verdict = f"{NOT_MEASURED}: no savings on seed {', '.join(undefined)}"
+        else:  # the findings page's rule: holds when the interval lies above 0, fails below it
+            est = estimate([v["savings"] for v in seeds.values()], rng_for("full_budget", str(k)))
+            verdict = direction(est, 0.0, want_above=True)
+        rows.append({"gain": k, "tau": tau, "seeds": seeds, "verdict": verdict, "savings": est})
+    return rows
+
+
+def _pairs(boards: Sequence[Board]) -> list[tuple[Board, Board]]:
+    """(joint GRPO's board, opd-multi's board) of one suite, difficulty and world on different budgets,
+    where no board holds both methods of that suite."""
+    def world(b: Board) -> tuple:
+        return b.key.profile, b.key.suite, b.key.difficulty, b.key.suite_version
+
+    def has(b: Board, method: str) -> bool:
+        return any(m.method == method for m in b.methods)
+
+    together = {world(b) for b in boards if has(b, metrics.REFERENCE_METHOD) and has(b, "opd-multi")}
+    return [(j, o) for j in boards for o in boards
+            if world(j) == world(o) and world(j) not in together and j.key.budget_flops != o.key.budget_flops
+            and has(j, metrics.REFERENCE_METHOD) and has(o, "opd-multi") and j.targets]
+
+
+def _by_seed(board: Board, method: str, records: Sequence[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
+    ids = set(board.method(method).run_ids)
+    return {int(r["seed"]): r for r in records if r["run_id"] in ids}
+
+
+def _budget(board: Board) -> str:
+    return f"{board.key.budget_flops:.0e}".replace("e+", "e")
+
+
+def _flops_text(x: float | None) -> str:
+    return "never" if x is None else fmt(x, "flops")
+
+
+def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]) -> Claim | None:
+    """Claim 1 where opd-multi and joint GRPO ran on different budgets: per target of joint GRPO's board,
+    opd-multi's savings with seeds paired, the verdict reading the savings at tau_0.9 by the findings
+    page's rule; beside them, each method's final accuracy. None where no such pair of boards."""
+    pairs = _pairs(boards)
+    if not pairs:
+        return None
+    k = VERDICT_TARGET
+    claim = Claim(1, "Multi-teacher OPD matches joint GRPO on math+code with fewer FLOPs",
+                  "42% fewer total training FLOPs at matched held-out accuracy (math_code)",
+                  f"with the two methods on different budgets, seeds are paired: per seed, each method's counted "
+                  f"FLOPs to joint GRPO's targets (on its own board), and the savings 1 − opd-multi's / joint GRPO's. "
+                  f"The verdict reads the savings at {tau_label(k)}: holds when their interval lies above 0; does "
+                  f"not hold when it lies below 0 or opd-multi never reaches {tau_label(k)} on a seed. The other "
+                  "targets and both methods' final accuracy are shown for context",
+                  f"savings at matched accuracy at {tau_label(k)}, seeds paired, with its 95% bootstrap interval "
+                  "over seeds (docs/metrics.md, \"Runs on different budgets\")")
+    for joint_board, opd_board in pairs:
+        rows = matched_accuracy(joint_board.targets, _by_seed(joint_board, metrics.REFERENCE_METHOD, records),
+                                _by_seed(opd_board, "opd-multi", records))
+        where = (f"{opd_board.key.label} · opd-multi at {_budget(opd_board)}, grpo-joint at "
+                 f"{_budget(joint_board)}")
+        key = tuple(vars(opd_board.key).values())
+        for row in rows:
+            decides = row["gain"] == k
+            per_seed = "; ".join(f"seed {seed}: opd-multi {_flops_text(v['opd-multi'])}, grpo-joint "
+                                 f"{_flops_text(v['grpo-joint'])}" for seed, v in row["seeds"].items())
+            verdict = row["verdict"].split(":")[0]
+            note = (row["verdict"].split(": ", 1)[1] + "; " if ":" in row["verdict"] else "") + per_seed
+            paper = "42%" if decides else "above 0 (42% at its matched accuracy)"
+            claim.rows.append(Row(where, key, f"savings at matched accuracy, {tau_label(row['gain'])} = "
+                                  f"{row['tau']:.3f}, seeds paired", paper, row["savings"] or NONE, "pct",
+                                  verdict if decides else CONTEXT, note, decides))
+        for board, method in ((opd_board, "opd-multi"), (joint_board, metrics.REFERENCE_METHOD)):
+            claim.rows.append(Row(where, key, f"{method}'s final accuracy at {_budget(board)}", "—",
+                                  board.method(method).final_accuracy, "pct", CONTEXT, "", False))
+    return claim
+
+
+def distillation_costs(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per board with opd-multi runs that report their experts' held-out accuracy: each seed's
+    distillation cost (`distillation_cost`) and, per share of the gain, the IQM over seeds of its cost
+    as a share of the experts' FLOPs (`cost_estimates`)."""
+    out = []
+    for b in boards:
+        if not any(m.method == "opd-multi" for m in b.methods):
+            continue
+        by_seed = _by_seed(b, "opd-multi", records)
+        experts = {seed: experts_heldout(r) for seed, r in by_seed.items()}
+        if not by_seed or any(e is None for e in experts.values()):
+            continue
+        seeds = {seed: {"experts": experts[seed], **distillation_cost(r, experts[seed])}
+                 for seed, r in sorted(by_seed.items())}
+        out.append({"board": b, "seeds": seeds, "estimates": cost_estimates(list(seeds.values()))})
+    return out

@@ -1,0 +1,142 @@
+"""Distillation's cost (reports.paired) on a record whose answer is known by hand: the FLOPs past the
+experts' at which the student takes each share of its experts' gain, and the curve of that share that
+benchmarks/full_budget_readout.py's cost figure draws."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reports import paired
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "full_budget_readout.py"
+
+
+def _record(accuracy_at: dict[float, float]) -> dict:
+    """Experts spend 6e11 + 4e11 counted FLOPs, then distillation; the student starts at 20%."""
+    ledger = [{"category": "counted", "phase": "expert:math", "flops": 6e11},
+              {"category": "counted", "phase": "expert:code", "flops": 4e11},
+              {"category": "eval", "phase": "eval", "flops": 9e11},  # not the experts'
+              {"category": "counted", "phase": "distill", "flops": 5e11}]
+    curve = [{"flops": f, "accuracy": a} for f, a in accuracy_at.items()]
+    return {"curve": curve, "ledger": ledger, "final_accuracy": curve[-1]["accuracy"]}
+
+
+def test_the_cost_of_each_share_of_the_gain_is_read_where_the_curve_takes_it():
+    # the experts' mean is 40%, so the gain is 20 points: half is 30%, three quarters 35%, 90% 38%
+    record = _record({0.0: 0.2, 1e12: 0.2, 1.1e12: 0.3, 1.2e12: 0.35, 1.5e12: 0.38})
+    cost = paired.distillation_cost(record, {"math": 0.5, "code": 0.3})
+    assert cost["expert_flops"] == 1e12 and cost["base"] == 0.2 and cost["experts_mean"] == pytest.approx(0.4)
+    assert cost["final_gain_share"] == pytest.approx(0.9)
+    for p, distilled in (("0.5", 1e11), ("0.75", 2e11), ("0.9", 5e11)):
+        assert cost["at"][p]["distill_flops"] == pytest.approx(distilled)
+        assert cost["at"][p]["share_of_expert_flops"] == pytest.approx(distilled / 1e12)
+    # from distillation's start on: (distillation FLOPs / experts' FLOPs, share of the gain)
+    assert [v for point in cost["curve"] for v in point] == pytest.approx([0, 0, 0.1, 0.5, 0.2, 0.75, 0.5, 0.9])
+
+
+def test_a_share_between_evaluations_lies_between_them_and_one_never_taken_is_none():
+    record = _record({0.0: 0.2, 1e12: 0.2, 1.1e12: 0.28, 1.2e12: 0.32, 1.4e12: 0.34})
+    cost = paired.distillation_cost(record, {"math": 0.5, "code": 0.3})
+    assert 0.1 < cost["at"]["0.5"]["share_of_expert_flops"] < 0.2
+    assert cost["at"]["0.75"] is None and cost["at"]["0.9"] is None
+    assert cost["final_gain_share"] == pytest.approx(0.7)
+    # experts no better than the base: no gain to take, so no cost and no curve
+    flat = paired.distillation_cost(record, {"math": 0.2, "code": 0.2})
+    assert flat["at"] == {} and flat["curve"] is None and flat["final_gain_share"] is None
+
+
+def test_the_cost_figure_draws_each_study_and_keeps_what_it_drew_on_bad_input(tmp_path):
+    cost = paired.distillation_cost(_record({0.0: 0.2, 1e12: 0.2, 1.1e12: 0.3, 1.5e12: 0.38}),
+                                     {"math": 0.5, "code": 0.3})
+    result = tmp_path / "full_budget-long-distill.json"
+    result.write_text(json.dumps({"suite": "math_code", "arm": "long-distill",
+                                  "seeds": {"0": {"distillation_cost": cost}}}))
+    figure = tmp_path / "cost.png"
+    drawn = subprocess.run([sys.executable, str(SCRIPT), str(figure), str(result)], capture_output=True, text=True)
+    assert drawn.returncode == 0, drawn.stderr[-3000:]
+    before = figure.read_bytes()
+    assert len(before) > 10_000
+    not_a_result = tmp_path / "records.json"
+    not_a_result.write_text("[1, 2]")
+    for bad_input in (tmp_path / "missing.json", tmp_path, not_a_result):
+        bad = subprocess.run([sys.executable, str(SCRIPT), str(figure), str(result), str(bad_input)],
+                             capture_output=True, text=True)
+        last = bad.stderr.strip().splitlines()[-1]
+        assert bad.returncode == 2 and "error:" in last and str(bad_input) in last
+    assert figure.read_bytes() == before
+
+
+def _run(method: str, seed: int, budget: float, points: list[tuple[float, float]], phases: list[tuple[str, float]],
+         **metrics) -> dict:
+    """A schema-valid record (tests.reports.factory) with this curve and these counted FLOPs per phase."""
+    from tests.reports.factory import make_record
+
+    record = make_record(method, seed=seed, budget_flops=budget)
+    ledger = [{"category": "counted", "phase": p, "kind": "update", "model": "student", "flops": f, "tokens": 1,
+               "calls": 1} for p, f in phases]
+    curve, spent = [], 0.0
+    for flops, accuracy in points:
+        done, left = {}, flops
+        for p, f in phases:
+            done[p] = min(f, left)
+            left -= done[p]
+        phase = next((p for p, f in phases if done[p] < f), phases[-1][0])
+        curve.append({"flops": flops, "accuracy": accuracy, "mean_length": 10.0, "wall_s": flops / 1e11,
+                      "phase": "start" if flops == 0 else "eval", "ledger_phase": phase,
+                      "phase_flops": {p: v for p, v in done.items() if v > 0 or p == phases[0][0]}})
+        spent = flops
+    record.update(curve=curve, ledger=ledger, final_accuracy=points[-1][1], base_accuracy=points[0][1],
+                  flops={**record["flops"], "counted": spent}, method_metrics=metrics, steps=[],
+                  max_step_flops=1e12, domains=["math", "code"])
+    return record
+
+
+def test_a_study_on_two_budgets_reads_claim_1_with_seeds_paired_and_distillations_cost(tmp_path):
+    """Joint GRPO at 2e13 reaches its tau_0.9 (0.426) at 1e13; opd-multi at 4e13 spends 1.8e13 on its
+    experts (mean 45%, base 30%: a gain of 15 points) and reaches 50%, 75% and 90% of it 1e12, 4e12 and
+    1.2e13 FLOPs of distillation later: 5.6%, 22.2% and 66.7% of the experts' FLOPs."""
+    from reports.site import build_site
+    from reports.studies import load_study
+    from tests.reports.factory import write_study
+
+    joint = [_run("grpo-joint", s, 2e13, [(0.0, 0.30), (1e13, 0.426), (2e13, 0.44)], [("train", 2e13)])
+             for s in range(3)]
+    opd = [_run("opd-multi", s, 4e13, [(0.0, 0.30), (1.8e13, 0.30), (1.9e13, 0.375), (2.2e13, 0.4125),
+                                        (3e13, 0.435), (4e13, 0.44)],
+                [("expert:math", 9e12), ("expert:code", 9e12), ("distill", 2.2e13)],
+                **{"expert_heldout_accuracy:math": 0.5, "expert_heldout_accuracy:code": 0.4})
+           for s in range(3)]
+    sweeps = ["bench sweep --methods grpo-joint --seeds 3 --out runs-long/runs",
+              "bench sweep --methods opd-multi --seeds 3 --budget 4e13 --out runs-long/runs-long-distill"]
+    study = load_study(write_study(tmp_path / "long", joint + opd, sweep=sweeps, claims=[1], recovery_over=None))
+    assert study.sweep == tuple(sweeps)
+    board = tmp_path / "board"
+    board.mkdir()
+    (board / "r.json").write_text(json.dumps(joint[0]))
+    build_site([board], tmp_path / "site", studies=[study])
+    results = json.loads((tmp_path / "site" / "results.json").read_text())
+    (claim,) = next(s for s in results["studies"] if s["slug"] == "long")["findings"]
+    decides = [r for r in claim["rows"] if r["decides"]]
+    assert len(decides) == 1 and "τ0.9 = 0.426" in decides[0]["measure"].replace("₀.₉", "0.9")
+    # opd-multi needs more than joint GRPO's 1e13 on every seed: savings below 0, the claim does not hold
+    assert decides[0]["estimate"]["high"] < 0 and claim["verdict"] == "does not hold at this scale"
+    # 0.426 lies 60% of the way from 0.4125 to 0.435, read linearly in log FLOPs between 2.2e13 and 3e13
+    reached = 2.2e13 * (3 / 2.2) ** 0.6
+    assert decides[0]["estimate"]["value"] == pytest.approx(1 - reached / 1e13)
+    assert f"seed 0: opd-multi {reached:.2e}, grpo-joint 1.00e13".replace("e+", "e") in decides[0]["note"]
+    finals = [r for r in claim["rows"] if "final accuracy" in r["measure"]]
+    assert sorted(r["estimate"]["value"] for r in finals) == pytest.approx([0.44, 0.44])
+    page = (tmp_path / "site" / "studies" / "long.html").read_text()
+    assert sweeps[0] in page and sweeps[1] in page and "make its 6 runs together" in page
+    assert "Distillation's cost against the experts' gain" in page
+    for cell in ("1.00e12 (5.6%)", "4.00e12 (22.2%)", "1.20e13 (66.7%)", "93.3%", "math 50.0%, code 40.0%",
+                 "45.0% (30.0%)"):
+        assert cell in page, cell
+    # over three equal seeds the IQM is each seed's share, its interval a point
+    assert "5.6% [5.6%, 5.6%]" in page and "66.7% [66.7%, 66.7%]" in page
