@@ -5,9 +5,9 @@
 
 Per seed, two `bench run`s, each on one torch thread, `--jobs` at a time (a run already complete is
 kept, an interrupted one resumed): joint GRPO into OUT_DIR/runs, shared by every arm, and opd-multi
-into OUT_DIR/runs-<arm>. The opd-multi arm trains its experts one after another and has
-distillation's convergence rules off (`--set distill.steps=1000000`), so that only the budget ends
-distillation; with `--arm whole-share` the experts' stopping rule is off too (`--set
+into OUT_DIR/runs-<arm>. The opd-multi arm trains its experts one after another, scores each on
+its own domain's held-out prompts once trained (`--set score_experts=true`), and has distillation's
+convergence rules off (`--set distill.steps=1000000`), so that only the budget ends distillation; with `--arm whole-share` the experts' stopping rule is off too (`--set
 expert_patience=0`): each trains for its whole share of the budget (90%, split evenly by domain) and
 distillation has the rest. `--arm long-distill` is whole-share at twice joint GRPO's budget and half
 the experts' fraction (`--set expert_fraction=0.45`): the same experts, then distillation on.
@@ -51,11 +51,11 @@ from full_budget_readout import accuracy_at, describe, plot, replay_kl_rule  # n
 
 from reports.paired import cost_estimates, curve_of, distillation_cost, matched_accuracy  # noqa: E402
 
-ARMS = {"to-budget": ("--phase-executor", "sequential", "--set", "distill.steps=1000000"),
-        "whole-share": ("--phase-executor", "sequential", "--set", "distill.steps=1000000",
-                        "--set", "expert_patience=0"),
-        "long-distill": ("--phase-executor", "sequential", "--set", "distill.steps=1000000",
-                         "--set", "expert_patience=0", "--set", "expert_fraction=0.45")}
+# every arm scores its experts on their own domain (`score_experts`): the gain distillation's cost is read against
+_ARM = ("--phase-executor", "sequential", "--set", "score_experts=true", "--set", "distill.steps=1000000")
+ARMS = {"to-budget": _ARM,
+        "whole-share": (*_ARM, "--set", "expert_patience=0"),
+        "long-distill": (*_ARM, "--set", "expert_patience=0", "--set", "expert_fraction=0.45")}
 ARM_LABELS = {"to-budget": "opd-multi, distilling to the budget",
               "whole-share": "opd-multi, experts' whole share, then distilling",
               "long-distill": "opd-multi, the same experts, then distilling on to twice the budget"}
@@ -126,8 +126,8 @@ def expert_accuracy(record: dict) -> dict[str, float]:
     from reports.paired import experts_heldout
 
     if (experts := experts_heldout(record)) is None:
-        sys.exit(f"full_budget: {record['run_id']} does not report its experts' held-out accuracy: it was made "
-                 "before runs did; move it away and run the study again")
+        sys.exit(f"full_budget: {record['run_id']} does not report its experts' held-out accuracy (made without "
+                 "--set score_experts=true): move it away and run the study again")
     return experts
 
 

@@ -20,9 +20,9 @@ Departures from the paper:
   `expert_stop=validation` is the paper's protocol instead: greedy accuracy on a validation
   sample, checked every `expert_eval_every` steps, has not improved by one standard error for
   `expert_patience` checks. The FLOPs each expert spent after its best point are reported
-  (`expert_tail_flops`), and each expert's accuracy on its own domain's held-out prompts once it is
-  trained (`expert_heldout_accuracy:<domain>`; evaluation, never counted), which distillation's cost
-  is read against (docs/metrics.md);
+  (`expert_tail_flops`); with `score_experts=true`, each expert's accuracy on its own domain's
+  held-out prompts once it is trained (`expert_heldout_accuracy:<domain>`; evaluation, never
+  counted), which distillation's cost is read against (docs/metrics.md);
 - distillation stops on a convergence rule (per-token reverse KL below `distill.kl_threshold` for
   `distill.patience` steps, or the student's sample accuracy at its experts' on every domain), else
   at the budget; `distill.steps=N` is the paper's fixed schedule instead;
@@ -55,6 +55,9 @@ class OPDMultiConfig:
     expert_stop: str = "reward"  # reward | validation (the paper's protocol: a held-out-style plateau)
     expert_eval_every: int = 5  # expert_stop=validation: steps between checks...
     expert_eval_size: int = 200  # ...on this many validation prompts
+    # score each trained expert on its own domain's held-out prompts (evaluation, never counted), for
+    # distillation's cost against the experts' gain (docs/metrics.md, "Runs on different budgets")
+    score_experts: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.expert_fraction < 1:
@@ -87,7 +90,8 @@ class OPDMulti:
         for domain, tail in tails.items():
             ctx.report(f"expert_tail_flops:{domain}", tail)
         ctx.report("expert_tail_flops", sum(tails.values()))
-        _score_experts(ctx, experts)
+        if self.config.score_experts:
+            _score_experts(ctx, experts)
         if ctx.should_stop():
             return
         with ctx.phase("distill"):

@@ -136,16 +136,21 @@ def test_expert_and_distillation_boundaries_are_evaluated(fast_profile, tmp_path
 
 
 
-def test_each_expert_is_scored_on_its_own_domain_as_evaluation(fast_profile, tmp_path):
+def test_with_score_experts_each_expert_is_scored_on_its_own_domain_as_evaluation(fast_profile, tmp_path):
     """Each trained expert's held-out accuracy on its own domain is in the record, booked as evaluation
-    (never counted); that it is the expert's own score is checked against its checkpoint on a world
-    where experts learn (tests/bench/test_full_budget.py)."""
-    summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=0,
-                         **NEVER_CONVERGES, **SMALL)
+    (never counted), and training is what it is without the scoring; that it is the expert's own score
+    is checked against its checkpoint on a world where experts learn (tests/bench/test_full_budget.py)."""
+    settings = dict(expert_fraction=0.6, expert_patience=0, **NEVER_CONVERGES, **SMALL)
+    summary = run_method(fast_profile, tmp_path / "scored", "opd-multi", BUDGET, score_experts="true", **settings)
+    plain = run_method(fast_profile, tmp_path / "plain", "opd-multi", BUDGET, **settings)
+    assert not any(k.startswith("expert_heldout_accuracy") for k in plain["method_metrics"])
+    assert summary["steps"] == plain["steps"] and summary["flops"]["counted"] == plain["flops"]["counted"]
+    assert summary["curve"][-1]["accuracy"] == plain["curve"][-1]["accuracy"]
     for domain in ("math", "code"):
         assert 0.0 <= summary["method_metrics"][f"expert_heldout_accuracy:{domain}"] <= 1.0
     # the experts' stopping rule is off (no validation checks), so these rows are the scoring alone
     evaluated = {r["model"] for r in summary["ledger"] if r["category"] == "eval"}
     assert {"expert:math", "expert:code"} <= evaluated
+    assert not {r["model"] for r in plain["ledger"] if r["category"] == "eval"} & {"expert:math", "expert:code"}
     assert not any(r["model"].startswith("expert:") and r["phase"] == "distill" and r["kind"] != "score"
                    for r in summary["ledger"] if r["category"] == "counted")
