@@ -131,7 +131,7 @@ def _write_studies(studies: list[Study], writer: Writer, env: jinja2.Environment
                         "docs": study.docs, "sweep": list(study.sweep), "readout": study.readout,
                         "recovery_over": study.recovery_over, "plan_check": study.plan,
                         "run_ids": [r["run_id"] for r in study.records], "record_files": record_files,
-                        "findings": _claims_json(claims)})
+                        "findings": _claims_json(claims), **view["results"]})
     return pages, listed, results
 
 

@@ -182,6 +182,14 @@ def _cost_table(cost: dict[str, Any], slug_of: dict[tuple, str]) -> dict[str, An
             "paper": PAPER_SHARE.get(b.n_domains)}
 
 
+def _cost_json(cost: dict[str, Any]) -> dict[str, Any]:
+    """Distillation's cost on one board, for results.json: per share of the gain, the estimate over
+    seeds (None unless every seed takes it), and each seed's read-out without its curve."""
+    return {"board": cost["board"].label, "budget_flops": cost["board"].key.budget_flops,
+            "over_seeds": {p: None if e is None else e.to_dict() for p, e in cost["estimates"].items()},
+            "seeds": {str(seed): {k: v for k, v in c.items() if k != "curve"} for seed, c in cost["seeds"].items()}}
+
+
 def _number(x: Any) -> float | None:
     return float(x) if pd.notna(x) else None
 
@@ -230,6 +238,7 @@ def study_view(study: Study, record_files: list[str],
     boards = build_boards(frames)
     figures = _figures(study, boards, frames.runs)
     claims = [c for c in findings(boards, study.recovery_over) if c.number in study.claims]
+    costs = distillation_costs(boards, study.records)
     paired = paired_savings(boards, study.records)  # the methods on two budgets: claim 1 with seeds paired
     claims = [paired if c.number == 1 and not c.rows and paired is not None else c for c in claims]
     slugs = Slugs()
@@ -245,6 +254,8 @@ def study_view(study: Study, record_files: list[str],
         "boards": [{"slug": slug_of[tuple(vars(b.key).values())], "label": b.label,
                     "runs": _runs_table(b, frames.runs, hrefs)} for b in boards],
         "figures": [{"src": env_root + rel, "caption": caption} for rel, _, _, caption in figures],
-        "costs": [_cost_table(c, slug_of) for c in distillation_costs(boards, study.records)],
+        "costs": [_cost_table(c, slug_of) for c in costs],
+        # what results.json adds for the study, beside its claims
+        "results": {"distillation_cost": [_cost_json(c) for c in costs]},
     }
     return view, claims, figures

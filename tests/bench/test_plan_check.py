@@ -3,6 +3,7 @@ studies' commands make exactly their records, and a changed default, base or see
 
 import copy
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -33,6 +34,14 @@ def test_each_committed_studys_command_makes_exactly_its_records(folder):
     check = plan_check(configs, study.records)
     assert len(configs) == len(study.records)
     assert check["differences"] == []
+
+
+def test_the_leaderboards_readme_gives_each_studys_commands():
+    text = re.sub(r"\\\n\s+", "", (ROOT / "leaderboard" / "README.md").read_text())  # lines joined at "\"
+    for folder in STUDIES:
+        study = load_study(folder)
+        for command in (*study.sweep, study.readout):
+            assert command in text, (folder.name, command)
 
 
 def _claim2(seeds=range(2)):

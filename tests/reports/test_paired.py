@@ -121,7 +121,12 @@ def test_a_study_on_two_budgets_reads_claim_1_with_seeds_paired_and_distillation
     (board / "r.json").write_text(json.dumps(joint[0]))
     build_site([board], tmp_path / "site", studies=[study])
     results = json.loads((tmp_path / "site" / "results.json").read_text())
-    (claim,) = next(s for s in results["studies"] if s["slug"] == "long")["findings"]
+    entry = next(s for s in results["studies"] if s["slug"] == "long")
+    (claim,) = entry["findings"]
+    (cost,) = entry["distillation_cost"]
+    assert cost["budget_flops"] == 4e13 and cost["seeds"]["0"]["experts"] == {"math": 0.5, "code": 0.4}
+    assert {p: e["value"] for p, e in cost["over_seeds"].items()} == pytest.approx(
+        {"0.5": 1 / 18, "0.75": 4 / 18, "0.9": 12 / 18})
     decides = [r for r in claim["rows"] if r["decides"]]
     assert len(decides) == 1 and "τ0.9 = 0.426" in decides[0]["measure"].replace("₀.₉", "0.9")
     # opd-multi needs more than joint GRPO's 1e13 on every seed: savings below 0, the claim does not hold
