@@ -144,8 +144,9 @@ def _flops_text(x: float | None) -> str:
 def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]) -> Claim | None:
     """Claim 1 where opd-multi and joint GRPO ran on different budgets: per target of joint GRPO's board,
     opd-multi's savings with seeds paired, the verdict reading the savings at tau_0.9 by the findings
-    page's rule; beside them, each method's final accuracy. None where no such pair of boards."""
-    pairs = _pairs(boards)
+    page's rule; beside them, each method's final accuracy. Like the findings page's claim 1, on
+    math_code only. None where no such pair of boards."""
+    pairs = [(j, o) for j, o in _pairs(boards) if j.key.suite == "math_code"]
     if not pairs:
         return None
     k = VERDICT_TARGET
