@@ -7,10 +7,11 @@ Per seed, two `bench run`s, each on one torch thread, `--jobs` at a time (a run 
 kept, an interrupted one resumed): joint GRPO into OUT_DIR/runs, shared by every arm, and opd-multi
 into OUT_DIR/runs-<arm>. The opd-multi arm trains its experts one after another, scores each on
 its own domain's held-out prompts once trained (`--set score_experts=true`), and has distillation's
-convergence rules off (`--set distill.steps=1000000`), so that only the budget ends distillation; with `--arm whole-share` the experts' stopping rule is off too (`--set
-expert_patience=0`): each trains for its whole share of the budget (90%, split evenly by domain) and
-distillation has the rest. `--arm long-distill` is whole-share at twice joint GRPO's budget and half
-the experts' fraction (`--set expert_fraction=0.45`): the same experts, then distillation on.
+convergence rules off (`--set distill.steps=1000000`), so that only the budget ends distillation;
+with `--arm whole-share` the experts' stopping rule is off too (`--set expert_patience=0`): each
+trains for its whole share of the budget (90%, split evenly by domain) and distillation has the rest.
+`--arm long-distill` is whole-share at twice joint GRPO's budget and half the experts' fraction
+(`--set expert_fraction=0.45`): the same experts, then distillation on.
 
 Then, from the records alone (the read-outs are in benchmarks/full_budget_readout.py):
 - claim 1's metrics as the findings page computes them: savings at each target with their

@@ -152,8 +152,9 @@ def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]
     k = VERDICT_TARGET
     claim = Claim(1, "Multi-teacher OPD matches joint GRPO on math+code with fewer FLOPs",
                   "42% fewer total training FLOPs at matched held-out accuracy (math_code)",
-                  f"with the two methods on different budgets, seeds are paired: per seed, each method's counted "
-                  f"FLOPs to joint GRPO's targets (on its own board), and the savings 1 − opd-multi's / joint GRPO's. "
+                  "with the two methods on different budgets, seeds are paired: per seed, each method's counted "
+                  "FLOPs to joint GRPO's targets (on its own board), and the savings 1 − opd-multi's / joint "
+                  "GRPO's. "
                   f"The verdict reads the savings at {tau_label(k)}: holds when their interval lies above 0; does "
                   f"not hold when it lies below 0 or opd-multi never reaches {tau_label(k)} on a seed. The other "
                   "targets and both methods' final accuracy are shown for context",

@@ -51,9 +51,13 @@ def _claim2(seeds=range(2)):
     return _parsed_sweep(sweep, "test"), copy.deepcopy(records)
 
 
+# an option added since the study's records were made (off, as they were made)
+ADDED_SINCE = "method_config.score_experts = False (2 of 2 records lack it)"
+
+
 def test_a_changed_value_base_or_seed_set_is_named():
     configs, records = _claim2()
-    assert plan_check(configs, records) == {"differences": [], "added": []}
+    assert plan_check(configs, records) == {"differences": [], "added": [ADDED_SINCE]}
     records[0]["method_config"]["distill"]["lr"] *= 2
     records[1]["provenance"]["model_hashes"]["base"] = "0" * 16
     differences = plan_check(configs, records)["differences"]
@@ -75,7 +79,7 @@ def test_an_option_added_since_a_record_was_made_is_listed_apart():
         del r["method_config"]["distill"]["warmup_updates"]
     check = plan_check(configs, records)
     assert check["differences"] == []
-    assert check["added"] == ["method_config.distill.warmup_updates = 0 (2 of 2 records lack it)"]
+    assert check["added"] == ["method_config.distill.warmup_updates = 0 (2 of 2 records lack it)", ADDED_SINCE]
     del records[0]["suite_hash"]  # what makes a run is never an option added since: a record lacking it differs
     assert plan_check(configs, records)["differences"][0].startswith(
         "opd-multi__four_domain-easy__tiny__s0: suite_hash is '(absent)' in its record")
