@@ -72,46 +72,15 @@ def test_the_cost_figure_draws_each_study_and_keeps_what_it_drew_on_bad_input(tm
     assert figure.read_bytes() == before
 
 
-def _run(method: str, seed: int, budget: float, points: list[tuple[float, float]], phases: list[tuple[str, float]],
-         **metrics) -> dict:
-    """A schema-valid record (tests.reports.factory) with this curve and these counted FLOPs per phase."""
-    from tests.reports.factory import make_record
-
-    record = make_record(method, seed=seed, budget_flops=budget)
-    ledger = [{"category": "counted", "phase": p, "kind": "update", "model": "student", "flops": f, "tokens": 1,
-               "calls": 1} for p, f in phases]
-    curve, spent = [], 0.0
-    for flops, accuracy in points:
-        done, left = {}, flops
-        for p, f in phases:
-            done[p] = min(f, left)
-            left -= done[p]
-        phase = next((p for p, f in phases if done[p] < f), phases[-1][0])
-        curve.append({"flops": flops, "accuracy": accuracy, "mean_length": 10.0, "wall_s": flops / 1e11,
-                      "phase": "start" if flops == 0 else "eval", "ledger_phase": phase,
-                      "phase_flops": {p: v for p, v in done.items() if v > 0 or p == phases[0][0]}})
-        spent = flops
-    record.update(curve=curve, ledger=ledger, final_accuracy=points[-1][1], base_accuracy=points[0][1],
-                  flops={**record["flops"], "counted": spent}, method_metrics=metrics, steps=[],
-                  max_step_flops=1e12, domains=["math", "code"])
-    return record
-
-
 def test_a_study_on_two_budgets_reads_claim_1_with_seeds_paired_and_distillations_cost(tmp_path):
     """Joint GRPO at 2e13 reaches its tau_0.9 (0.426) at 1e13; opd-multi at 4e13 spends 1.8e13 on its
     experts (mean 45%, base 30%: a gain of 15 points) and reaches 50%, 75% and 90% of it 1e12, 4e12 and
     1.2e13 FLOPs of distillation later: 5.6%, 22.2% and 66.7% of the experts' FLOPs."""
     from reports.site import build_site
     from reports.studies import load_study
-    from tests.reports.factory import write_study
+    from tests.reports.factory import make_two_budget_records, write_study
 
-    joint = [_run("grpo-joint", s, 2e13, [(0.0, 0.30), (1e13, 0.426), (2e13, 0.44)], [("train", 2e13)])
-             for s in range(3)]
-    opd = [_run("opd-multi", s, 4e13, [(0.0, 0.30), (1.8e13, 0.30), (1.9e13, 0.375), (2.2e13, 0.4125),
-                                        (3e13, 0.435), (4e13, 0.44)],
-                [("expert:math", 9e12), ("expert:code", 9e12), ("distill", 2.2e13)],
-                **{"expert_heldout_accuracy:math": 0.5, "expert_heldout_accuracy:code": 0.4})
-           for s in range(3)]
+    joint, opd = make_two_budget_records()
     sweeps = ["bench sweep --methods grpo-joint --seeds 3 --out runs-long/runs",
               "bench sweep --methods opd-multi --seeds 3 --budget 4e13 --out runs-long/runs-long-distill"]
     study = load_study(write_study(tmp_path / "long", joint + opd, sweep=sweeps, claims=[1], recovery_over=None))

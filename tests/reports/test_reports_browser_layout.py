@@ -11,13 +11,14 @@ import pytest
 from reports.colours import FIXED
 from reports.site import build_site
 from reports.studies import load_study
-from tests.reports.factory import make_record, make_recover_record, make_sweep, write_runs, write_study
+from tests.reports.factory import (
+    make_record, make_recover_record, make_sweep, make_two_budget_records, write_runs, write_study)
 from tests.reports.browser import BROWSER_MARKS
 
 pytestmark = BROWSER_MARKS
 
 PAGES = {"index": "index.html", "findings": "findings.html", "method": "methods/math_code-easy-tiny/opd-multi.html",
-         "study": "studies/long-study.html"}
+         "study": "studies/long-study.html", "two-budget study": "studies/two-budgets.html"}
 WIDTHS = {"desktop": 1280, "phone": 390}
 SCHEMES = ("light", "dark")
 
@@ -32,7 +33,13 @@ def site(tmp_path_factory):
     # a study: its page, and the header's link to the studies, must fit a phone too
     study = write_study(root / "long-study", [make_recover_record(s, 0.1 * (s % 2), 2.0) for s in range(6)],
                         title="A study whose title is long enough to wrap on a phone " * 2)
-    build_site([write_runs(records, root / "runs")], root / "out", worlds=worlds, studies=[load_study(study)])
+    # and one on two budgets, with its paired claim 1 and its table of distillation's cost
+    joint, opd = make_two_budget_records()
+    paired = write_study(root / "two-budgets", joint + opd, claims=[1], recovery_over=None,
+                         sweep=["bench sweep --methods grpo-joint --seeds 3 --out runs-two/runs",
+                                "bench sweep --methods opd-multi --seeds 3 --budget 4e13 --out runs-two/runs-long"])
+    build_site([write_runs(records, root / "runs")], root / "out", worlds=worlds,
+               studies=[load_study(study), load_study(paired)])
     return root / "out"
 
 
