@@ -104,7 +104,8 @@ def describe_against_joint(result: dict) -> list[str]:
             per_seed = "; ".join(f"s{seed} {flops_text(v['opd-multi'])} / {flops_text(v['grpo-joint'])} / "
                                  f"{flops_text(v['distill_only'])}" for seed, v in row["seeds"].items())
             saving = pct(row["savings"]) if row["savings"] else "-"
-            lines.append(f"  τ{row['gain']:g} = {row['tau']:.3f}: savings {saving}  {row['verdict']}  ({per_seed})")
+            verdict = f"{row['verdict']}: {row['why']}" if row["why"] else row["verdict"]
+            lines.append(f"  τ{row['gain']:g} = {row['tau']:.3f}: savings {saving}  {verdict}  ({per_seed})")
     final = (f"  final accuracy: opd-multi {pct(result['final_accuracy']['opd-multi'])}, "
              f"grpo-joint {pct(result['final_accuracy']['grpo-joint'])}")
     if result["minus_reference_at_spend"] is not None:

@@ -86,8 +86,8 @@ def matched_accuracy(targets: Mapping[float, float], joint: Mapping[int, Mapping
                      opd: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per target, seeds paired: each method's counted FLOPs to it, the savings 1 - opd-multi's / joint
     GRPO's, and opd-multi's distillation FLOPs alone to it; the IQM of the savings (`savings`, an
-    Estimate) with its 95% bootstrap interval where every seed reaches the target, else None; and the
-    verdict by the findings page's rule."""
+    Estimate) with its 95% bootstrap interval where every seed reaches the target, else None; the
+    verdict by the findings page's rule, and `why` where a seed decided it ("" otherwise)."""
     paired = sorted(set(joint) & set(opd))
     curves = {seed: (curve_of(opd[seed]), curve_of(joint[seed]), expert_flops(opd[seed])) for seed in paired}
     rows = []
@@ -101,15 +101,15 @@ def matched_accuracy(targets: Mapping[float, float], joint: Mapping[int, Mapping
                            "distill_only": None if fo is None else fo - spent}
         missed = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is None]
         undefined = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is not None and v["savings"] is None]
-        est = None
+        est, why = None, ""
         if missed:  # it would need unbounded FLOPs there: the savings' IQM is unbounded below
-            verdict = f"{FAILS}: opd-multi never reaches it on seed {', '.join(missed)}"
+            verdict, why = FAILS, f"opd-multi never reaches it on seed {', '.join(missed)}"
         elif undefined:  # joint GRPO never reaches it there (or its base already does)
-            verdict = f"{NOT_MEASURED}: no savings on seed {', '.join(undefined)}"
+            verdict, why = NOT_MEASURED, f"no savings on seed {', '.join(undefined)}"
         else:  # the findings page's rule: holds when the interval lies above 0, fails below it
             est = estimate([v["savings"] for v in seeds.values()], rng_for("full_budget", str(k)))
             verdict = direction(est, 0.0, want_above=True)
-        rows.append({"gain": k, "tau": tau, "seeds": seeds, "verdict": verdict, "savings": est})
+        rows.append({"gain": k, "tau": tau, "seeds": seeds, "verdict": verdict, "why": why, "savings": est})
     return rows
 
 
@@ -170,12 +170,11 @@ def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]
             decides = row["gain"] == k
             per_seed = "; ".join(f"seed {seed}: opd-multi {_flops_text(v['opd-multi'])}, grpo-joint "
                                  f"{_flops_text(v['grpo-joint'])}" for seed, v in row["seeds"].items())
-            verdict = row["verdict"].split(":")[0]
-            note = (row["verdict"].split(": ", 1)[1] + "; " if ":" in row["verdict"] else "") + per_seed
+            note = "; ".join(filter(None, (row["why"], per_seed)))
             paper = "42%" if decides else "above 0 (42% at its matched accuracy)"
             claim.rows.append(Row(where, key, f"savings at matched accuracy, {tau_label(row['gain'])} = "
                                   f"{row['tau']:.3f}, seeds paired", paper, row["savings"] or NONE, "pct",
-                                  verdict if decides else CONTEXT, note, decides))
+                                  row["verdict"] if decides else CONTEXT, note, decides))
         for board, method in ((opd_board, "opd-multi"), (joint_board, metrics.REFERENCE_METHOD)):
             claim.rows.append(Row(where, key, f"{method}'s final accuracy at {_budget(board)}", "—",
                                   board.method(method).final_accuracy, "pct", CONTEXT, "", False))
