@@ -1,7 +1,7 @@
 """opd-multi given its whole budget: does distilling on to the budget change claim 1? (docs/world.md)
 
     python benchmarks/full_budget.py OUT_DIR [--arm to-budget|whole-share|long-distill] [--seeds 0,1,2]
-        [--suite math_code] [--profile tiny] [--budget FLOPS] [--jobs 2] [--reference leaderboard/records]
+        [--suite math_code[,four_domain]] [--profile tiny] [--budget FLOPS] [--jobs 2] [--reference leaderboard/records]
 
 Per seed, two `bench run`s, each on one torch thread, `--jobs` at a time (a run already complete is
 kept, an interrupted one resumed): joint GRPO into OUT_DIR/runs, shared by every arm, and opd-multi
@@ -29,7 +29,8 @@ Then, from the records alone (the read-outs are in benchmarks/full_budget_readou
   another arm kept in OUT_DIR.
 
 Writes OUT_DIR/full_budget-<arm>.json and OUT_DIR/full_budget-<arm>.png (each seed's curves with the
-replayed stop, where distillation starts, the target and its experts' mean) and prints a table. Logs:
+replayed stop, where distillation starts, the target and its experts' mean; -<suite> added to the
+names for a suite other than math_code) and prints a table. Logs:
 OUT_DIR/logs/<runs folder>/<run_id>.log. `python benchmarks/full_budget_readout.py FIGURE.png JSON...`
 draws distillation's cost of several studies in one figure.
 """
@@ -242,6 +243,23 @@ def seed_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
+def suite_list(known: list[str]) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated suites, each one of `known`."""
+
+    def parse(text: str) -> list[str]:
+        suites = [x.strip() for x in text.split(",")]
+        if bad := [x for x in suites if x not in known]:
+            raise argparse.ArgumentTypeError(f"unknown suite(s) {', '.join(bad)}; choose from {', '.join(known)}")
+        return list(dict.fromkeys(suites))
+    return parse
+
+
+def result_stem(args: argparse.Namespace) -> str:
+    """full_budget-<arm>, with the suite added where it is not math_code, so that one OUT_DIR holds
+    both suites' read-outs."""
+    return f"full_budget-{args.arm}" + ("" if args.suite == "math_code" else f"-{args.suite}")
+
+
 def main() -> None:
     from bench.world.profiles import PROFILES
     from tasks.suites import SUITES
@@ -252,7 +270,9 @@ def main() -> None:
                         help="to-budget: distillation's rules off; whole-share: the experts' too; long-distill: "
                              "whole-share's experts, then distillation to twice the budget")
     parser.add_argument("--seeds", default="0,1,2", type=seed_list, help="comma-separated, e.g. 0,1,2")
-    parser.add_argument("--suite", default="math_code", choices=sorted(k for k, v in SUITES.items() if len(v) > 1))
+    several = sorted(k for k, v in SUITES.items() if len(v) > 1)
+    parser.add_argument("--suite", default=["math_code"], type=suite_list(several),
+                        help=f"comma-separated, each read out on its own: {', '.join(several)}")
     parser.add_argument("--profile", default="tiny", choices=sorted(PROFILES))
     parser.add_argument("--budget", default=None, type=positive(float),
                         help="counted training FLOPs (default: the profile's)")
@@ -260,12 +280,16 @@ def main() -> None:
     parser.add_argument("--reference", type=Path, default=None,
                         help="a folder of records whose opd-multi runs of the same seeds are shown beside")
     args = parser.parse_args()
-    run_missing(args)
-    result = analyse(args)
-    print(describe(result))
-    plot(result, args.out / f"full_budget-{args.arm}.png")
-    result.pop("_curves")
-    (args.out / f"full_budget-{args.arm}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    per_suite = [argparse.Namespace(**{**vars(args), "suite": suite}) for suite in args.suite]
+    for one in per_suite:
+        run_missing(one)
+    for one in per_suite:
+        result = analyse(one)
+        print(describe(result))
+        stem = result_stem(one)
+        plot(result, one.out / f"{stem}.png")
+        result.pop("_curves")
+        (one.out / f"{stem}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -175,10 +175,28 @@ def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]
             claim.rows.append(Row(where, key, f"savings at matched accuracy, {tau_label(row['gain'])} = "
                                   f"{row['tau']:.3f}, seeds paired", paper, row["savings"] or NONE, "pct",
                                   row["verdict"] if decides else CONTEXT, note, decides))
-        for board, method in ((opd_board, "opd-multi"), (joint_board, metrics.REFERENCE_METHOD)):
-            claim.rows.append(Row(where, key, f"{method}'s final accuracy at {_budget(board)}", "—",
-                                  board.method(method).final_accuracy, "pct", CONTEXT, "", False))
+        claim.rows += [_final_accuracy(where, key, board, method)
+                       for board, method in ((opd_board, "opd-multi"), (joint_board, metrics.REFERENCE_METHOD))]
     return claim
+
+
+def _final_accuracy(where: str, key: tuple, board: Board, method: str) -> Row:
+    """A context row beside claim 1: `method`'s final accuracy on `board`."""
+    return Row(where, key, f"{method}'s final accuracy at {_budget(board)}", "—",
+               board.method(method).final_accuracy, "pct", CONTEXT, "", False)
+
+
+def final_accuracy_rows(boards: Sequence[Board]) -> list[Row]:
+    """Where one math_code board holds both methods, each one's final accuracy there: the context rows
+    `paired_savings` gives beside claim 1, for a study that reads claim 1 on one board."""
+    rows = []
+    for board in boards:
+        names = {m.method for m in board.methods}
+        if board.key.suite != "math_code" or not {"opd-multi", metrics.REFERENCE_METHOD} <= names:
+            continue
+        key = tuple(vars(board.key).values())
+        rows += [_final_accuracy(board.label, key, board, method) for method in ("opd-multi", metrics.REFERENCE_METHOD)]
+    return rows
 
 
 def distillation_costs(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from reports.boards import Board, build_boards
 from reports.findings import EVERY, FORGOT, PAPER_SHARE, Claim, findings
 from reports.formatting import Slugs, fmt, fmt_estimate, is_safe_slug
 from reports.metrics import run_forgot
-from reports.paired import GAIN_SHARES, distillation_costs, paired_savings
+from reports.paired import GAIN_SHARES, distillation_costs, final_accuracy_rows, paired_savings
 from reports.records import load_records, to_frames
 from reports.views import claims_view
 
@@ -241,6 +241,9 @@ def study_view(study: Study, record_files: list[str],
     costs = distillation_costs(boards, study.records)
     paired = paired_savings(boards, study.records)  # the methods on two budgets: claim 1 with seeds paired
     claims = [paired if c.number == 1 and not c.rows and paired is not None else c for c in claims]
+    for claim in claims:  # claim 1 read on one board: each method's final accuracy beside, as the paired reading has
+        if claim.number == 1 and claim is not paired:
+            claim.rows.extend(final_accuracy_rows(boards))
     slugs = Slugs()
     slug_of = {tuple(vars(b.key).values()): slugs(f"board-{b.key.suite}-{b.key.difficulty}-{b.key.profile}")
                for b in boards}

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "full_budget.py"
 ARGS = ["--profile", "direct-smoke", "--seeds", "0", "--jobs", "2"]
@@ -158,9 +160,28 @@ def test_the_whole_share_arm_trains_each_expert_for_its_share_and_long_distill_e
         if at is not None:
             assert 0 < at["distill_flops"] <= extended["flops"]["counted"] - experts_spent
     # (on direct-smoke the experts may gain nothing over the base, and then `at` is empty: the costs are
-    # checked on a record whose answer is known in test_full_budget_readout.py); the cost figure reads the JSON
+    # checked on a record whose answer is known in tests/reports/test_paired.py); the cost figure reads the JSON
     figure = tmp_path / "cost.png"
     drawn = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "full_budget_readout.py"), str(figure),
                             str(tmp_path / "full_budget-long-distill.json")], capture_output=True, text=True)
     assert drawn.returncode == 0, drawn.stderr[-3000:]
     assert figure.stat().st_size > 10_000
+
+
+def test_a_read_out_of_another_suite_is_named_apart_from_math_codes(monkeypatch):
+    """One OUT_DIR holds both suites' runs (run ids name the suite), so their read-outs must not share a file."""
+    import argparse
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as when run as a script: its read-outs sit beside it
+    spec = importlib.util.spec_from_file_location("full_budget", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    names = {suite: module.result_stem(argparse.Namespace(arm="long-distill", suite=suite))
+             for suite in ("math_code", "four_domain")}
+    assert names == {"math_code": "full_budget-long-distill", "four_domain": "full_budget-long-distill-four_domain"}
+    parse = module.suite_list(["four_domain", "math_code"])
+    assert parse("math_code, four_domain,math_code") == ["math_code", "four_domain"]
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match=r"unknown suite\(s\) math; choose from four_domain, math_code"):
+        parse("math_code,math")

@@ -114,3 +114,25 @@ def test_a_study_on_two_budgets_reads_claim_1_with_seeds_paired_and_distillation
         assert cell in page, cell
     # over three equal seeds the IQM is each seed's share, its interval a point
     assert "5.6% [5.6%, 5.6%]" in page and "66.7% [66.7%, 66.7%]" in page
+
+
+def test_a_study_on_one_board_reads_claim_1_by_the_findings_rule_with_both_final_accuracies(tmp_path):
+    """opd-multi on joint GRPO's board at 2e13, its experts spending 1.8e13 and the student ending at 38%,
+    below joint GRPO's tau_0.9 (0.426): claim 1 does not hold by the findings page's rule, and each method's
+    final accuracy is shown beside as context, as the paired reading shows it."""
+    from reports.findings import CONTEXT, FAILS
+    from reports.studies import load_study, study_view
+    from tests.reports.factory import make_curve_record, make_two_budget_records, write_study
+
+    joint, _ = make_two_budget_records()
+    opd = [make_curve_record("opd-multi", s, 2e13, [(0.0, 0.30), (1.8e13, 0.30), (1.9e13, 0.36), (2e13, 0.38)],
+                             [("expert:math", 9e12), ("expert:code", 9e12), ("distill", 2e12)]) for s in range(3)]
+    sweeps = ["bench sweep --methods grpo-joint --seeds 3 --out runs/runs",
+              "bench sweep --methods opd-multi --seeds 3 --out runs/runs-to-budget"]
+    study = load_study(write_study(tmp_path / "one", joint + opd, sweep=sweeps, claims=[1], recovery_over=None))
+    _, (claim,), _ = study_view(study, [f"records/{r['run_id']}.json" for r in study.records])
+    assert claim.verdict == FAILS and [r.decides for r in claim.rows].count(True) == 1
+    finals = {r.measure: r.estimate.value for r in claim.rows if "final accuracy" in r.measure}
+    assert finals == pytest.approx({"opd-multi's final accuracy at 2e13": 0.38,
+                                    "grpo-joint's final accuracy at 2e13": 0.44})
+    assert {(r.decides, r.verdict) for r in claim.rows if "final accuracy" in r.measure} == {(False, CONTEXT)}
