@@ -179,7 +179,7 @@ def _cost_table(cost: dict[str, Any], slug_of: dict[tuple, str]) -> dict[str, An
         over.append(f"{cell['text']} {cell['interval']}".strip())
     return {"slug": slug_of[tuple(vars(b.key).values())], "label": b.label,
             "shares": [f"{p:.0%}" for p in GAIN_SHARES], "rows": rows, "over_seeds": over,
-            "paper": PAPER_SHARE.get(b.n_domains)}
+            "paper": PAPER_SHARE.get(b.n_domains), "domains": b.n_domains}
 
 
 def _cost_json(cost: dict[str, Any]) -> dict[str, Any]:

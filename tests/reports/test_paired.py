@@ -136,3 +136,36 @@ def test_a_study_on_one_board_reads_claim_1_by_the_findings_rule_with_both_final
     assert finals == pytest.approx({"opd-multi's final accuracy at 2e13": 0.38,
                                     "grpo-joint's final accuracy at 2e13": 0.44})
     assert {(r.decides, r.verdict) for r in claim.rows if "final accuracy" in r.measure} == {(False, CONTEXT)}
+
+
+def test_a_studys_cost_section_names_the_papers_share_for_each_number_of_domains(tmp_path):
+    """With opd-multi on math_code and on four_domain, the cost section gives the paper's whole distillation
+    for both: 5.2% of the experts' FLOPs with two domains, 8.0% with four."""
+    import re
+
+    from reports.site import build_site
+    from reports.studies import load_study
+    from tests.reports.factory import make_two_budget_records, write_study
+
+    joint, opd = make_two_budget_records()
+    domains = ["math", "code", "graphs", "strings"]
+    four = [{**r, "suite": "four_domain", "run_id": r["run_id"].replace("math_code", "four_domain"),
+             "domains": domains, "base_domain_accuracy": dict.fromkeys(domains, 0.30),
+             "final_domain_accuracy": dict.fromkeys(domains, 0.44),
+             "method_metrics": {f"expert_heldout_accuracy:{d}": a for d, a in zip(domains, (0.5, 0.4, 0.5, 0.4))}}
+            for r in opd]
+    sweeps = ["bench sweep --methods grpo-joint --suites math_code --seeds 3 --out runs-long/runs",
+              "bench sweep --methods opd-multi --suites math_code,four_domain --seeds 3 --budget 4e13 --out "
+              "runs-long/runs-long-distill"]
+    study = load_study(write_study(tmp_path / "both", joint + opd + four, sweep=sweeps, claims=[1],
+                                   recovery_over=None))
+    assert not study.skipped and len(study.records) == 9
+    board = tmp_path / "board"
+    board.mkdir()
+    (board / "r.json").write_text(json.dumps(joint[0]))
+    build_site([board], tmp_path / "site", studies=[study])
+    entry = next(s for s in json.loads((tmp_path / "site" / "results.json").read_text())["studies"])
+    assert len(entry["distillation_cost"]) == 2
+    page = re.sub(r"\s+", " ", (tmp_path / "site" / "studies" / "both.html").read_text())
+    assert "(the paper's whole distillation, as a share of the experts' FLOPs: 5.2% with 2 domains, 8.0% with 4 " \
+        "domains)" in page
