@@ -4,10 +4,13 @@ A board holds the runs of one budget, so a study that gives opd-multi more FLOPs
 see how far distillation goes) has the two methods on two boards. Claim 1 is then read seed by seed:
 each method's counted FLOPs to joint GRPO's targets on its own board, and opd-multi's savings. And
 where opd-multi's records report their experts' held-out accuracy, distillation's cost: the
-distillation FLOPs at which the student takes each share of its experts' gain over the base.
+distillation FLOPs at which the student takes each share of its experts' gain over the base. A study
+whose two methods share one board reads claim 1 as the findings page does, with the same context
+rows of each method's final accuracy beside it.
 
     claim = paired_savings(boards, records)     # a findings Claim, or None where no pair of boards
     costs = distillation_costs(boards, records) # per opd-multi board: each seed's cost and the IQM
+    rows = final_accuracy_rows(boards)          # context rows where one math_code board holds both
 """
 
 from __future__ import annotations
