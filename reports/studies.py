@@ -195,20 +195,22 @@ def _number(x: Any) -> float | None:
 
 
 def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tuple[str, Any, dict, str]]:
-    """(path under the site, figure function, its arguments, caption) of the study's per-seed figures: the
-    recoveries against what each student lost, and distillation's share at the plateau and the stop."""
+    """(path under the site, figure function, its arguments, caption) of the study's per-seed figures of
+    the quantities its claims are decided by: the recoveries against what each student lost (claim 4),
+    and distillation's share at the plateau and the stop (claim 2)."""
     recovery, shares = [], []
     rows = runs.set_index("run_id")
     for colour, b in zip(itertools.cycle(plots.COLOURBLIND), boards):
         for m in b.methods:
             r = rows.loc[m.run_ids]
-            if m.method in _RECOVERY and r["self_teacher_reduction"].notna().any():
+            if 4 in study.claims and m.method in _RECOVERY and r["self_teacher_reduction"].notna().any():
                 lost, noise = r["recovery_forgetting"], r["recovery_noise"]
                 recovery.append({"name": b.key.suite, "colour": colour,
                                  "lost": [100 * float(v) if pd.notna(v) else None for v in lost],
                                  "ratio": [_number(v) for v in r["self_teacher_reduction"]],
                                  "forgot": [bool(run_forgot(a, n)) for a, n in zip(lost, noise)]})
-            if m.method in _OPD and b.n_domains in PAPER_SHARE and r["distillation_share"].notna().any():
+            if (2 in study.claims and m.method in _OPD and b.n_domains in PAPER_SHARE
+                    and r["distillation_share"].notna().any()):
                 shares.append({"name": b.key.suite, "colour": colour, "seeds": [int(v) for v in r["seed"]],
                                "plateau": [_number(v) for v in r["distillation_share_plateau"]],
                                "stop": [_number(v) for v in r["distillation_share"]],

@@ -129,3 +129,15 @@ def test_a_study_needs_a_manifest_records_and_a_safe_name(tmp_path):
     twice = load_study(_study(tmp_path / "twice"))
     with pytest.raises(StudyError, match="share a slug"):
         build_site([_board(tmp_path)], tmp_path / "site", studies=[twice, twice])
+
+
+@pytest.mark.parametrize("claims, figures", [([2], ["shares.svg"]), ([1], []), ([1, 2], ["shares.svg"])])
+def test_a_study_draws_the_figures_of_the_claims_it_reads(tmp_path, claims, figures):
+    """opd-multi's distillation share is claim 2's quantity: a study of claim 1 alone, whose opd-multi may
+    run with its rules off (so that its "stop" is the budget's end), draws no figure of it."""
+    from reports.studies import study_view
+
+    records = [make_record(m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
+    study = load_study(write_study(tmp_path / "s", records, claims=claims))
+    _, _, drawn = study_view(study, [f"records/{r['run_id']}.json" for r in study.records])
+    assert [path.rsplit("/", 1)[-1] for path, *_ in drawn] == figures
