@@ -222,6 +222,32 @@ def study_recovery(groups: list[dict]) -> str:
                   "dots are the seeds whose student measurably forgot, faint ones those where it did not.")
 
 
+def study_curves(groups: list[dict], targets: list[tuple[str, float]]) -> str:
+    """A claim-1 study seed by seed: each seed's held-out accuracy against counted FLOPs for joint GRPO and
+    opd-multi, with joint GRPO's targets across (claim 1 reads where each curve first reaches them).
+
+    groups: [{"name", "colour", "runs": [{"flops": [...], "acc": [...]}]}], one per method (and budget);
+    targets: [(label, accuracy)].
+    """
+    xs = [f for g in groups for r in g["runs"] for f in r["flops"] if f > 0]
+    ys = [a for g in groups for r in g["runs"] for a in r["acc"]] + [t for _, t in targets]
+    p = Panel(LogScale.nice(xs), LinearScale.accuracy(ys), _MAIN, "counted training FLOPs", "held-out accuracy")
+    for label, tau in targets:
+        p.line([p.x.lo, p.x.hi], [tau, tau], INK, width=0.9, dash="4 3")
+        p.text(p.x.lo, tau, label, anchor="start", dy=-7)
+    legend = []
+    for g in groups:
+        for r in g["runs"]:
+            rows = _positive(r["flops"], r["acc"])
+            if rows:
+                p.line(*zip(*rows), g["colour"], width=1.4, opacity=0.85)
+        legend.append(LegendEntry(g["name"], g["colour"]))
+    legend.append(LegendEntry("joint GRPO's targets", INK, "dash"))
+    return render([p], "Accuracy against FLOPs, seed by seed", legend,
+                  "Each seed's held-out accuracy against counted FLOPs, one line per run, with joint GRPO's "
+                  "targets dashed: claim 1 reads the FLOPs at which each curve first reaches them.")
+
+
 def study_shares(groups: list[dict]) -> str:
     """A distillation study seed by seed: each seed's share of its experts' FLOPs at the held-out plateau
     and at the stopping rule, with the band within a factor of two of the paper's share.

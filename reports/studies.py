@@ -28,9 +28,10 @@ import pandas as pd
 
 from reports import plots
 from reports.boards import Board, build_boards
+from reports.columns import tau_label
 from reports.findings import EVERY, FORGOT, PAPER_SHARE, Claim, findings
 from reports.formatting import Slugs, fmt, fmt_estimate, is_safe_slug
-from reports.metrics import run_forgot
+from reports.metrics import REFERENCE_METHOD, run_forgot
 from reports.paired import GAIN_SHARES, distillation_costs, final_accuracy_rows, paired_savings
 from reports.records import load_records, to_frames
 from reports.views import claims_view
@@ -196,8 +197,9 @@ def _number(x: Any) -> float | None:
 
 def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tuple[str, Any, dict, str]]:
     """(path under the site, figure function, its arguments, caption) of the study's per-seed figures of
-    the quantities its claims are decided by: the recoveries against what each student lost (claim 4),
-    and distillation's share at the plateau and the stop (claim 2)."""
+    the quantities its claims are decided by: each run's accuracy against FLOPs with joint GRPO's targets
+    (claim 1), distillation's share at the plateau and the stop (claim 2), and the recoveries against
+    what each student lost (claim 4)."""
     recovery, shares = [], []
     rows = runs.set_index("run_id")
     for colour, b in zip(itertools.cycle(plots.COLOURBLIND), boards):
@@ -217,6 +219,13 @@ def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tupl
                                "paper": PAPER_SHARE[b.n_domains]})
     folder = f"{STUDIES_DIR}/{study.slug}"
     out = []
+    if 1 in study.claims:
+        for b, groups in _claim1_curves(study, boards):
+            targets = [(tau_label(k), tau) for k, tau in sorted(b.targets.items())]
+            out.append((f"{folder}/curves-{b.key.suite}-{b.key.difficulty}-{b.key.profile}.svg", plots.study_curves,
+                        {"groups": groups, "targets": targets},
+                        f"{b.key.suite}: each seed's held-out accuracy against counted FLOPs, joint GRPO and opd-multi, "
+                        "with joint GRPO's targets; claim 1 reads where each curve first reaches τ₀.₉."))
     if recovery:
         out.append((f"{folder}/recovery.svg", plots.study_recovery, {"groups": recovery},
                     "Each seed's GRPO / self-OPD recovery FLOPs against the points of the domain its student lost; "
@@ -225,6 +234,32 @@ def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tupl
         out.append((f"{folder}/shares.svg", plots.study_shares, {"groups": shares},
                     "Each seed's distillation share of its experts' FLOPs, at the held-out plateau (full) and at the "
                     "stopping rule (faint), with the band within a factor of two of the paper's share."))
+    return out
+
+
+def _claim1_curves(study: Study, boards: list[Board]) -> list[tuple[Board, list[dict]]]:
+    """Per math_code board of joint GRPO with targets: (that board, each method's runs' curves), joint
+    GRPO's from it and opd-multi's from every board of the same world (its own budget or another)."""
+    def world(b: Board) -> tuple:
+        return b.key.profile, b.key.suite, b.key.difficulty, b.key.suite_version
+
+    by_id = {r["run_id"]: r for r in study.records}
+    colours = plots.palette([REFERENCE_METHOD, "opd-multi"])
+    out = []
+    for joint in boards:
+        names = {m.method for m in joint.methods}
+        if joint.key.suite != "math_code" or REFERENCE_METHOD not in names or not joint.targets:
+            continue
+        groups = []
+        for b, method in [(joint, REFERENCE_METHOD)] + [(o, "opd-multi") for o in boards if world(o) == world(joint)
+                                                        and any(m.method == "opd-multi" for m in o.methods)]:
+            curves = [by_id[rid].get("curve") or [] for rid in b.method(method).run_ids]
+            groups.append({"name": f"{method} at {b.key.budget_flops:.0e}".replace("e+", "e"),
+                           "colour": colours[method],
+                           "runs": [{"flops": [p["flops"] for p in c], "acc": [p["accuracy"] for p in c]}
+                                    for c in curves]})
+        if len(groups) > 1:
+            out.append((joint, groups))
     return out
 
 

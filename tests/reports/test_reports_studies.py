@@ -131,13 +131,24 @@ def test_a_study_needs_a_manifest_records_and_a_safe_name(tmp_path):
         build_site([_board(tmp_path)], tmp_path / "site", studies=[twice, twice])
 
 
-@pytest.mark.parametrize("claims, figures", [([2], ["shares.svg"]), ([1], []), ([1, 2], ["shares.svg"])])
+CURVES = "curves-math_code-easy-tiny.svg"
+
+
+@pytest.mark.parametrize("claims, figures", [([2], ["shares.svg"]), ([1], [CURVES]), ([1, 2], [CURVES, "shares.svg"])])
 def test_a_study_draws_the_figures_of_the_claims_it_reads(tmp_path, claims, figures):
     """opd-multi's distillation share is claim 2's quantity: a study of claim 1 alone, whose opd-multi may
-    run with its rules off (so that its "stop" is the budget's end), draws no figure of it."""
+    run with its rules off (so that its "stop" is the budget's end), draws no figure of it, but each run's
+    curve with joint GRPO's targets, which claim 1 is read from."""
     from reports.studies import study_view
 
     records = [make_record(m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
     study = load_study(write_study(tmp_path / "s", records, claims=claims))
     _, _, drawn = study_view(study, [f"records/{r['run_id']}.json" for r in study.records])
     assert [path.rsplit("/", 1)[-1] for path, *_ in drawn] == figures
+    if 1 in claims:
+        (_, func, kwargs, _) = drawn[0]
+        assert [g["name"] for g in kwargs["groups"]] == ["grpo-joint at 3e14", "opd-multi at 3e14"]
+        assert [len(g["runs"]) for g in kwargs["groups"]] == [3, 3]
+        assert [label for label, _ in kwargs["targets"]] == ["τ₀.₅", "τ₀.₇₅", "τ₀.₉"]
+        svg = func(**kwargs)
+        assert svg.count("<polyline") >= 6 + 3 and "τ₀.₉" in svg
