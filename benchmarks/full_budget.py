@@ -145,13 +145,15 @@ def steps_shared_with(args: argparse.Namespace, record: dict, arm: str) -> dict 
 
 
 def load(args: argparse.Namespace) -> list[dict]:
-    """The study's joint GRPO and opd-multi records of this arm."""
+    """The study's joint GRPO and opd-multi records of this arm, suite and profile (one OUT_DIR may
+    hold several suites' runs)."""
     from reports.records import load_many
 
     records, bad = [], []
     for method in ("grpo-joint", "opd-multi"):
         found, unreadable = load_many([runs_dir(args, method)])
-        records += [r for r in found if r["method"] == method]
+        records += [r for r in found
+                    if r["method"] == method and r["suite"] == args.suite and r["profile"] == args.profile]
         bad += unreadable
     if bad:
         sys.exit(f"full_budget: unreadable records: {bad}")

@@ -168,15 +168,27 @@ def test_the_whole_share_arm_trains_each_expert_for_its_share_and_long_distill_e
     assert figure.stat().st_size > 10_000
 
 
-def test_a_read_out_of_another_suite_is_named_apart_from_math_codes(monkeypatch):
-    """One OUT_DIR holds both suites' runs (run ids name the suite), so their read-outs must not share a file."""
+def test_one_folder_holds_two_suites_read_apart(tmp_path, monkeypatch):
+    """One OUT_DIR holds both suites' runs (run ids name the suite): each suite's read-out reads its own
+    records only, and the two read-outs do not share a file."""
     import argparse
     import importlib.util
+
+    from tests.reports.factory import make_record
 
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as when run as a script: its read-outs sit beside it
     spec = importlib.util.spec_from_file_location("full_budget", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    for suite in ("math_code", "four_domain"):
+        for method, folder in (("grpo-joint", "runs"), ("opd-multi", "runs-long-distill")):
+            record = make_record(method, suite=suite, seed=0)
+            (tmp_path / folder / record["run_id"]).mkdir(parents=True)
+            (tmp_path / folder / record["run_id"] / "summary.json").write_text(json.dumps(record))
+    for suite in ("math_code", "four_domain"):
+        args = argparse.Namespace(out=tmp_path, arm="long-distill", suite=suite, profile="tiny")
+        assert sorted((r["method"], r["suite"]) for r in module.load(args)) == [("grpo-joint", suite),
+                                                                               ("opd-multi", suite)]
     names = {suite: module.result_stem(argparse.Namespace(arm="long-distill", suite=suite))
              for suite in ("math_code", "four_domain")}
     assert names == {"math_code": "full_budget-long-distill", "four_domain": "full_budget-long-distill-four_domain"}
