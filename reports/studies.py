@@ -128,13 +128,15 @@ def site_studies(site: Path) -> list[Path]:
 
 # -- the site's pages -------------------------------------------------------------------------------------
 _RECOVERY, _OPD = ("recover", "self-grpo"), ("opd-multi",)
-_RUN_COLUMNS = (  # (frames.runs column, heading, unit, methods it is read for or None: every method); a
-    # column is shown where a run of those methods has a value
-    ("final_accuracy", "final accuracy", "pct", None), ("counted_flops", "counted FLOPs", "flops", None),
-    ("distillation_share", "distillation share (stopping rule)", "pct", _OPD),
-    ("distillation_share_plateau", "distillation share (plateau)", "pct", _OPD),
-    ("recovery_forgetting", "points of the domain lost", "pts_lost", _RECOVERY),
-    ("self_teacher_reduction", "GRPO / self-OPD", "ratio", _RECOVERY),
+_RUN_COLUMNS = (  # (frames.runs column, heading, unit, methods it is read for or None: every method, the
+    # claim it is a quantity of or None); a column is shown where a run of those methods has a value and the
+    # study reads its claim (a claim-1 study's opd-multi may run with distillation's rules off, so that its
+    # share "at the stopping rule" would be where the budget ended it)
+    ("final_accuracy", "final accuracy", "pct", None, None), ("counted_flops", "counted FLOPs", "flops", None, None),
+    ("distillation_share", "distillation share (stopping rule)", "pct", _OPD, 2),
+    ("distillation_share_plateau", "distillation share (plateau)", "pct", _OPD, 2),
+    ("recovery_forgetting", "points of the domain lost", "pts_lost", _RECOVERY, 4),
+    ("self_teacher_reduction", "GRPO / self-OPD", "ratio", _RECOVERY, 4),
 )
 
 
@@ -144,11 +146,13 @@ def _value(x: Any, unit: str) -> str:
     return fmt(100 * float(x), "len") if unit == "pts_lost" else fmt(float(x), unit)
 
 
-def _runs_table(board: Board, runs: pd.DataFrame, record_hrefs: dict[str, str]) -> dict[str, Any]:
+def _runs_table(board: Board, runs: pd.DataFrame, record_hrefs: dict[str, str],
+               claims: tuple[int, ...]) -> dict[str, Any]:
     ids = [rid for m in board.methods for rid in m.run_ids]
     rows = runs.set_index("run_id").loc[ids]
-    columns = [(name, heading, unit, methods) for name, heading, unit, methods in _RUN_COLUMNS
-               if rows[name][rows["method"].isin(methods) if methods else slice(None)].notna().any()]
+    columns = [(name, heading, unit, methods) for name, heading, unit, methods, claim in _RUN_COLUMNS
+               if (claim is None or claim in claims)
+               and rows[name][rows["method"].isin(methods) if methods else slice(None)].notna().any()]
     out = []
     for rid, r in rows.iterrows():
         cells = [_value(r[name] if not methods or r["method"] in methods else None, unit)
@@ -292,7 +296,7 @@ def study_view(study: Study, record_files: list[str],
         "skipped": [(str(p), why) for p, why in study.skipped], "plan": study.plan,
         "claims": claims_view(claims, slug_of, page=""),
         "boards": [{"slug": slug_of[tuple(vars(b.key).values())], "label": b.label,
-                    "runs": _runs_table(b, frames.runs, hrefs)} for b in boards],
+                    "runs": _runs_table(b, frames.runs, hrefs, study.claims)} for b in boards],
         "figures": [{"src": env_root + rel, "caption": caption} for rel, _, _, caption in figures],
         "costs": [_cost_table(c, slug_of) for c in costs],
         # what results.json adds for the study, beside its claims

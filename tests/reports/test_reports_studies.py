@@ -143,8 +143,12 @@ def test_a_study_draws_the_figures_of_the_claims_it_reads(tmp_path, claims, figu
 
     records = [make_record(m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
     study = load_study(write_study(tmp_path / "s", records, claims=claims))
-    _, _, drawn = study_view(study, [f"records/{r['run_id']}.json" for r in study.records])
+    view, _, drawn = study_view(study, [f"records/{r['run_id']}.json" for r in study.records])
     assert [path.rsplit("/", 1)[-1] for path, *_ in drawn] == figures
+    # so are the runs table's columns: claim 2's shares only where the study reads claim 2
+    (board,) = view["boards"]
+    shares = ["distillation share (stopping rule)", "distillation share (plateau)"]
+    assert board["runs"]["headings"] == ["final accuracy", "counted FLOPs"] + (shares if 2 in claims else [])
     if 1 in claims:
         (_, func, kwargs, _) = drawn[0]
         assert [g["name"] for g in kwargs["groups"]] == ["grpo-joint at 3e14", "opd-multi at 3e14"]
