@@ -116,12 +116,14 @@ def matched_accuracy(targets: Mapping[float, float], joint: Mapping[int, Mapping
     return rows
 
 
+def world(b: Board) -> tuple:
+    """What two boards of one suite, difficulty and world share, whatever their budgets."""
+    return b.key.profile, b.key.suite, b.key.difficulty, b.key.suite_version
+
+
 def _pairs(boards: Sequence[Board]) -> list[tuple[Board, Board]]:
     """(joint GRPO's board, opd-multi's board) of one suite, difficulty and world on different budgets,
     where no board holds both methods of that suite."""
-    def world(b: Board) -> tuple:
-        return b.key.profile, b.key.suite, b.key.difficulty, b.key.suite_version
-
     def has(b: Board, method: str) -> bool:
         return any(m.method == method for m in b.methods)
 

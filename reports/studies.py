@@ -32,7 +32,7 @@ from reports.columns import tau_label
 from reports.findings import EVERY, FORGOT, PAPER_SHARE, Claim, findings
 from reports.formatting import Slugs, fmt, fmt_estimate, is_safe_slug
 from reports.metrics import REFERENCE_METHOD, run_forgot
-from reports.paired import GAIN_SHARES, distillation_costs, final_accuracy_rows, paired_savings
+from reports.paired import GAIN_SHARES, distillation_costs, final_accuracy_rows, paired_savings, world
 from reports.records import load_records, to_frames
 from reports.views import claims_view
 
@@ -244,9 +244,6 @@ def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tupl
 def _claim1_curves(study: Study, boards: list[Board]) -> list[tuple[Board, list[dict]]]:
     """Per math_code board of joint GRPO with targets: (that board, each method's runs' curves), joint
     GRPO's from it and opd-multi's from every board of the same world (its own budget or another)."""
-    def world(b: Board) -> tuple:
-        return b.key.profile, b.key.suite, b.key.difficulty, b.key.suite_version
-
     by_id = {r["run_id"]: r for r in study.records}
     colours = plots.palette([REFERENCE_METHOD, "opd-multi"])
     out = []
