@@ -138,7 +138,8 @@ def _by_seed(board: Board, method: str, records: Sequence[Mapping[str, Any]]) ->
     return {int(r["seed"]): r for r in records if r["run_id"] in ids}
 
 
-def _budget(board: Board) -> str:
+def budget_text(board: Board) -> str:
+    """The board's budget as the pages write it: 2e13."""
     return f"{board.key.budget_flops:.0e}".replace("e+", "e")
 
 
@@ -168,8 +169,8 @@ def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]
     for joint_board, opd_board in pairs:
         rows = matched_accuracy(joint_board.targets, _by_seed(joint_board, metrics.REFERENCE_METHOD, records),
                                 _by_seed(opd_board, "opd-multi", records))
-        where = (f"{opd_board.key.label} · opd-multi at {_budget(opd_board)}, grpo-joint at "
-                 f"{_budget(joint_board)}")
+        where = (f"{opd_board.key.label} · opd-multi at {budget_text(opd_board)}, grpo-joint at "
+                 f"{budget_text(joint_board)}")
         key = tuple(vars(opd_board.key).values())
         for row in rows:
             decides = row["gain"] == k
@@ -187,7 +188,7 @@ def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]
 
 def _final_accuracy(where: str, key: tuple, board: Board, method: str) -> Row:
     """A context row beside claim 1: `method`'s final accuracy on `board`."""
-    return Row(where, key, f"{method}'s final accuracy at {_budget(board)}", "—",
+    return Row(where, key, f"{method}'s final accuracy at {budget_text(board)}", "—",
                board.method(method).final_accuracy, "pct", CONTEXT, "", False)
 
 

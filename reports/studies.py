@@ -32,7 +32,8 @@ from reports.columns import tau_label
 from reports.findings import EVERY, FORGOT, PAPER_SHARE, Claim, findings
 from reports.formatting import Slugs, fmt, fmt_estimate, is_safe_slug
 from reports.metrics import REFERENCE_METHOD, run_forgot
-from reports.paired import GAIN_SHARES, distillation_costs, final_accuracy_rows, paired_savings, world
+from reports.paired import (GAIN_SHARES, budget_text, curve_of, distillation_costs, final_accuracy_rows,
+                            paired_savings, world)
 from reports.records import load_records, to_frames
 from reports.views import claims_view
 
@@ -254,11 +255,9 @@ def _claim1_curves(study: Study, boards: list[Board]) -> list[tuple[Board, list[
         groups = []
         for b, method in [(joint, REFERENCE_METHOD)] + [(o, "opd-multi") for o in boards if world(o) == world(joint)
                                                         and any(m.method == "opd-multi" for m in o.methods)]:
-            curves = [by_id[rid].get("curve") or [] for rid in b.method(method).run_ids]
-            groups.append({"name": f"{method} at {b.key.budget_flops:.0e}".replace("e+", "e"),
-                           "colour": colours[method],
-                           "runs": [{"flops": [p["flops"] for p in c], "acc": [p["accuracy"] for p in c]}
-                                    for c in curves]})
+            curves = [curve_of(by_id[rid]) for rid in b.method(method).run_ids]
+            groups.append({"name": f"{method} at {budget_text(b)}", "colour": colours[method],
+                           "runs": [{"flops": flops, "acc": acc} for flops, acc in curves]})
         if len(groups) > 1:
             out.append((joint, groups))
     return out
