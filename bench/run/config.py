@@ -104,6 +104,21 @@ class RunConfig:
         return float(self.budget_flops or self.resolved_profile.budget_flops)
 
     @property
+    def heldout_size(self) -> int:
+        """Held-out prompts per domain at each evaluation: `eval_size`, or the profile's."""
+        return self.eval_size or self.resolved_profile.eval_size
+
+    @property
+    def rollout_tokens(self) -> int:
+        """The most new tokens of a training rollout: `max_new_tokens`, or the profile's."""
+        return self.max_new_tokens or self.resolved_profile.max_new_tokens
+
+    @property
+    def eval_tokens(self) -> int:
+        """The most new tokens of an evaluation's answer: `max_new_tokens`, or the profile's for evaluation."""
+        return self.max_new_tokens or self.resolved_profile.eval_max_new_tokens
+
+    @property
     def milestones(self) -> list[float]:
         """Budget fractions at which the runner evaluates: `eval_early`, then every `eval_every`."""
         tenths = [round(k * self.eval_every, 12) for k in range(1, int(round(1 / self.eval_every + 1e-9)) + 1)]

@@ -15,7 +15,7 @@ from bench.world.profiles import Profile
 SCHEMA_VERSION = 1
 
 
-def fingerprint(method: str, method_config: Any, config: RunConfig, profile: Profile, suite: Any) -> dict:
+def fingerprint(method: str, method_config: Any, config: RunConfig, suite: Any) -> dict:
     """What makes a run, the part of `config.json` a resumed run must match. It is built as it reads back
     from disk (a config's tuple, such as a plugin's list of rates, as a list), so a run compares equal
     to its own config.json."""
@@ -31,8 +31,8 @@ def fingerprint(method: str, method_config: Any, config: RunConfig, profile: Pro
         "eval_every": config.eval_every,
         "eval_early": list(config.eval_early),
         "distill_eval_every": config.distill_eval_every,
-        "eval_size": config.eval_size or profile.eval_size,
-        "max_new_tokens": config.max_new_tokens or profile.max_new_tokens,
+        "eval_size": config.heldout_size,
+        "max_new_tokens": config.rollout_tokens,
         "models": {"student": config.model, "external": config.external,
                    "teachers": dict(config.teachers)} if config.model
         else ({"teachers": dict(config.teachers)} if config.teachers else None),
@@ -42,7 +42,7 @@ def fingerprint(method: str, method_config: Any, config: RunConfig, profile: Pro
 def config_record(run_id: str, method: str, method_config: Any, config: RunConfig, profile: Profile,
                   suite: Any) -> dict:
     """`config.json`: the fingerprint a resumed run must match, then the suite version and provenance."""
-    made = fingerprint(method, method_config, config, profile, suite)
+    made = fingerprint(method, method_config, config, suite)
     return {
         "run_id": run_id,
         "fingerprint": made,
@@ -81,7 +81,6 @@ def summary(
     method: str,
     method_config: Any,
     config: RunConfig,
-    profile: Profile,
     suite: Any,
     curve: list[dict],
     ledger: Ledger,
@@ -122,7 +121,7 @@ def summary(
         "flops": ledger.by_category(),
         "recovery": reports.get("recovery"),
         "method_metrics": {k: v for k, v in reports.items() if k != "recovery"},
-        "eval_size": config.eval_size or profile.eval_size,
+        "eval_size": config.heldout_size,
         "steps": steps,
         "max_step_flops": max_step_flops,
         "throughput": throughput(ledger, provenance, device_type),

@@ -118,7 +118,7 @@ class Runner:
         sequence would not fit in half the memory available (a batch needs many times that)."""
         c = model.config
         positions = getattr(c, "max_position_embeddings", None)
-        wanted = self.config.max_new_tokens or max(self.profile.max_new_tokens, self.profile.eval_max_new_tokens)
+        wanted = max(self.config.rollout_tokens, self.config.eval_tokens)
         if positions and wanted >= positions:
             raise RunError(f"max_new_tokens {wanted} leaves no room for a prompt in the model's "
                            f"{positions} positions; use at most {positions // 2}")
@@ -143,13 +143,7 @@ class Runner:
         chat = self.profile.task_format == "hf"
         student = Policy("student", model, tokenizer, ledger=self.ledger, chat=chat)
         backend = make_backend(self.config.rollout)
-        heldout_size = self.config.eval_size or self.profile.eval_size
-        self.evaluator = Evaluator(
-            self.suite,
-            heldout_size,
-            self.config.max_new_tokens or self.profile.eval_max_new_tokens,
-            backend=backend,
-        )
+        self.evaluator = Evaluator(self.suite, self.config.heldout_size, self.config.eval_tokens, backend=backend)
         ctx = RunContext(
             suite=self.suite,
             seed=self.config.seed,
@@ -158,14 +152,14 @@ class Runner:
             student=student,
             backend=backend,
             teacher_loader=lambda name: prepared.load_teacher(name, self.ledger),
-            max_new_tokens=self.config.max_new_tokens or self.profile.max_new_tokens,
+            max_new_tokens=self.config.rollout_tokens,
             on_step=lambda stats: self._after_step(ctx, stats),
             on_boundary=lambda edge, phase: self._boundary(ctx, edge, phase),
             phase_runner=phase_runner(self.config.phase_executor),
             on_progress=self._phase_progress,
             on_replay=self._trace_step,
-            eval_max_new_tokens=self.config.max_new_tokens or self.profile.eval_max_new_tokens,
-            heldout_size=heldout_size,
+            eval_max_new_tokens=self.config.eval_tokens,
+            heldout_size=self.config.heldout_size,
             **(restored or {}),
         )
         self.ctx = ctx
@@ -240,7 +234,7 @@ class Runner:
     def fingerprint(self) -> dict:
         """What makes this run (config.json's fingerprint): its method and resolved config, suite and its
         hash, profile, seed, budget and evaluation settings. Nothing is built or written."""
-        return record.fingerprint(self.method_cls.name, self.method_config, self.config, self.profile, self.suite)
+        return record.fingerprint(self.method_cls.name, self.method_config, self.config, self.suite)
 
     def _config_record(self) -> dict:
         return record.config_record(self.run_id, self.method_cls.name, self.method_config, self.config,
@@ -361,7 +355,7 @@ class Runner:
         provenance = store.read_json(self.dir / "config.json")["provenance"]
         return record.summary(
             run_id=self.run_id, method=self.method_cls.name, method_config=self.method_config, config=self.config,
-            profile=self.profile, suite=self.suite, curve=self.curve, ledger=self.ledger, reports=self.ctx._reports,
+            suite=self.suite, curve=self.curve, ledger=self.ledger, reports=self.ctx._reports,
             steps=store.read_jsonl(self.dir / "steps.jsonl"), max_step_flops=self._trace["max_step_flops"],
             provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
             wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),
