@@ -39,7 +39,8 @@ from bench.losses import (
     masked_mean,
     reverse_kl_estimate,
 )
-from bench.policy import Policy, Rollouts
+from bench.policy import Policy
+from bench.rollout.base import Rollouts
 from bench.update import Bucket
 
 

@@ -21,8 +21,8 @@ import torch
 
 from bench.accounting.ledger import Ledger, ledger_context
 from bench.evaluation import Evaluator
-from bench.policy import Policy, Rollouts
-from bench.rollout.base import RolloutBackend, padded_logprobs, to_padded
+from bench.policy import Policy
+from bench.rollout.base import RolloutBackend, Rollouts, padded_logprobs, to_padded
 from bench.update import LossFn, completion_width, length_buckets, pg_update, run_update, sft_step
 
 

@@ -1,4 +1,4 @@
-"""Policies (metered models with their optimiser) and rollouts: the objects methods hold.
+"""Policies: metered models with their optimiser, the objects methods train and score with.
 
 A `Policy` is a handle: a method gets log-probs, an optimiser step, encode/decode and a few facts
 (name, device, vocabulary) through it, never the model or the optimiser. The model it wraps has the
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -58,35 +57,6 @@ def _swapped(module: torch.nn.Module, attr: str, replacement: torch.nn.Module):
         yield original
     finally:
         setattr(module, attr, original)
-
-
-@dataclass
-class Rollouts:
-    """`n` samples for each of `len(problems)` prompts, grouped: row i*n + j is sample j of prompt i.
-
-    Tensors are prompt + completion, right-padded: input_ids / attention_mask / completion_mask
-    [B, T] with B = len(problems) * n; rewards and lengths [B]. `logprobs` [B, T], when the rollout
-    engine supplies them, are the sampling policy's per-token log-probs (unscaled by temperature,
-    0 off completions): on-policy methods use them instead of paying for another forward pass.
-    """
-
-    problems: list[Any]
-    n: int
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    completion_mask: torch.Tensor
-    completions: list[str]
-    rewards: torch.Tensor
-    lengths: torch.Tensor
-    logprobs: torch.Tensor | None = None
-
-    @property
-    def size(self) -> int:
-        return self.input_ids.shape[0]
-
-    def domains(self) -> list[str]:
-        """Domain of each row (each problem's domain repeated n times)."""
-        return [p.domain for p in self.problems for _ in range(self.n)]
 
 
 class Policy:

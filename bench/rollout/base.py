@@ -1,5 +1,6 @@
 """The rollout contract: what a rollout engine returns (`RolloutBatch`), what it must do
-(`RolloutBackend`), and the helpers that turn a batch into training tensors.
+(`RolloutBackend`), the helpers that turn a batch into training tensors, and the scored, padded
+batch that methods get (`Rollouts`, from `RunContext.rollout`).
 
 Engines: `bench.rollout.torch_engine` (PyTorch, any device) and `bench.rollout.vllm_engine` (vLLM);
 `bench.rollout.engines.make_backend` picks one by name. Every forward pass an engine makes must be
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -125,3 +126,30 @@ def check_args(
             raise ValueError(f"prompt {i} has token ids outside [0, {vocab}): {min(p)}..{max(p)}")
 
 
+@dataclass
+class Rollouts:
+    """`n` samples for each of `len(problems)` prompts, grouped: row i*n + j is sample j of prompt i.
+
+    Tensors are prompt + completion, right-padded: input_ids / attention_mask / completion_mask
+    [B, T] with B = len(problems) * n; rewards and lengths [B]. `logprobs` [B, T], when the rollout
+    engine supplies them, are the sampling policy's per-token log-probs (unscaled by temperature,
+    0 off completions): on-policy methods use them instead of paying for another forward pass.
+    """
+
+    problems: list[Any]
+    n: int
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    completions: list[str]
+    rewards: torch.Tensor
+    lengths: torch.Tensor
+    logprobs: torch.Tensor | None = None
+
+    @property
+    def size(self) -> int:
+        return self.input_ids.shape[0]
+
+    def domains(self) -> list[str]:
+        """Domain of each row (each problem's domain repeated n times)."""
+        return [p.domain for p in self.problems for _ in range(self.n)]
