@@ -3,15 +3,16 @@
     python benchmarks/full_budget.py OUT_DIR [--arm to-budget|whole-share|long-distill] [--seeds 0,1,2]
         [--suite math_code[,four_domain]] [--profile tiny] [--budget FLOPS] [--jobs 2] [--reference leaderboard/records]
 
-Per seed, two `bench run`s, each on one torch thread, `--jobs` at a time (a run already complete is
-kept, an interrupted one resumed): joint GRPO into OUT_DIR/runs, shared by every arm, and opd-multi
-into OUT_DIR/runs-<arm>. The opd-multi arm trains its experts one after another, scores each on
-its own domain's held-out prompts once trained (`--set score_experts=true`), and has distillation's
-convergence rules off (`--set distill.steps=1000000`), so that only the budget ends distillation;
-with `--arm whole-share` the experts' stopping rule is off too (`--set expert_patience=0`): each
-trains for its whole share of the budget (90%, split evenly by domain) and distillation has the rest.
-`--arm long-distill` is whole-share at twice joint GRPO's budget and half the experts' fraction
-(`--set expert_fraction=0.45`): the same experts, then distillation on.
+Two `bench sweep`s, the commands the study's page on the site shows (each run on one torch thread,
+`--jobs` at a time; a run already complete is kept, an interrupted one resumed): joint GRPO into
+OUT_DIR/runs, shared by every arm, and opd-multi into OUT_DIR/runs-<arm>. The opd-multi arm trains
+its experts one after another, scores each on its own domain's held-out prompts once trained (`--set
+score_experts=true`), and has distillation's convergence rules off (`--set distill.steps=1000000`),
+so that only the budget ends distillation; with `--arm whole-share` the experts' stopping rule is
+off too (`--set expert_patience=0`): each trains for its whole share of the budget (90%, split
+evenly by domain) and distillation has the rest. `--arm long-distill` is whole-share at twice joint
+GRPO's budget and half the experts' fraction (`--set expert_fraction=0.45`): the same experts, then
+distillation on.
 
 Then, from the records alone (the read-outs are in benchmarks/full_budget_readout.py):
 - claim 1's metrics as the findings page computes them: savings at each target with their
@@ -30,20 +31,19 @@ Then, from the records alone (the read-outs are in benchmarks/full_budget_readou
 
 Writes OUT_DIR/full_budget-<arm>.json and OUT_DIR/full_budget-<arm>.png (each seed's curves with the
 replayed stop, where distillation starts, the target and its experts' mean; -<suite> added to the
-names for a suite other than math_code) and prints a table. Logs:
-OUT_DIR/logs/<runs folder>/<run_id>.log. `python benchmarks/full_budget_readout.py FIGURE.png JSON...`
-draws distillation's cost of several studies in one figure.
+names for a suite other than math_code) and prints a table. The sweeps' progress goes to stderr and
+to each runs folder's sweep.log (each run's own to its progress.log). `python
+benchmarks/full_budget_readout.py FIGURE.png JSON...` draws distillation's cost of several studies
+in one figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -54,7 +54,7 @@ from full_budget_readout import accuracy_at, describe, plot, replay_kl_rule  # n
 from reports.paired import cost_estimates, curve_of, distillation_cost, matched_accuracy  # noqa: E402
 
 # every arm scores its experts on their own domain (`score_experts`): the gain distillation's cost is read against
-_ARM = ("--phase-executor", "sequential", "--set", "score_experts=true", "--set", "distill.steps=1000000")
+_ARM = ("--set", "score_experts=true", "--set", "distill.steps=1000000")
 ARMS = {"to-budget": _ARM,
         "whole-share": (*_ARM, "--set", "expert_patience=0"),
         "long-distill": (*_ARM, "--set", "expert_patience=0", "--set", "expert_fraction=0.45")}
@@ -71,55 +71,31 @@ def runs_dir(args: argparse.Namespace, method: str) -> Path:
     return args.out / ("runs" if method == "grpo-joint" else f"runs-{args.arm}")
 
 
-def commands(args: argparse.Namespace) -> list[tuple[Path, list[str]]]:
-    """(run directory, `bench run` arguments) of every run of the study."""
-    from bench.run.config import RunConfig
-    from bench.run.runner import Runner
+def sweeps(args: argparse.Namespace) -> list[list[str]]:
+    """The study's two `bench sweep` commands, as its page on the site shows them: joint GRPO at the
+    budget, then the arm's opd-multi (at `ARM_BUDGET_SCALE` times it), every suite and seed."""
     from bench.world.profiles import PROFILES
 
     budget = args.budget or PROFILES[args.profile].budget_flops
+    seeds = ",".join(map(str, args.seeds)) if len(args.seeds) > 1 else f"{args.seeds[0]}-{args.seeds[0]}"
     out = []
-    for seed in args.seeds:
-        for method, extra in (("grpo-joint", ()), ("opd-multi", ARMS[args.arm])):
-            scale = ARM_BUDGET_SCALE.get(args.arm, 1.0) if method == "opd-multi" else 1.0
-            method_budget = budget * scale if args.budget or scale != 1.0 else None  # None: the profile's
-            cmd = ["run", "--method", method, "--suite", args.suite, "--profile", args.profile,
-                   "--seed", str(seed), "--runs", str(runs_dir(args, method)), *extra]
-            if method_budget is not None:
-                cmd += ["--budget", f"{method_budget:g}"]
-            config = RunConfig(method=method, suite=args.suite, profile=args.profile, seed=seed,
-                               budget_flops=method_budget, runs_dir=runs_dir(args, method))
-            out.append((runs_dir(args, method) / Runner.run_id_for(config), cmd))
+    for method, extra in (("grpo-joint", ()), ("opd-multi", ARMS[args.arm])):
+        scale = ARM_BUDGET_SCALE.get(args.arm, 1.0) if method == "opd-multi" else 1.0
+        given = ["--budget", f"{budget * scale:g}".replace("e+", "e")] if args.budget or scale != 1.0 else []
+        out.append(["sweep", "--methods", method, "--suites", ",".join(args.suite), "--seeds", seeds,
+                    "--profile", args.profile, *given, *extra, "--out", str(runs_dir(args, method)),
+                    "--jobs", str(args.jobs)])
     return out
 
 
 def run_missing(args: argparse.Namespace) -> None:
-    """Run (or resume) every run of the study that has no record yet, `--jobs` at a time."""
-    todo = []
-    for run_dir, cmd in commands(args):
-        if (run_dir / "summary.json").is_file():
-            continue
-        todo.append((run_dir, cmd + (["--resume"] if (run_dir / "config.json").is_file() else [])))
-    if not todo:
-        return
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    bench_cli = [sys.executable, "-m", "bench.cli"]
-    print(f"{len(todo)} runs to make, {args.jobs} at a time; logs in {args.out / 'logs'}", flush=True)
-
-    def one(item: tuple[Path, list[str]]) -> tuple[str, int]:
-        run_dir, cmd = item
-        log_path = args.out / "logs" / run_dir.parent.name / f"{run_dir.name}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "a") as log:
-            rc = subprocess.run(bench_cli + cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-        run_id = f"{run_dir.parent.name}/{run_dir.name}"
-        print(f"  {run_id}: {'done' if rc == 0 else f'failed (exit {rc}; see {log_path})'}", flush=True)
-        return run_id, rc
-
-    with ThreadPoolExecutor(args.jobs) as pool:
-        failed = [run_id for run_id, rc in pool.map(one, todo) if rc]
-    if failed:
-        sys.exit(f"full_budget: {len(failed)} runs failed: {', '.join(failed)}")
+    """Run the study's sweeps: each makes its runs that have no record yet, resumes the interrupted
+    ones and keeps the complete ones. Their progress goes to stderr and each runs folder's sweep.log,
+    so that stdout holds the read-out alone."""
+    for cmd in sweeps(args):
+        print("bench " + " ".join(cmd), file=sys.stderr, flush=True)
+        if subprocess.run([sys.executable, "-m", "bench.cli", *cmd], stdout=sys.stderr).returncode:
+            sys.exit(f"full_budget: `bench {' '.join(cmd)}` failed; see {cmd[cmd.index('--out') + 1]}/sweep.log")
 
 
 def expert_accuracy(record: dict) -> dict[str, float]:
@@ -262,7 +238,7 @@ def result_stem(args: argparse.Namespace) -> str:
     return f"full_budget-{args.arm}" + ("" if args.suite == "math_code" else f"-{args.suite}")
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     from bench.world.profiles import PROFILES
     from tasks.suites import SUITES
 
@@ -281,11 +257,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=positive(int), default=2)
     parser.add_argument("--reference", type=Path, default=None,
                         help="a folder of records whose opd-multi runs of the same seeds are shown beside")
-    args = parser.parse_args()
-    per_suite = [argparse.Namespace(**{**vars(args), "suite": suite}) for suite in args.suite]
-    for one in per_suite:
-        run_missing(one)
-    for one in per_suite:
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
+    run_missing(args)
+    for one in (argparse.Namespace(**{**vars(args), "suite": suite}) for suite in args.suite):
         result = analyse(one)
         print(describe(result))
         stem = result_stem(one)

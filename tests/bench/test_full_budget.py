@@ -103,8 +103,11 @@ def test_the_arm_is_the_default_run_up_to_the_replayed_stop(tmp_path):
     assert experts != {d: arm["base_domain_accuracy"][d] for d in experts}  # they learnt: not the base's
     assert (tmp_path / "full_budget-to-budget.png").stat().st_size > 10_000
 
+    # the sweeps' progress went to stderr, so stdout is the read-out alone: a second call makes no run
+    # and prints the same
     again = subprocess.run(study, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and again.stdout == run.stdout.split("\n", 3)[-1], again.stderr[-3000:]
+    assert again.returncode == 0 and again.stdout == run.stdout, again.stderr[-3000:]
+    assert again.stderr.count("0 runs done, 1 already complete, 0 failed") == 2
 
 
 def test_the_whole_share_arm_trains_each_expert_for_its_share_and_long_distill_extends_it(tmp_path):
@@ -114,7 +117,10 @@ def test_the_whole_share_arm_trains_each_expert_for_its_share_and_long_distill_e
     run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--arm", "whole-share", *ARGS], cwd=ROOT,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.startswith("1 runs to make")  # joint GRPO's run is the first arm's
+    # joint GRPO's run is the first arm's, kept; the arm's own is made
+    assert run.stderr.index("0 runs done, 1 already complete") < run.stderr.index("1 runs done, 0 already complete")
+    joint = tmp_path / "runs" / "grpo-joint__math_code-easy__direct-smoke__s0" / "summary.json"
+    made = joint.stat().st_mtime_ns
     arm = json.loads((tmp_path / "runs-whole-share" / "opd-multi__math_code-easy__direct-smoke__s0" / "summary.json")
                      .read_text())
     assert arm["method_config"]["expert_patience"] == 0 and arm["method_config"]["distill"]["steps"] == 1000000
@@ -126,13 +132,13 @@ def test_the_whole_share_arm_trains_each_expert_for_its_share_and_long_distill_e
     assert any(s["phase"] == "distill" for s in arm["steps"]) and arm["flops"]["counted"] >= arm["budget_flops"]
     result = read_result(tmp_path / "full_budget-whole-share.json")
     assert result["arm"] == "whole-share" and set(result["seeds"]["0"]["expert_accuracy"]) == {"math", "code"}
-    assert (tmp_path / "logs" / "runs-whole-share" / "opd-multi__math_code-easy__direct-smoke__s0.log").is_file()
+    assert "opd-multi__math_code-easy__direct-smoke__s0" in (tmp_path / "runs-whole-share" / "sweep.log").read_text()
 
     # twice the budget, half the experts' fraction: the same experts, step for step, then distillation on
     long = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--arm", "long-distill", *ARGS], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert long.returncode == 0, long.stderr[-3000:]
-    assert long.stdout.startswith("1 runs to make")
+    assert "1 runs done, 0 already complete" in long.stderr and joint.stat().st_mtime_ns == made
     extended = json.loads((tmp_path / "runs-long-distill" / "opd-multi__math_code-easy__direct-smoke__s0"
                            / "summary.json").read_text())
     assert extended["budget_flops"] == 2 * arm["budget_flops"] and extended["method_config"]["expert_fraction"] == 0.45
@@ -197,3 +203,39 @@ def test_one_folder_holds_two_suites_read_apart(tmp_path, monkeypatch):
     with pytest.raises(argparse.ArgumentTypeError,
                        match=r"unknown suite\(s\) math; choose from four_domain, math_code"):
         parse("math_code,math")
+
+
+def _sweep_options(command: list[str]) -> dict:
+    """A `bench sweep` command's options, read as the CLI reads them: seeds as the list they name,
+    `--set`s in any order, `--jobs` (how many at once, not which runs) left out."""
+    from bench.cli.common import _seeds
+
+    assert command[:2] == ["bench", "sweep"], command
+    options: dict = {"--set": []}
+    for key, value in zip(command[2::2], command[3::2]):
+        if key == "--set":
+            options["--set"].append(value)
+        elif key != "--jobs":
+            options[key] = _seeds(value) if key == "--seeds" else value
+    options["--set"].sort()
+    return options
+
+
+def test_each_study_read_out_by_the_script_shows_the_sweeps_it_runs(monkeypatch):
+    """For every study on the site whose read-out is this script, the commands the study's page shows
+    are those the script runs for that read-out, option for option: what the script makes when a run
+    is missing is what the page says makes the study's records."""
+    import importlib.util
+    import shlex
+
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("full_budget", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    manifests = [json.loads(p.read_text()) for p in sorted((ROOT / "leaderboard" / "studies").glob("*/study.json"))]
+    read_here = [m for m in manifests if m["readout"].startswith("python benchmarks/full_budget.py ")]
+    assert len(read_here) >= 3  # the claim-1 studies
+    for manifest in read_here:
+        args = module.arguments().parse_args(shlex.split(manifest["readout"])[2:])
+        runs = [_sweep_options(["bench", *cmd]) for cmd in module.sweeps(args)]
+        assert runs == [_sweep_options(shlex.split(cmd)) for cmd in manifest["sweep"]], manifest["title"]
