@@ -132,16 +132,7 @@ def prepare(
 
     if profile not in PROFILES:
         _fail(str(unknown("profile", profile, list(PROFILES))))
-    checkpoints: dict[str, Path] = {}
-    for item in from_checkpoint:
-        part, sep, folder = item.partition("=")
-        if not sep or part not in ("base", "external") or not folder:
-            _fail(f"--from-checkpoint takes base=DIR or external=DIR, got {item!r}")
-        if not Path(folder).is_dir():
-            _fail(f"--from-checkpoint {part}: no such folder {folder}")
-        checkpoints[part] = Path(folder)
-    if checkpoints and (rebuild or check):
-        _fail("--from-checkpoint installs a trained checkpoint; --rebuild and --check train from scratch")
+    checkpoints = _checkpoints(from_checkpoint, rebuild or check)
     if write_reference and not (rebuild or checkpoints):
         _fail("--write-reference needs --rebuild or --from-checkpoint: the reference is what a build from scratch "
               "gives (a checkpoint at the recipe's last step has its bytes; --check verifies them)")
@@ -177,14 +168,35 @@ def prepare(
                                  prepared.folder, prep.part_keys(world, suite_hash))
         console.print(f"wrote the reference models to {target}")
     if check:
-        shipped = reference.manifest(profile)
-        if shipped is None:
-            _fail(f"no shipped reference for profile {profile} to check against", code=1)
-        ours, theirs = prepared.model_hashes(), reference.shipped_hashes(profile)
-        names = [n for n in ("base", "external") if n in ours and n in theirs]  # built here and shipped
-        for name in names:
-            same = ours.get(name) == theirs.get(name)
-            console.print(f"{name}: rebuilt {ours.get(name)}, shipped {theirs.get(name)}: "
-                          f"{'identical' if same else 'DIFFERENT'}")
-        if any(ours.get(n) != theirs.get(n) for n in names):
-            _fail("the rebuilt models differ from the shipped ones (see docs/world.md, Reproducibility)", code=1)
+        _compare_with_shipped(profile, prepared.model_hashes())
+
+
+def _checkpoints(items: list[str], from_scratch: bool) -> dict[str, Path]:
+    """`--from-checkpoint PART=DIR`s, checked: PART -> DIR."""
+    checkpoints: dict[str, Path] = {}
+    for item in items:
+        part, sep, folder = item.partition("=")
+        if not sep or part not in ("base", "external") or not folder:
+            _fail(f"--from-checkpoint takes base=DIR or external=DIR, got {item!r}")
+        if not Path(folder).is_dir():
+            _fail(f"--from-checkpoint {part}: no such folder {folder}")
+        checkpoints[part] = Path(folder)
+    if checkpoints and from_scratch:
+        _fail("--from-checkpoint installs a trained checkpoint; --rebuild and --check train from scratch")
+    return checkpoints
+
+
+def _compare_with_shipped(profile: str, ours: dict[str, str]) -> None:
+    """`--check`: each model rebuilt here against the shipped one's hash; exit 1 where any differs."""
+    from bench.world import reference
+
+    if reference.manifest(profile) is None:
+        _fail(f"no shipped reference for profile {profile} to check against", code=1)
+    theirs = reference.shipped_hashes(profile)
+    names = [n for n in ("base", "external") if n in ours and n in theirs]  # built here and shipped
+    for name in names:
+        same = ours.get(name) == theirs.get(name)
+        console.print(f"{name}: rebuilt {ours.get(name)}, shipped {theirs.get(name)}: "
+                      f"{'identical' if same else 'DIFFERENT'}")
+    if any(ours.get(n) != theirs.get(n) for n in names):
+        _fail("the rebuilt models differ from the shipped ones (see docs/world.md, Reproducibility)", code=1)
