@@ -67,7 +67,15 @@ def table(results: dict) -> str:
     lines = [f"{results.get('date')}, {results.get('device')}, torch {results.get('torch')}, transformers "
              f"{results.get('transformers')} (`python benchmarks/gpu_check.py`):", "",
              "| figure | measured | goal |", "| --- | --- | --- |"]
+    for rows in (_rollout_rows, _update_rows, _fused_rows, _audit_rows, _gpu_small_rows, _profile_rows):
+        lines += rows(results, missing)
+    return "\n".join(lines)
+
+
+def _rollout_rows(results: dict, missing: str) -> list[str]:
+    """Per shape: our engine's tokens/s against `generate`'s and `TorchRollout`'s, and the goals."""
     rollout, more = _shape_rows(results, "rollout"), _shape_rows(results, "rollout_more")
+    lines = []
     for shape, row in rollout.items():
         extra = more.get(shape, {})
         static = row.get("ours_vs_hf_static") or extra.get("ours_vs_hf_static")
@@ -83,8 +91,11 @@ def table(results: dict) -> str:
                         if shape == next(iter(rollout)) else "")
                      + "ours >= dynamic cache: "
                      + _met(None if row.get("ours_vs_hf_dynamic") is None else row["ours_vs_hf_dynamic"] >= 1) + " |")
-    if not rollout:
-        lines.append(f"| rollout tokens/s | {missing} | |")
+    return lines or [f"| rollout tokens/s | {missing} | |"]
+
+
+def _update_rows(results: dict, missing: str) -> list[str]:
+    """Per shape and path: the update's MFU against the 40% goal."""
     update = results.get("update") or {}
 
     def path_of(row: dict) -> str:  # files from before the paths were measured apart have no "path"
@@ -92,6 +103,7 @@ def table(results: dict) -> str:
 
     # by shape, then eager, each piece and both: the order they read in, not the one they are measured in
     order = list(UPDATE_LABELS)
+    lines = []
     for row in sorted(update.get("shapes", []), key=lambda r: (r["seq"], r["batch"], order.index(path_of(r)))):
         how = UPDATE_LABELS[path_of(row)]
         how += " and head" if row.get("compiled_head") else ""  # the fused head's work after its matmuls
@@ -104,11 +116,15 @@ def table(results: dict) -> str:
                f"{row['first_step_s']} s{graphs}){_compiled_note(row)}"
                if "mfu" in row else row.get("error", "no known peak for this device"))
         lines.append(f"| update {row['batch']} x {row['seq']} tokens, {how} | {got} | 40% |")
-    if not update.get("shapes"):
-        lines.append(f"| update MFU | {missing} | 40% |")
+    return lines or [f"| update MFU | {missing} | 40% |"]
+
+
+def _fused_rows(results: dict, missing: str) -> list[str]:
+    """The fused head's log-probs and gradients against eager's, and its time where measured."""
     fused = results.get("fused") or {}
     slices = (fused.get("sliced") or {}).get("slices", 8)
     kept = "fused head, logits kept" if "recomputed" in fused else "fused head"  # files from before: recomputed
+    lines = []
     for name, got in ((f"{kept}, against eager, bf16", fused),
                       *([("fused head, recomputed, against eager, bf16", fused["recomputed"])]
                         if "recomputed" in fused else []),
@@ -126,29 +142,41 @@ def table(results: dict) -> str:
                      f"({1e3 * timing['eager_s']:.1f} ms) | " + ", ".join(
                          f"{key.removesuffix('_over_eager').replace('_', ' ')} {value:.2f}"
                          for key, value in timing.items() if key.endswith("_over_eager")) + " | |")
+    return lines
+
+
+def _audit_rows(results: dict, missing: str) -> list[str]:
+    """The FLOP ledger against torch's counter, CUDA-graph replays included."""
     audit = results.get("audit") or {}
     graph = audit.get("graph_rollout") or {}
-    lines.append("| FLOP ledger against torch's counter on CUDA | " + (
+    return ["| FLOP ledger against torch's counter on CUDA | " + (
         ", ".join(f"{r['phase']} {100 * r['rel_diff']:+.3f}%" for r in audit["rows"])
         + (f"; graph replays charged {graph['graphed_charged']:.4g} = the same steps run eagerly "
            f"({100 * graph['eager_rel_diff']:+.3f}% against the counter"
            + (", prefill padding aside" if graph.get("padding_flops") else "")
            + f"), same tokens: {graph['same_tokens']}"
-           if graph else "") if "rows" in audit else audit.get("error", missing)) + " | exact |")
+           if graph else "") if "rows" in audit else audit.get("error", missing)) + " | exact |"]
+
+
+def _gpu_small_rows(results: dict, missing: str) -> list[str]:
+    """`gpu-small`'s prepare and default run against their times and the learning goal."""
     small = results.get("gpu_small") or {}
     prep, run = small.get("prepare") or {}, small.get("run") or {}
-    lines.append("| `gpu-small`: `bench prepare`, then `bench run --method opd-multi --suite math_code` | " + (
+    return ["| `gpu-small`: `bench prepare`, then `bench run --method opd-multi --suite math_code` | " + (
         f"prepare {prep['seconds']:.0f} s{_steps_text(small)}{_base_text(prep)}" if "seconds" in prep
         else f"prepare: {prep.get('error', missing)}")
         + ("; " + (f"run {run['wall_s']:.0f} s, {100 * run['base_accuracy']:.1f}% -> "
                    f"{100 * run['final_accuracy']:.1f}% ({run['gain_points']:+.1f} points)"
                    if "wall_s" in run else f"run: {run.get('error', missing)}"))
-        + " | 180 s each, +8 points |")
+        + " | 180 s each, +8 points |"]
+
+
+def _profile_rows(results: dict, missing: str) -> list[str]:
+    """Where the time goes, by `torch.profiler`."""
     prof = results.get("profile") or {}
-    lines.append("| where the time goes (`torch.profiler`) | " + ("; ".join(
+    return ["| where the time goes (`torch.profiler`) | " + ("; ".join(
         _profile_text(name, prof[name]) for name in ("rollout", "update_eager", "update") if name in prof)
-        or missing) + " | |")
-    return "\n".join(lines)
+        or missing) + " | |"]
 
 
 def _steps_text(small: dict) -> str:
