@@ -169,3 +169,39 @@ def test_a_studys_cost_section_names_the_papers_share_for_each_number_of_domains
     page = re.sub(r"\s+", " ", (tmp_path / "site" / "studies" / "both.html").read_text())
     assert "(the paper's whole distillation, as a share of the experts' FLOPs: 5.2% with 2 domains, 8.0% with 4 " \
         "domains)" in page
+
+
+def test_a_pair_on_another_suite_is_read_after_math_codes_as_context(tmp_path):
+    """With joint GRPO and opd-multi on two budgets on math_code and on four_domain, claim 1 is decided by
+    math_code's tau_0.9 alone; four_domain's pair is read the same way after it, every row context, its
+    savings those of its own curves. Where opd-multi on four_domain gets nowhere (it never reaches a
+    target), the verdict is still math_code's."""
+    from reports.findings import CONTEXT, FAILS
+    from reports.studies import load_study, study_view
+    from tests.reports.factory import make_curve_record, make_two_budget_records, write_study
+
+    joint, opd = make_two_budget_records()
+    domains = ["math", "code", "graphs", "strings"]
+
+    def four_domain(r: dict) -> dict:
+        return {**r, "suite": "four_domain", "run_id": r["run_id"].replace("math_code", "four_domain"),
+                "domains": domains, "base_domain_accuracy": dict.fromkeys(domains, 0.30),
+                "final_domain_accuracy": dict.fromkeys(domains, r["final_accuracy"])}
+
+    four_joint = [four_domain(r) for r in joint]
+    flat = [four_domain(make_curve_record("opd-multi", s, 4e13, [(0.0, 0.30), (1.8e13, 0.30), (4e13, 0.31)],
+                                          [("expert:math", 9e12), ("expert:code", 9e12), ("distill", 2.2e13)]))
+            for s in range(3)]
+    sweeps = ["bench sweep --methods grpo-joint --suites math_code,four_domain --seeds 3 --out r/runs",
+              "bench sweep --methods opd-multi --suites math_code,four_domain --seeds 3 --budget 4e13 --out r/long"]
+    study = load_study(write_study(tmp_path / "both", joint + opd + four_joint + flat, sweep=sweeps, claims=[1],
+                                   recovery_over=None))
+    _, (claim,), _ = study_view(study, [f"records/{r['run_id']}.json" for r in study.records])
+    suites = [r.board.split(" · ")[0] for r in claim.rows]
+    assert suites == ["math_code"] * 5 + ["four_domain"] * 5  # three targets and two final accuracies each
+    assert [r.decides for r in claim.rows].count(True) == 1 and claim.rows[2].decides
+    assert claim.verdict == FAILS == claim.rows[2].verdict
+    four = claim.rows[5:]
+    assert {(r.decides, r.verdict, r.paper) for r in four} == {(False, CONTEXT, "— (math_code)"), (False, CONTEXT, "—")}
+    assert all(r.estimate.value is None and "never reaches it on seed 0, 1, 2" in r.note for r in four[:3])
+    assert [r.estimate.value for r in four[3:]] == pytest.approx([0.31, 0.44])
