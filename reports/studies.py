@@ -227,10 +227,12 @@ def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tupl
     if 1 in study.claims:
         for b, groups in _claim1_curves(study, boards):
             targets = [(tau_label(k), tau) for k, tau in sorted(b.targets.items())]
+            reads = ("claim 1 reads where each curve first reaches τ₀.₉" if b.key.suite == "math_code"
+                     else "context beside claim 1, which is read on math_code")
             out.append((f"{folder}/curves-{b.key.suite}-{b.key.difficulty}-{b.key.profile}.svg", plots.study_curves,
                         {"groups": groups, "targets": targets},
                         f"{b.key.suite}: each seed's held-out accuracy against counted FLOPs, joint GRPO and opd-multi, "
-                        "with joint GRPO's targets; claim 1 reads where each curve first reaches τ₀.₉."))
+                        f"with joint GRPO's targets; {reads}."))
     if recovery:
         out.append((f"{folder}/recovery.svg", plots.study_recovery, {"groups": recovery},
                     "Each seed's GRPO / self-OPD recovery FLOPs against the points of the domain its student lost; "
@@ -243,14 +245,14 @@ def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tupl
 
 
 def _claim1_curves(study: Study, boards: list[Board]) -> list[tuple[Board, list[dict]]]:
-    """Per math_code board of joint GRPO with targets: (that board, each method's runs' curves), joint
-    GRPO's from it and opd-multi's from every board of the same world (its own budget or another)."""
+    """Per board of joint GRPO with targets, math_code's first: (that board, each method's runs' curves),
+    joint GRPO's from it and opd-multi's from every board of the same world (its own budget or another)."""
     by_id = {r["run_id"]: r for r in study.records}
     colours = plots.palette([REFERENCE_METHOD, "opd-multi"])
     out = []
-    for joint in boards:
+    for joint in sorted(boards, key=lambda b: b.key.suite != "math_code"):
         names = {m.method for m in joint.methods}
-        if joint.key.suite != "math_code" or REFERENCE_METHOD not in names or not joint.targets:
+        if REFERENCE_METHOD not in names or not joint.targets:
             continue
         groups = []
         for b, method in [(joint, REFERENCE_METHOD)] + [(o, "opd-multi") for o in boards if world(o) == world(joint)

@@ -174,8 +174,8 @@ def test_a_studys_cost_section_names_the_papers_share_for_each_number_of_domains
 def test_a_pair_on_another_suite_is_read_after_math_codes_as_context(tmp_path):
     """With joint GRPO and opd-multi on two budgets on math_code and on four_domain, claim 1 is decided by
     math_code's tau_0.9 alone; four_domain's pair is read the same way after it, every row context, its
-    savings those of its own curves. Where opd-multi on four_domain gets nowhere (it never reaches a
-    target), the verdict is still math_code's."""
+    savings those of its own curves, and its curves are drawn after math_code's. Where opd-multi on
+    four_domain gets nowhere (it never reaches a target), the verdict is still math_code's."""
     from reports.findings import CONTEXT, FAILS
     from reports.studies import load_study, study_view
     from tests.reports.factory import make_curve_record, make_two_budget_records, write_study
@@ -196,7 +196,11 @@ def test_a_pair_on_another_suite_is_read_after_math_codes_as_context(tmp_path):
               "bench sweep --methods opd-multi --suites math_code,four_domain --seeds 3 --budget 4e13 --out r/long"]
     study = load_study(write_study(tmp_path / "both", joint + opd + four_joint + flat, sweep=sweeps, claims=[1],
                                    recovery_over=None))
-    _, (claim,), _ = study_view(study, [f"records/{r['run_id']}.json" for r in study.records])
+    _, (claim,), drawn = study_view(study, [f"records/{r['run_id']}.json" for r in study.records])
+    # each suite's curves drawn, math_code's first, four_domain's captioned as context
+    assert [path.rsplit("/", 1)[-1] for path, *_ in drawn] == ["curves-math_code-easy-tiny.svg",
+                                                              "curves-four_domain-easy-tiny.svg"]
+    assert "claim 1 reads where" in drawn[0][3] and "context beside claim 1" in drawn[1][3]
     suites = [r.board.split(" · ")[0] for r in claim.rows]
     assert suites == ["math_code"] * 5 + ["four_domain"] * 5  # three targets and two final accuracies each
     assert [r.decides for r in claim.rows].count(True) == 1 and claim.rows[2].decides
