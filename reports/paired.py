@@ -180,7 +180,8 @@ def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]
             per_seed = "; ".join(f"seed {seed}: opd-multi {_flops_text(v['opd-multi'])}, grpo-joint "
                                  f"{_flops_text(v['grpo-joint'])}" for seed, v in row["seeds"].items())
             note = "; ".join(filter(None, (row["why"], per_seed)))
-            paper = ("42%" if decides else "above 0 (42% at its matched accuracy)") if claimed else "— (math_code)"
+            paper = "42%" if decides else "above 0 (42% at its matched accuracy)"
+            paper = paper if claimed else "— (claimed on math_code)"
             claim.rows.append(Row(where, key, f"savings at matched accuracy, {tau_label(row['gain'])} = "
                                   f"{row['tau']:.3f}, seeds paired", paper, row["savings"] or NONE, "pct",
                                   row["verdict"] if decides else CONTEXT, note, decides))

@@ -206,6 +206,7 @@ def test_a_pair_on_another_suite_is_read_after_math_codes_as_context(tmp_path):
     assert [r.decides for r in claim.rows].count(True) == 1 and claim.rows[2].decides
     assert claim.verdict == FAILS == claim.rows[2].verdict
     four = claim.rows[5:]
-    assert {(r.decides, r.verdict, r.paper) for r in four} == {(False, CONTEXT, "— (math_code)"), (False, CONTEXT, "—")}
+    assert {(r.decides, r.verdict, r.paper) for r in four} == {(False, CONTEXT, "— (claimed on math_code)"),
+                                                                (False, CONTEXT, "—")}
     assert all(r.estimate.value is None and "never reaches it on seed 0, 1, 2" in r.note for r in four[:3])
     assert [r.estimate.value for r in four[3:]] == pytest.approx([0.31, 0.44])
