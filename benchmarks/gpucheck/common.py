@@ -35,6 +35,10 @@ DRY_SIZES = {"audit": dict(batch=2, seq_len=32, gen_prompt=8, gen_tokens=8),
 # positions x 512) and recomputes its second's (2 x 49 x 512), so that the dry run takes both paths
 # (on CUDA `Policy` keeps what free memory holds)
 DRY_KEEP_LOGITS = 2**15
+# and a budget of logits per micro-batch for the update engine (`bench.update.LOGIT_BUDGET`) that cuts
+# an unfused head's step at the second update shape (2 x 64 x 512) in two and not at the first
+# (2 x 32 x 512), as 2^29 cuts the GPU's 16 x 1024 and 16 x 2048 steps of a 152k vocabulary
+DRY_LOGIT_BUDGET = 2**15
 DEVICE = "cuda"
 
 

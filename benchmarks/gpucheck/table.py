@@ -112,6 +112,7 @@ def _update_rows(results: dict, missing: str) -> list[str]:
         how += " on fp32 master weights" if row.get("master_weights") else ""
         compiled = row.get("graphs_compiled")
         graphs = f", {compiled} graph{'s' if compiled > 1 else ''} compiled" if compiled else ""
+        graphs += f", {row['micro_batches']} micro-batches" if row.get("micro_batches", 1) > 1 else ""
         got = (f"{100 * row['mfu']:.1f}% MFU ({row['flop_per_s'] / 1e12:.0f} TFLOP/s, first step "
                f"{row['first_step_s']} s{graphs}){_compiled_note(row)}"
                if "mfu" in row else row.get("error", "no known peak for this device"))

@@ -11,7 +11,7 @@ import torch
 
 from bench.accounting.flops import device_peak_flops
 from gpucheck import common
-from gpucheck.common import DRY, DRY_KEEP_LOGITS, QWEN2_05B, Check, graphs_compiled, load, timed
+from gpucheck.common import DRY, DRY_KEEP_LOGITS, DRY_LOGIT_BUDGET, QWEN2_05B, Check, graphs_compiled, load, timed
 
 
 # -- the fused head ----------------------------------------------------------------------------
@@ -78,23 +78,28 @@ def _logit_rows(batch: int, seq: int) -> int:
 
 
 def update_fn(policy, batch: int, seq: int):
-    """One training step of `policy` on a random batch of `batch` x `seq` tokens, as a function."""
+    """One training step of `policy` on a random batch of `batch` x `seq` tokens, as a function: through
+    the update engine, as `bench run` trains, so an unfused head's batch is cut into micro-batches of at
+    most `LOGIT_BUDGET` logits (one row each at 16 x 2048 with a 152k vocabulary) and a fused head's
+    is one."""
     from bench.losses import sft_loss
+    from bench.update import SupervisedBatch, run_update
 
     ids = torch.randint(3, 259, (batch, seq))
     mask = torch.ones_like(ids)
     completion = mask.clone()
     completion[:, : seq - _completion_width(seq)] = 0
+    tokens = SupervisedBatch(ids, mask, completion)
 
     def step():
-        lp = policy.logprobs(ids, mask, keep=_completion_width(seq))
-        policy.step(sft_loss(lp, completion.to(policy.device)), 1e-6)
+        run_update(policy, tokens, lambda bucket: sft_loss(bucket.logprobs, bucket.mask), lr=1e-6, weighting="tokens")
 
     return step
 
 
 def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> dict:
     from bench.losses import head_recompute_flops
+    from bench.update import length_buckets
 
     step = update_fn(policy, batch, seq)
     graphs = graphs_compiled()
@@ -108,7 +113,10 @@ def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> di
     recomputed = (policy.recomputed_head_rows - recomputed) / 3
     kept = policy.fuses_head and recomputed == 0
     flops = charged - head_recompute_flops(head, recomputed)
+    # the engine's micro-batches of the step, as `run_update` cuts them
+    micro_batches = len(length_buckets(torch.ones(batch, seq), vocab=1 if policy.fuses_head else policy.vocab_size))
     row = {"first_step_s": round(first, 1), "graphs_compiled": compiled - graphs,  # in the first step
+           "micro_batches": micro_batches,
            "seconds": seconds, "model_flops": flops, "charged_flops": charged,
            "compiled_head": policy.fuses_head and policy.compiles_head, "head_logits_kept": kept,
            "fused_optimizer": policy.fuses_optimizer, "master_weights": policy.keeps_master_weights,
@@ -154,6 +162,10 @@ def update(check: Check, folder: Path, out: dict) -> None:
     compiled in this process; inductor's cache on disk stays. FLOPs from the ledger."""
     import torch._dynamo
 
+    import bench.update
+
+    if check.dry:  # this part's process: the engine cuts the dry run's second shape as it cuts the GPU's
+        bench.update.LOGIT_BUDGET = DRY_LOGIT_BUDGET
     on_gpu = common.DEVICE == "cuda"
     peak = out["peak_bf16_flops"] = device_peak_flops(torch.cuda.get_device_name(0)) if on_gpu else None
     rows = out.setdefault("shapes", [])

@@ -47,9 +47,13 @@ def test_the_gpu_check_runs_every_part_on_the_cpu(tmp_path):
         (32, "eager"), (32, "fused_and_compiled"), (64, "eager"), (64, "fused_and_compiled"),
         (32, "compiled"), (32, "fused"), (64, "compiled"), (64, "fused")]
     assert [r["compiled_while_timed"] for r in shapes] == [0] * 8  # compiled before the clock
+    # through the update engine, as `bench run` trains: an unfused head's step at the second shape in two
+    # micro-batches (the logit budget scaled down), a fused head's in one
+    assert [r["micro_batches"] for r in shapes] == [1, 1, 2, 1, 1, 1, 2, 1]
     # each path compiles from cleared caches in its first step: the decoder's one graph for every layer, and the
-    # fused head's forward and backward where it runs compiled
-    assert [r["graphs_compiled"] for r in shapes] == [0, 3, 0, 3, 1, 0, 1, 0]
+    # fused head's forward and backward where it runs compiled; but a micro-batch of one row runs eagerly, as in
+    # `bench run`, so the compiled decoder with an unfused head compiles nothing at the second shape
+    assert [r["graphs_compiled"] for r in shapes] == [0, 3, 0, 3, 1, 0, 0, 0]
     # the fused head keeps the first shape's logits and recomputes the second's (the budget scaled down), and
     # only a recomputation is charged beyond the model's FLOPs
     assert [r["head_logits_kept"] for r in shapes] == [False, True, False, False, False, True, False, False]
@@ -208,6 +212,9 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     compiled = {"batch": 16, "seq": 1024, "path": "compiled", "mfu": 0.3, "flop_per_s": 3e14, "first_step_s": 20.0,
                 "graphs_compiled": 1}
     assert "(300 TFLOP/s, first step 20.0 s, 1 graph compiled) |" in table.table({"update": {"shapes": [compiled]}})
+    # the update engine's micro-batches, where it cut the step into more than one
+    cut = {**compiled, "path": "eager", "graphs_compiled": 0, "micro_batches": 16}
+    assert "(300 TFLOP/s, first step 20.0 s, 16 micro-batches) |" in table.table({"update": {"shapes": [cut]}})
     assert "RuntimeError: boom" in text and "prepare 100 s; run: OutOfMemoryError: x" in text
     prep = {"seconds": 50.0, "calibration": {"math": {"base_pass1": 0.25, "base_sample_acc": 0.05}},
             "base_rule": {"spread": False, "room": False, "met": False}}
