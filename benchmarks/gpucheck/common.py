@@ -132,9 +132,14 @@ class Check:
     def left(self) -> float:
         return float("inf") if self.deadline is None else self.deadline - time.time()
 
+    def cost(self, what: str) -> float:
+        """The seconds `what` (a COST_S key) is expected to take: as measured in this process, else
+        COST_S's guess; 0 in a dry run."""
+        return 0 if self.dry else self.costs.get(what, COST_S[what])
+
     def fits(self, what: str, label: str) -> bool:
         """Whether `what` (a COST_S key) fits in the time left; if not, `label` is listed as skipped."""
-        cost = 0 if self.dry else self.costs.get(what, COST_S[what])
+        cost = self.cost(what)
         if self.left() > 0 and self.left() >= cost:
             return True
         self.skipped.append(label)

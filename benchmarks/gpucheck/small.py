@@ -126,7 +126,8 @@ class _CurveDone(Exception):
 def _curve_small(check: Check, profile, out: dict) -> None:
     """The student's warm-up along one run, every `every` steps `bench prepare`'s calibration and the
     base-choosing rule on it, saved point by point; it ends at the first checkpoint that meets the rule
-    (the base the rule chooses: later ones cannot change that), at `steps`, or at the budget's end."""
+    (the base the rule chooses: later ones cannot change that), at `steps`, or where going on to the
+    next checkpoint would leave too little time for `bench prepare` and the default run after it."""
     from bench.accounting.ledger import Ledger
     from bench.registry import get_suite
     from bench.world.models import state_digest
@@ -149,8 +150,12 @@ def _curve_small(check: Check, profile, out: dict) -> None:
             if curve[-1]["base_rule"]["met"]:
                 out["chosen_step"] = step
                 raise _CurveDone(f"the base-choosing rule met at step {step}")
-            if check.left() <= 0:
-                raise _CurveDone(f"the budget spent at step {step}")
+            # on to the next checkpoint only if the time left after it still holds what the curve is for:
+            # `bench prepare` of the base it may choose there (those steps, or the recipe's where the rule
+            # is not met), at the curve's pace, then the default run
+            pace, upto = curve[-1]["wall_s"] / step, step + sizes["every"]
+            if check.left() <= pace * (sizes["every"] + max(upto, profile.warmup.student_steps)) + check.cost("run"):
+                raise _CurveDone(f"the rest of the budget kept for prepare and the run, at step {step}")
 
     curved = dataclasses.replace(profile, warmup=dataclasses.replace(profile.warmup, student_steps=sizes["steps"]))
     try:

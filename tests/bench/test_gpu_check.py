@@ -301,3 +301,29 @@ def test_the_warmup_curve_chooses_the_base_that_gpu_small_prepares_and_runs(tmp_
 
     assert ", 2 warm-up steps (chosen by the warm-up curve) (base, greedy / sampled: math " in table.table(
         {"gpu_small": out})
+
+
+def test_the_warm_up_curve_keeps_the_time_for_prepare_and_the_run(tmp_path, monkeypatch):
+    """The gpu-small warm-up curve goes on to its next checkpoint only while the time left after it still
+    holds `bench prepare` (at the curve's pace) and the default run, the goals the curve is for: with a
+    run expected to take longer than the budget has, it stops at its first checkpoint and says why."""
+    benchmark_module("gpu_check")  # puts benchmarks/ on the path, as the script runs
+    from gpucheck import common, small
+
+    from bench.world.profiles import PROFILES
+
+    monkeypatch.setattr(common, "SIZES", common.DRY_SIZES)
+    monkeypatch.setattr(common, "DEVICE", "cpu")
+    monkeypatch.setitem(PROFILES, "gpu-small-dry", None)  # the dry profile is registered for this test only
+    profile = small._small_profile(dry=True)
+    check = common.Check(tmp_path / "r.json", deadline=time.time() + 600, dry=False)  # costs as on a GPU
+    check.costs["run"] = 10_000.0
+    out: dict = {}
+    small._curve_small(check, profile, out)
+    assert [p["step"] for p in out["curve"]] == [2]
+    assert out["curve_end"] == "the rest of the budget kept for prepare and the run, at step 2"
+    assert "chosen_step" not in out  # the recipe's steps then: the rule was not met
+    # with time for both, it goes on to its last step
+    check.costs["run"], out = 1.0, {}
+    small._curve_small(check, profile, out)
+    assert [p["step"] for p in out["curve"]] == [2, 4] and out["curve_end"] == "4 steps, the rule never met"
