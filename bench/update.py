@@ -105,6 +105,15 @@ def length_buckets(
     return out
 
 
+def update_buckets(policy: Policy, attention_mask: torch.Tensor, keep_order: bool = False
+                   ) -> list[tuple[torch.Tensor, int]]:
+    """The micro-batches `run_update` cuts a batch into for `policy` (`length_buckets`): under
+    `LOGIT_BUDGET` logits each, except where the head is fused, which holds one chunk of logits at a
+    time whatever the bucket."""
+    vocab = 1 if policy.fuses_head else policy.vocab_size
+    return length_buckets(attention_mask, vocab=vocab, keep_order=keep_order)
+
+
 def completion_width(completion_mask: torch.Tensor) -> int:
     """Columns from the earliest completion token of any row to the end: [B, T] -> int (T if none)."""
     columns = completion_mask.bool().any(0)  # [T]: does any row have a completion token there
@@ -152,9 +161,7 @@ def run_update(
         raise ValueError(f"need logits in (completion, all), order in (length, batch) and epochs >= 1, "
                          f"got {logits!r}, {order!r}, {epochs!r}")
     mask = batch.completion_mask.to(policy.device)  # [B, T]
-    # a fused head holds one chunk of logits at a time, whatever the bucket
-    vocab = 1 if policy.fuses_head else policy.vocab_size
-    buckets = length_buckets(batch.attention_mask, vocab=vocab, keep_order=order == "batch")
+    buckets = update_buckets(policy, batch.attention_mask, keep_order=order == "batch")
     weights = bucket_weights(buckets, mask, weighting)
     stats: dict[str, float] = {}
     with policy._clock("update"):

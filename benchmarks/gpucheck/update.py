@@ -99,7 +99,7 @@ def update_fn(policy, batch: int, seq: int):
 
 def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> dict:
     from bench.losses import head_recompute_flops
-    from bench.update import length_buckets
+    from bench.update import update_buckets
 
     step = update_fn(policy, batch, seq)
     graphs = graphs_compiled()
@@ -114,7 +114,7 @@ def _update_step(policy, ledger, batch: int, seq: int, peak: float | None) -> di
     kept = policy.fuses_head and recomputed == 0
     flops = charged - head_recompute_flops(head, recomputed)
     # the engine's micro-batches of the step, as `run_update` cuts them
-    micro_batches = len(length_buckets(torch.ones(batch, seq), vocab=1 if policy.fuses_head else policy.vocab_size))
+    micro_batches = len(update_buckets(policy, torch.ones(batch, seq)))
     row = {"first_step_s": round(first, 1), "graphs_compiled": compiled - graphs,  # in the first step
            "micro_batches": micro_batches,
            "seconds": seconds, "model_flops": flops, "charged_flops": charged,
