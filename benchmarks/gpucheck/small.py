@@ -92,8 +92,8 @@ def gpu_small(check: Check, _folder: Path, out: dict) -> None:
             out["curve_error"] = failed["error"]
     chosen = out.get("chosen_step")
     profile = _small_profile(check.dry, chosen)
-    if out.get("curve") and "curve_s" in out:  # training that far took the curve's time, calibrations and all
-        check.costs["prepare"] = out["curve_s"] * profile.warmup.student_steps / out["curve"][-1]["step"]
+    if out.get("curve"):  # `bench prepare` trains as the curve did, calibrations and all
+        check.costs["prepare"] = _pace(out["curve"]) * profile.warmup.student_steps
     out["student_steps"] = profile.warmup.student_steps
     if check.fits("prepare", "gpu_small: prepare"):
         out["prepare"] = check.measure("gpu-small prepare", _prepare_small, profile)
@@ -117,6 +117,11 @@ def _teacher_small(profile) -> dict:
     start = time.perf_counter()
     info = prepared.ensure_teacher(progress=False)
     return {"seconds": round(time.perf_counter() - start, 1), "model_hash": info.get("model_hash")}
+
+
+def _pace(curve: list[dict]) -> float:
+    """Seconds per warm-up step along the curve so far, its checkpoints' calibrations included."""
+    return curve[-1]["wall_s"] / curve[-1]["step"]
 
 
 class _CurveDone(Exception):
@@ -153,8 +158,9 @@ def _curve_small(check: Check, profile, out: dict) -> None:
             # on to the next checkpoint only if the time left after it still holds what the curve is for:
             # `bench prepare` of the base it may choose there (those steps, or the recipe's where the rule
             # is not met), at the curve's pace, then the default run
-            pace, upto = curve[-1]["wall_s"] / step, step + sizes["every"]
-            if check.left() <= pace * (sizes["every"] + max(upto, profile.warmup.student_steps)) + check.cost("run"):
+            upto = step + sizes["every"]
+            if check.left() <= _pace(curve) * (sizes["every"] + max(upto, profile.warmup.student_steps)) \
+                    + check.cost("run"):
                 raise _CurveDone(f"the rest of the budget kept for prepare and the run, at step {step}")
 
     curved = dataclasses.replace(profile, warmup=dataclasses.replace(profile.warmup, student_steps=sizes["steps"]))
