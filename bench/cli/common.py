@@ -102,12 +102,12 @@ def _budget(value: Optional[str]) -> Optional[float]:
 
 
 def _device(value: str) -> str:
-    import torch
-
     if value == "cpu":
         return value
     if not value.startswith("cuda"):
         _fail(f"--device must be cpu, cuda or cuda:N, got {value!r}")
+    import torch
+
     if not torch.cuda.is_available():
         _fail(f"--device {value}: no CUDA device is available here")
     return value
@@ -118,6 +118,31 @@ def _fractions(value: str) -> tuple[float, ...]:
         return tuple(float(v) for v in value.split(",") if v.strip())
     except ValueError:
         _fail(f"--eval-early must be comma-separated budget fractions such as 0.01,0.02,0.05, got {value!r}")
+
+
+# The options of a run that `bench run` takes and `bench sweep` gives every run alike (`_run_fields`).
+EVAL_SIZE_HELP = "held-out prompts per domain at each evaluation"
+MODEL_HELP = "hf profile: the student, a local HF model folder or a hub id in the local HF cache"
+EXTERNAL_HELP = "hf profile: the external teacher's folder"
+TEACHER_HELP = "a named teacher NAME=PATH, a local model folder, for ctx.teacher(NAME) (repeatable)"
+DEVICE_HELP = "cpu, cuda or cuda:N"
+MAX_NEW_TOKENS_HELP = "generation limit (default: the profile's)"
+EVAL_EVERY_HELP = "evaluate at each multiple of this fraction of the budget"
+EVAL_EARLY_HELP = "also evaluate at these budget fractions (comma-separated)"
+DISTILL_EVAL_HELP = "inside distillation, also evaluate every N steps (0: off)"
+MILESTONES_HELP = "also save the student at every evaluation as a HF folder (milestones/)"
+RUN_OPTIONS = ("eval_size", "model", "external", "teacher", "device", "max_new_tokens", "eval_every", "eval_early",
+               "distill_eval_every", "save_milestones")
+
+
+def _run_fields(eval_size: Optional[int], model: Optional[str], external: Optional[str], teacher: list[str],
+                device: str, max_new_tokens: Optional[int], eval_every: float, eval_early: str,
+                distill_eval_every: int, save_milestones: bool) -> dict[str, Any]:
+    """`RUN_OPTIONS` as the command line gives them, as `RunConfig` fields (each checked: one line, exit 2)."""
+    return {"eval_size": eval_size, "model": model, "external": external, "teachers": _overrides(teacher),
+            "device": _device(device), "max_new_tokens": max_new_tokens, "eval_every": eval_every,
+            "eval_early": _fractions(eval_early), "distill_eval_every": distill_eval_every,
+            "save_milestones": save_milestones}
 
 
 def _overrides(items: list[str]) -> tuple[tuple[str, str], ...]:

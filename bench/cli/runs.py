@@ -12,8 +12,10 @@ import typer
 from rich.table import Table
 
 from bench.cli.common import (
-    DEFAULT_PROFILE, PHASES_HELP, PROFILE_HELP, ROLLOUT_HELP, RUNS_HELP, _budget, _device, _fail, _fractions,
-    _interruptible, _names, _one_line, _overrides, _print_json, app, console, default_phase_executor,
+    DEFAULT_PROFILE, DEVICE_HELP, DISTILL_EVAL_HELP, EVAL_EARLY_HELP, EVAL_EVERY_HELP, EVAL_SIZE_HELP, EXTERNAL_HELP,
+    MAX_NEW_TOKENS_HELP, MILESTONES_HELP, MODEL_HELP, PHASES_HELP, PROFILE_HELP, ROLLOUT_HELP, RUNS_HELP,
+    TEACHER_HELP, _budget, _fail, _interruptible, _names, _one_line, _overrides, _print_json, _run_fields, app,
+    console, default_phase_executor,
 )
 from bench.errors import ReferenceError, unknown
 
@@ -52,25 +54,22 @@ def run(
     runs: Path = typer.Option(Path("runs"), "--out", "--runs", help=RUNS_HELP),
     resume: bool = typer.Option(False, help="continue a killed run from its last checkpoint"),
     set_: list[str] = typer.Option([], "--set", help="method config override key=value (repeatable)"),
-    eval_size: Optional[int] = typer.Option(None, help="held-out prompts per domain at each evaluation"),
+    eval_size: Optional[int] = typer.Option(None, help=EVAL_SIZE_HELP),
     progress: bool = typer.Option(True, help="show the progress bar"),
-    model: Optional[str] = typer.Option(
-        None, help="hf profile: the student, a local HF model folder or a hub id in the local HF cache"),
-    external: Optional[str] = typer.Option(None, help="hf profile: the external teacher's folder"),
-    teacher: list[str] = typer.Option(
-        [], help="a named teacher NAME=PATH, a local model folder, for ctx.teacher(NAME) (repeatable)"),
-    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
-    max_new_tokens: Optional[int] = typer.Option(None, help="generation limit (default: the profile's)"),
-    eval_every: float = typer.Option(0.1, help="evaluate at each multiple of this fraction of the budget"),
-    eval_early: str = typer.Option("0.01,0.02,0.05", help="also evaluate at these budget fractions (comma-separated)"),
-    distill_eval_every: int = typer.Option(5, help="inside distillation, also evaluate every N steps (0: off)"),
+    model: Optional[str] = typer.Option(None, help=MODEL_HELP),
+    external: Optional[str] = typer.Option(None, help=EXTERNAL_HELP),
+    teacher: list[str] = typer.Option([], help=TEACHER_HELP),
+    device: str = typer.Option("cpu", help=DEVICE_HELP),
+    max_new_tokens: Optional[int] = typer.Option(None, help=MAX_NEW_TOKENS_HELP),
+    eval_every: float = typer.Option(0.1, help=EVAL_EVERY_HELP),
+    eval_early: str = typer.Option("0.01,0.02,0.05", help=EVAL_EARLY_HELP),
+    distill_eval_every: int = typer.Option(5, help=DISTILL_EVAL_HELP),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
     phase_executor: Optional[str] = typer.Option(None, help=PHASES_HELP),
     report_to: list[str] = typer.Option(
         [], help="mirror the run live to a tracker: tensorboard or wandb (offline unless WANDB_MODE is set; "
                  "repeatable)"),
-    save_milestones: bool = typer.Option(
-        False, help="also save the student at every evaluation as a HF folder (milestones/)"),
+    save_milestones: bool = typer.Option(False, help=MILESTONES_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress bar)"),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
@@ -83,13 +82,10 @@ def run(
         with _one_line():
             config = RunConfig(
                 method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
-                budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, eval_size=eval_size,
-                model=model, external=external, teachers=_overrides(teacher), device=_device(device),
-                max_new_tokens=max_new_tokens, eval_every=eval_every, eval_early=_fractions(eval_early),
-                distill_eval_every=distill_eval_every, rollout=rollout,
-                phase_executor=phase_executor or default_phase_executor(device, rollout),
-                report_to=tuple(report_to),
-                save_milestones=save_milestones,
+                budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, rollout=rollout,
+                phase_executor=phase_executor or default_phase_executor(device, rollout), report_to=tuple(report_to),
+                **_run_fields(eval_size, model, external, teacher, device, max_new_tokens, eval_every, eval_early,
+                              distill_eval_every, save_milestones),
             )
             run = Runner(config, resume=resume, progress=progress and not as_json)
             summary = run.run()

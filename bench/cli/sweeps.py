@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from bench.cli.common import (
-    ADDRESS_HELP, DEFAULT_PROFILE, PROFILE_HELP, PROFILE_ORDER, ROLLOUT_HELP, RUNS_HELP, SEEDS_HELP, _budget, _fail,
-    _interruptible, _names, _one_line, _overrides, _print_json, _seeds, _split, app, console, err,
+    ADDRESS_HELP, DEFAULT_PROFILE, DEVICE_HELP, DISTILL_EVAL_HELP, EVAL_EARLY_HELP, EVAL_EVERY_HELP, EVAL_SIZE_HELP,
+    EXTERNAL_HELP, MAX_NEW_TOKENS_HELP, MILESTONES_HELP, MODEL_HELP, PROFILE_HELP, PROFILE_ORDER, ROLLOUT_HELP,
+    RUN_OPTIONS, RUNS_HELP, SEEDS_HELP, TEACHER_HELP, _budget, _fail, _interruptible, _names, _one_line, _overrides,
+    _print_json, _run_fields, _seeds, _split, app, console, err,
 )
 from bench.errors import USER_ERRORS
 
@@ -29,31 +31,47 @@ def sweep(
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
     profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
     runs: Path = typer.Option(Path("runs"), "--out", "--runs", help=RUNS_HELP),
-    jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
+    jobs: Optional[int] = typer.Option(
+        None, help="parallel runs (default: CPU cores, 1 on a GPU; ray: CPUs of a local instance)"),
     executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
     address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
-    gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
+    gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for (runs on a GPU only)"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
     set_: list[str] = typer.Option([], "--set", help="method config override key=value for every run (repeatable)"),
+    eval_size: Optional[int] = typer.Option(None, help=EVAL_SIZE_HELP),
+    model: Optional[str] = typer.Option(None, help=MODEL_HELP),
+    external: Optional[str] = typer.Option(None, help=EXTERNAL_HELP),
+    teacher: list[str] = typer.Option([], help=TEACHER_HELP),
+    device: str = typer.Option("cpu", help=DEVICE_HELP),
+    max_new_tokens: Optional[int] = typer.Option(None, help=MAX_NEW_TOKENS_HELP),
+    eval_every: float = typer.Option(0.1, help=EVAL_EVERY_HELP),
+    eval_early: str = typer.Option("0.01,0.02,0.05", help=EVAL_EARLY_HELP),
+    distill_eval_every: int = typer.Option(5, help=DISTILL_EVAL_HELP),
+    save_milestones: bool = typer.Option(False, help=MILESTONES_HELP),
 ) -> None:
-    """Run methods x suites x seeds (skips complete runs, resumes interrupted ones)."""
+    """Run methods x suites x seeds, each run with the same `bench run` options (skips complete runs, resumes
+    interrupted ones)."""
     with _interruptible(INTERRUPTED), _one_line():
-        configs = _sweep_configs(methods, suites, seeds, difficulty, budget, profile, runs, rollout, set_)
+        fields = _run_fields(eval_size, model, external, teacher, device, max_new_tokens, eval_every, eval_early,
+                             distill_eval_every, save_milestones)
+        configs = _sweep_configs(methods, suites, seeds, difficulty, budget, profile, runs, rollout, set_, fields)
         from bench.run.sweep import run_sweep
 
-        result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run))
+        on_gpu = any(c.on_gpu for c in configs)
+        result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run, on_gpu))
     _sweep_outcome(result)
 
 
 def _sweep_configs(methods: str, suites: str, seeds: str, difficulty: str, budget: Optional[str], profile: str,
-                   runs: Path, rollout: str, set_: list[str]) -> list:
-    """The runs `bench sweep` plans from its options, each checked (`_validate`) before any starts."""
+                   runs: Path, rollout: str, set_: list[str], fields: dict[str, Any]) -> list:
+    """The runs `bench sweep` plans from its options (`fields`: the `RunConfig` fields every run has, from
+    `_run_fields`), each checked (`_validate`) before any starts."""
     _names(_split(methods), _split(suites), difficulty, profile)  # before torch loads: a typo is answered at once
     from bench.run.config import RunConfig
     from bench.run.sweep import plan
 
     base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
-                     budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, rollout=rollout)
+                     budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, rollout=rollout, **fields)
     configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
     _validate(configs)
     return configs
@@ -74,7 +92,6 @@ def reproduce(
     jobs: Optional[int] = typer.Option(None, help="parallel runs (default: CPU cores; ray: CPUs of a local instance)"),
     executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
     address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
-    gpus_per_run: float = typer.Option(0.0, help="ray: GPUs each run's task asks for"),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
     force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
 ) -> None:
@@ -88,7 +105,7 @@ def reproduce(
     checks = _BoardCheck(studies)
     with _interruptible(INTERRUPTED), _one_line():
         configs = _reproduce_configs(profile, seeds, runs, rollout)
-        result = run_sweep(configs, jobs, console, _executor(executor, jobs, address, gpus_per_run),
+        result = run_sweep(configs, jobs, console, _executor(executor, jobs, address),
                            expected_s=_record_wall_times(out) or _record_wall_times(REFERENCE_SITE))
     # copies each record it uses to OUT/records: the site rebuilds from itself
     try:
@@ -142,11 +159,12 @@ def shipped_profiles() -> list[str]:
     return [name for name in PROFILE_ORDER if all(reference.ships(name, part) for part in reference.PARTS)]
 
 
-def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_run: float):
-    """The sweep executor; checked (Ray installed, options that apply) before any run starts."""
+def _executor(name: str, jobs: Optional[int], address: Optional[str], gpus_per_run: float = 0.0, gpu: bool = False):
+    """The sweep executor, for runs on a GPU or not; checked (Ray installed, options that apply) before
+    any run starts."""
     from bench.run.executors import make_executor
 
-    return make_executor(name, jobs=jobs, address=address, gpus_per_run=gpus_per_run)
+    return make_executor(name, jobs=jobs, address=address, gpus_per_run=gpus_per_run, gpu=gpu)
 
 
 def _validate(configs: list) -> None:
@@ -263,7 +281,8 @@ def _parsed_sweep(text: str, where: str) -> list:
     """The runs a `bench sweep ...` command line plans."""
     params = _parsed(text, "sweep", where)
     return _sweep_configs(*(params[k] for k in ("methods", "suites", "seeds", "difficulty", "budget", "profile",
-                                                "runs", "rollout", "set_")))
+                                                "runs", "rollout", "set_")),
+                          _run_fields(*(params[k] for k in RUN_OPTIONS)))
 
 
 @app.command(rich_help_panel=PANEL)

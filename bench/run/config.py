@@ -104,6 +104,11 @@ class RunConfig:
         return float(self.budget_flops or self.resolved_profile.budget_flops)
 
     @property
+    def on_gpu(self) -> bool:
+        """The run trains on a GPU: `device` says so, or its world's models live there (`gpu-small`)."""
+        return self.device != "cpu" or self.resolved_profile.device != "cpu"
+
+    @property
     def heldout_size(self) -> int:
         """Held-out prompts per domain at each evaluation: `eval_size`, or the profile's."""
         return self.eval_size or self.resolved_profile.eval_size
@@ -157,6 +162,18 @@ def config_fields(config: Any, prefix: str = "") -> list[dict[str, Any]]:
             kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
             fields.append({"name": prefix + f.name, "type": kind, "default": value})
     return fields
+
+
+def dotted(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping (a fingerprint, a method config) as dotted keys, `--set`'s for a method config:
+    {"method_config.distill.lr": 0.001, ...}; an empty mapping is a value, not a level."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict) and value:
+            flat.update(dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def config_keys(config: Any) -> list[str]:

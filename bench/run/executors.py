@@ -16,6 +16,7 @@ Under Ray each run is a task with 1 CPU and `gpus_per_run` GPUs, and its `phase_
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 from collections.abc import Iterator
@@ -58,10 +59,14 @@ class SweepExecutor(Protocol):
 
 
 class LocalExecutor:
-    """`jobs` local processes (default: the CPU count), each with one torch thread."""
+    """`jobs` local processes (default: the CPU count), each with one torch thread, started by the
+    platform's default method (fork, on Linux), or by `start_method`; where a run is on a GPU they are
+    spawned: a forked child cannot use CUDA once its parent has (a fresh interpreter each, a few
+    seconds of imports)."""
 
-    def __init__(self, jobs: int | None = None) -> None:
+    def __init__(self, jobs: int | None = None, start_method: str | None = None) -> None:
         self.jobs = jobs
+        self.start_method = start_method
 
     def workers(self, n_runs: int) -> int:
         return max(1, min(self.jobs or os.cpu_count() or 1, n_runs))
@@ -75,7 +80,9 @@ class LocalExecutor:
         nothing goes on writing to the runs folder, or holding a run's lock, after the sweep is gone."""
         jobs = self.workers(len(todo))
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_signals)
+        start = self.start_method or ("spawn" if any(config.on_gpu for config, _ in todo) else None)
+        pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_signals,
+                                   mp_context=multiprocessing.get_context(start))
         ended = False
         try:
             futures = {pool.submit(run_one, config, resume): config for config, resume in todo}
@@ -204,15 +211,20 @@ class RayExecutor:
 
 
 def make_executor(name: str, *, jobs: int | None = None, address: str | None = None,
-                  gpus_per_run: float = 0.0) -> SweepExecutor:
-    """The executor the command line asked for; options that do not apply to it are errors."""
+                  gpus_per_run: float = 0.0, gpu: bool = False) -> SweepExecutor:
+    """The executor the command line asked for, for runs on a GPU or not (`RunConfig.on_gpu`); options
+    that do not apply to it are errors. Local runs on a GPU take it one at a time unless `jobs` says
+    otherwise."""
     if name == "local":
         if address or gpus_per_run:
             raise RunError("--address and --gpus-per-run need --executor ray")
-        return LocalExecutor(jobs)
+        return LocalExecutor(1 if gpu and not jobs else jobs)
     if name == "ray":
         if address and jobs:
             raise RunError("--jobs sets the CPUs of a local Ray instance; with --address the cluster decides")
+        if gpu != (gpus_per_run > 0):
+            raise RunError("runs on a GPU (--device cuda, or a GPU world) need --gpus-per-run above 0 under Ray "
+                           "(each task's share of a GPU), runs on a CPU no --gpus-per-run")
         return RayExecutor(address, gpus_per_run, num_cpus=jobs)
     raise unknown("executor", name, ["local", "ray"])
 

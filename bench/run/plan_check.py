@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from bench.run.config import RunConfig
+from bench.run.config import RunConfig, dotted
 from bench.run.runner import Runner
 from bench.world import reference
 
@@ -31,20 +31,8 @@ _ABSENT = "(absent)"
 _NEVER_ABSENT = frozenset({*FIELDS, "world_version", "model_hashes.base"})
 
 
-def _flat(value: Any, prefix: str) -> dict[str, Any]:
-    """A nested mapping as dotted keys: {"method_config.grpo.lr": 0.00025, ...}."""
-    if isinstance(value, dict) and value:
-        out: dict[str, Any] = {}
-        for key, inner in value.items():
-            out.update(_flat(inner, f"{prefix}.{key}"))
-        return out
-    return {prefix: value}
-
-
 def _what_makes(fields: dict[str, Any], world_version: Any, rollout: Any, hashes: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in FIELDS:
-        out.update(_flat(fields.get(name, _ABSENT), name))
+    out = dotted({name: fields.get(name, _ABSENT) for name in FIELDS})
     out["world_version"], out["rollout"] = world_version, rollout
     out.update({f"model_hashes.{name}": value for name, value in hashes.items()})
     return out

@@ -1,11 +1,12 @@
 """Sweeps: many runs (methods x suites x seeds) in parallel local processes or Ray tasks, resumable.
 
     bench sweep --methods grpo-joint,opd-multi --suites math_code --seeds 3 [--jobs 2]
-    bench sweep ... --executor ray [--address HOST:6379] [--gpus-per-run 1]
+    bench sweep ... --executor ray [--address HOST:6379] [--device cuda --gpus-per-run 1]
     bench reproduce [--profile tiny] [--seeds 1] [--executor ray ...]
 
 A sweep skips runs whose `summary.json` is complete, resumes runs that have a checkpoint, and starts
-the rest, whichever executor runs them (`bench.run.executors`). Locally each run is one process with
+the rest, whichever executor runs them (`bench.run.executors`); a run folder begun with another
+configuration stops it before any run starts (`_state`). Locally each run is one process with
 one torch thread (two spin-waiting threads per run on a 2-core machine are slower than one), so
 `--jobs` defaults to the number of cores. `bench reproduce` orders its runs by the wall times of the
 records its site already holds, so that its workers end together (`start_order`). As each run ends
@@ -23,16 +24,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
+from bench import store
 from bench.errors import RunError
 from bench.progress import clock, news_line
 from bench.registry import reproduce_protocol
-from bench.run.config import RunConfig
+from bench.run.config import RunConfig, dotted
 from bench.run.executors import LocalExecutor, SweepExecutor
 from bench.run.runner import Runner
 from bench.world import prepare, reference
 from bench.world.profiles import PROFILES
 
 
+_ABSENT = "(absent)"
 SWEEP_LOG = "sweep.log"  # in the runs folder: the sweep's own lines, appended by every sweep into it
 
 
@@ -117,13 +120,24 @@ def start_order(expected: list[float | None], workers: int | None) -> list[int]:
 
 
 def _state(config: RunConfig) -> tuple[str, Path]:
-    """('complete' | 'resume' | 'new', run dir) of a planned run."""
+    """('complete' | 'resume' | 'new', run dir) of a planned run. A run folder begun with another
+    configuration (another `--set`, budget or evaluation setting, a changed suite) is a RunError that
+    names the first value that differs: neither its record nor its checkpoint is this run's."""
     run_dir = Path(config.runs_dir) / Runner.run_id_for(config)
-    if (run_dir / "summary.json").exists():
-        return "complete", run_dir
-    if (run_dir / "config.json").exists():
-        return "resume", run_dir
-    return "new", run_dir
+    if not (run_dir / "config.json").exists():
+        return "new", run_dir
+    try:
+        old = store.read_json(run_dir / "config.json").get("fingerprint")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise RunError(f"{run_dir}: its config.json cannot be read ({exc}); move it away or choose another --out") \
+            from exc
+    new = Runner(config, progress=False).fingerprint()
+    if old != new:
+        old, new = dotted(old or {}), dotted(new)
+        key = next(k for k in [*new, *old] if old.get(k, _ABSENT) != new.get(k, _ABSENT))
+        raise RunError(f"{run_dir} holds a run of another configuration ({key} is {old.get(key, _ABSENT)} there, "
+                       f"{new.get(key, _ABSENT)} in this sweep); choose another --out, or move it away")
+    return ("complete" if (run_dir / "summary.json").exists() else "resume"), run_dir
 
 
 def run_sweep(
@@ -157,8 +171,8 @@ def run_sweep(
         todo, ids, expected = [todo[i] for i in order], [ids[i] for i in order], [expected[i] for i in order]
     # Prepare each world's base once, in this process, before the workers start, and its external
     # teacher where it is shipped (an install); an unshipped teacher (hours of training) is built only
-    # if a run asks for it, under the cache entry's lock.
-    for profile in {c.profile for c, _ in todo}:
+    # if a run asks for it, under the cache entry's lock. The hf profile's runs load the folders they name.
+    for profile in {c.profile for c, _ in todo if PROFILES[c.profile].task_format != "hf"}:
         prepare.prepare(PROFILES[profile], teacher=reference.ships(profile, "external"))
     outcomes = executor.run(todo)
     try:

@@ -60,6 +60,27 @@ def test_hf_profile_runs_an_adapter_on_local_folders(folders, tmp_path):
     assert set(record["provenance"]["model_hashes"]) == {"base", "external"}
 
 
+def test_a_sweep_gives_every_run_the_run_options_on_local_folders(folders, tmp_path):
+    """`bench sweep` takes `bench run`'s options for every run: the hf profile's model folders, the
+    evaluation settings and the generation limit."""
+    student, teacher = folders
+    out = CliRunner().invoke(app, [
+        "sweep", "--methods", "grpo-joint,opd-external", "--suites", "math_code", "--seeds", "1", "--profile", "hf",
+        "--model", str(student), "--external", str(teacher), "--budget", "2e9", "--eval-size", "4",
+        "--max-new-tokens", "12", "--eval-every", "0.5", "--eval-early", "", "--runs", str(tmp_path), "--jobs", "2",
+    ])
+    assert out.exit_code == 0, out.output
+    assert "2 runs done, 0 already complete, 0 failed" in out.output
+    configs = [json.loads(path.read_text()) for path in tmp_path.glob("*/config.json")]
+    assert sorted(c["method"] for c in configs) == ["grpo-joint", "opd-external"]
+    for config in configs:
+        assert (config["eval_size"], config["max_new_tokens"], config["eval_every"], config["eval_early"]) == \
+            (4, 12, 0.5, [])
+        assert config["models"] == {"student": str(student), "external": str(teacher), "teachers": {}}
+    records = [json.loads(path.read_text()) for path in tmp_path.glob("*/summary.json")]
+    assert all(r["profile"] == "hf" and r["eval_size"] == 4 for r in records)
+
+
 def test_hf_profile_needs_a_model(tmp_path):
     out = CliRunner().invoke(app, ["run", "--profile", "hf", "--method", "grpo-joint", "--runs", str(tmp_path)])
     assert out.exit_code == 2

@@ -152,6 +152,10 @@ def test_sweep_with_ray_executor_and_no_ray_says_how_to_install(tmp_path, monkey
     (["--address", "127.0.0.1:6379"], "need --executor ray"),
     (["--gpus-per-run", "1"], "need --executor ray"),
     (["--executor", "slurm"], "unknown executor"),
+    (["--executor", "ray", "--gpus-per-run", "1"], "runs on a cpu no --gpus-per-run"),
+    (["--executor", "ray", "--profile", "gpu-small"], "need --gpus-per-run above 0 under ray"),
+    (["--device", "tpu"], "--device must be cpu, cuda or cuda:n"),
+    (["--device", "cuda"], "no cuda device is available here"),
 ])
 def test_sweep_executor_options_are_checked_before_any_run(tmp_path, args, error):
     out = CliRunner().invoke(app, ["sweep", "--methods", "grpo-joint", "--runs", str(tmp_path), *args])

@@ -1,7 +1,8 @@
 """The Ray executor: a sweep on a local Ray instance, and opd-multi's experts as parallel Ray tasks.
 
 One Ray instance (2 CPUs, 80 MB object store, no dashboard) serves the module. The sweep runs
-grpo-joint and opd-multi (whose two experts become nested Ray tasks) plus one run that must fail.
+grpo-joint and opd-multi (whose two experts become nested Ray tasks) plus one run that must fail: a
+plugin whose `run` raises, inside its Ray task.
 """
 
 from __future__ import annotations
@@ -36,20 +37,39 @@ def ray_instance():
     ray.shutdown()
 
 
+BOOM = """
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cfg:
+    pass
+
+
+class Boom:
+    name = "boom"
+    Config = Cfg
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        raise ValueError("the plugin's own bug")
+"""
+
+
 @pytest.fixture(scope="module")
 def sweep_dir(ray_instance, tmp_path_factory):
-    """A Ray sweep of grpo-joint and opd-multi, and an sft run whose directory cannot be resumed."""
+    """A Ray sweep of grpo-joint and opd-multi, and a plugin's run that raises in its task."""
     runs = tmp_path_factory.mktemp("ray-runs")
-    broken = runs / "sft__math_code-easy__smoke__s0"
-    broken.mkdir()
-    (broken / "config.json").write_text(json.dumps({"fingerprint": "from another configuration"}))
+    (runs.parent / "boom.py").write_text(BOOM)
     first = CliRunner().invoke(app, sweep_args(runs))
     return runs, first
 
 
 def sweep_args(runs: Path) -> list[str]:
-    return ["sweep", "--methods", "grpo-joint,opd-multi,sft", "--suites", "math_code", "--seeds", "1",
-            "--profile", "smoke", "--budget", str(BUDGET), "--runs", str(runs), "--executor", "ray"]
+    return ["sweep", "--methods", f"grpo-joint,opd-multi,{runs.parent / 'boom.py'}:Boom", "--suites", "math_code",
+            "--seeds", "1", "--profile", "smoke", "--budget", str(BUDGET), "--runs", str(runs), "--executor", "ray"]
 
 
 def record(runs: Path, method: str) -> dict:
@@ -60,8 +80,9 @@ def test_ray_sweep_completes_runs_reports_a_failure_and_skips_on_rerun(sweep_dir
     runs, first = sweep_dir
     assert first.exit_code == 1, first.output  # one failed run: exit 1, the others complete
     assert "2 runs done, 0 already complete, 1 failed" in first.output
-    failure = [line for line in first.output.splitlines() if "] failed sft/math_code/s0: " in line]
-    assert len(failure) == 1 and "different configuration" in failure[0], first.output
+    failure = [line for line in first.output.splitlines() if "] failed " in line]
+    assert len(failure) == 1 and "boom.py:Boom/math_code/s0: " in failure[0], first.output
+    assert "ValueError: the plugin's own bug" in failure[0]
     for method in ("grpo-joint", "opd-multi"):
         rec = record(runs, method)
         assert validate_record(rec) == [], method

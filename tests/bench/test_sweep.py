@@ -48,6 +48,47 @@ def test_a_sweep_runs_a_range_of_seeds_with_one_override_for_every_run(tmp_path)
     assert all(r["method_config"]["lr"] == 0.0007 for r in records)
 
 
+def test_a_sweep_refuses_a_run_folder_of_another_configuration_before_any_run(tmp_path):
+    """A complete run is skipped only when it is this run: one made with another `--set` (or budget, or
+    evaluation setting) under the same name is refused, naming the value, and stays as it was."""
+    args = ["sweep", "--methods", "grpo", "--suites", "math", "--seeds", "1", "--profile", smoke_profile().name,
+            "--budget", "2e10", "--runs", str(tmp_path), "--jobs", "1"]
+    assert CliRunner().invoke(app, [*args, "--set", "lr=0.0007"]).exit_code == 0
+    (record,) = tmp_path.glob("*/summary.json")
+    made = record.stat().st_mtime_ns, record.read_bytes()
+    out = CliRunner().invoke(app, [*args, "--set", "lr=0.0009"])
+    assert out.exit_code == 2, out.output
+    message = out.stderr or out.output
+    assert f"{record.parent} holds a run of another configuration (method_config.lr is 0.0007 there, 0.0009 in " \
+           "this sweep)" in " ".join(message.split())
+    assert "Traceback" not in message
+    assert (record.stat().st_mtime_ns, record.read_bytes()) == made
+    again = CliRunner().invoke(app, [*args, "--set", "lr=0.0007", "--eval-every", "0.5"])
+    assert again.exit_code == 2 and "eval_every is 0.1 there, 0.5 in this sweep" in " ".join(again.output.split())
+    assert "0 runs done, 1 already complete" in CliRunner().invoke(app, [*args, "--set", "lr=0.0007"]).output
+
+
+def test_spawned_sweep_workers_make_the_records_forked_ones_do(tmp_path):
+    """Runs on a GPU are spawned, not forked (CUDA does not survive a fork): a spawned worker makes
+    the same record, curve and ledger as a forked one."""
+    from bench.run.config import RunConfig
+    from bench.run.executors import LocalExecutor
+    from bench.run.sweep import run_sweep
+
+    records = {}
+    for start in ("fork", "spawn"):
+        config = RunConfig(method="grpo", suite="math", profile=smoke_profile().name, budget_flops=2e10,
+                           runs_dir=tmp_path / start)
+        result = run_sweep([config], executor=LocalExecutor(1, start_method=start))
+        assert len(result.done) == 1 and not result.failed, result.failed
+        (path,) = (tmp_path / start).glob("*/summary.json")
+        records[start] = json.loads(path.read_text())
+    fork, spawn = records["fork"], records["spawn"]
+    assert spawn["curve"] and [p["accuracy"] for p in spawn["curve"]] == [p["accuracy"] for p in fork["curve"]]
+    assert spawn["flops"] == fork["flops"]
+    assert [row["flops"] for row in spawn["ledger"]] == [row["flops"] for row in fork["ledger"]]
+
+
 def test_a_bad_override_stops_a_sweep_before_any_run(tmp_path):
     args = ["sweep", "--methods", "grpo,opd-multi", "--suites", "math", "--seeds", "1", "--set", "lr=0.001",
             "--profile", smoke_profile().name, "--runs", str(tmp_path)]
@@ -233,7 +274,7 @@ def test_an_interrupted_sweep_stops_its_runs_and_says_how_to_continue(how, tmp_p
                 return iter([])
 
         configs = plan(["grpo-joint", "sft", "opd-multi"], ["math_code"], [0],
-                       RunConfig(method="", suite="", profile=profile.name, runs_dir=tmp_path))
+                       RunConfig(method="", suite="", profile=profile.name, budget_flops=1e13, runs_dir=tmp_path))
         run_sweep(configs, executor=Lists())
         first = (tmp_path / "sweep.log").read_text().splitlines()[-1]
         assert "sweep: 3 runs on a list (0 already complete, 2 to resume from their checkpoints)" in first, first
