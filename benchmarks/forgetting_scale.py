@@ -3,14 +3,14 @@
     OMP_NUM_THREADS=1 python benchmarks/forgetting_scale.py OUT_DIR [--seeds 10,11,12,13,14,15]
         [--suite math_code] [--profile tiny] [--jobs 2] [--scales 1,2,3,4] [--need 5]
 
-Per seed one `bench run` of `ForgettingScale` (below, a method plugin, so the ledger meters it as it
+Per seed one run of `ForgettingScale` (below, a method plugin, so the ledger meters it as it
 meters any method): the protocol's stage on the domain exactly as `recover` runs it, a check of the
 student there (the self-teacher) on the protocol's check prompts, then GRPO on the suite's one other
 domain, checked again each time that stage's FLOPs reach a scale x the domain's stage. The other
 domain's stage is one phase that only grows, so the check at scale k is the lost student that
 `recover --set forget_scale=k` starts its arms from. No arm runs: nothing here recovers anything.
-The runs go into OUT_DIR/runs (one torch thread each, `--jobs` at a time; a complete run is kept, an
-interrupted one resumed), logs into OUT_DIR/logs.
+The seeds' runs are one `bench sweep` into OUT_DIR/runs (one torch thread each, `--jobs` at a time; a
+complete run is kept, an interrupted one resumed), its progress on stderr and in OUT_DIR/runs/sweep.log.
 
 Then, from the records alone, per seed and scale: the self-teacher's and the lost student's
 accuracy, the points forgotten and two binomial standard errors of one check at the self-teacher's
@@ -36,7 +36,7 @@ for path in (ROOT, ROOT / "benchmarks"):
 from bench.api import RunContext  # noqa: E402
 from methods.grpo import grpo_phase  # noqa: E402
 from methods.recover import RecoverConfig, heldout_accuracy, protocol_flops  # noqa: E402
-from recovery_rates import launch_all, positive_numbers, seed_list, world_rates  # noqa: E402
+from recovery_rates import positive_numbers, seed_list, sweep_command, sweep_records, world_rates  # noqa: E402
 
 SCALES = (1.0, 2.0, 3.0, 4.0)
 
@@ -103,17 +103,10 @@ def budget(protocol_budget: float, scales: tuple[float, ...]) -> float:
     return 1.5 * learn * (1 + max(scales))
 
 
-def command(seed: int, args: argparse.Namespace) -> list[str]:
-    """The `bench run` of one seed."""
-    cmd = [sys.executable, "-m", "bench.cli", "run", "--method", f"{Path(__file__).resolve()}:ForgettingScale",
-           "--suite", args.suite, "--profile", args.profile, "--seed", str(seed), "--out", str(args.out / "runs"),
-           "--budget", repr(budget(args.protocol_budget, args.scales)), "--eval-size", str(args.eval_size),
-           "--eval-every", "1.0", "--eval-early", "", "--no-progress"]
-    sets = {"grpo.lr": world_rates(args.profile)["grpo"], "protocol_budget": args.protocol_budget,
+def sets(args: argparse.Namespace) -> dict[str, object]:
+    """The plugin's settings, the same for every seed."""
+    return {"grpo.lr": world_rates(args.profile)["grpo"], "protocol_budget": args.protocol_budget,
             "scales": ",".join(map(repr, args.scales))}
-    for key, value in sets.items():
-        cmd += ["--set", f"{key}={value}"]
-    return cmd
 
 
 def rows(records: list[dict]) -> list[dict]:
@@ -196,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"forgetting_scale: unknown profile {args.profile!r}; known: {', '.join(PROFILES)}\n")
     if args.suite not in SUITES:
         parser.exit(2, f"forgetting_scale: unknown suite {args.suite!r}; known: {', '.join(SUITES)}\n")
-    records = launch_all(seeds, args.jobs, args.out, lambda seed: command(seed, args), "forgetting_scale")
+    cmd = sweep_command(f"{Path(__file__).resolve()}:ForgettingScale", args,
+                        budget(args.protocol_budget, args.scales), sets(args))
+    records = sweep_records(cmd, args, "forgetting_scale")
     table = rows(records)
     chosen = choose(table, args.need)
     (args.out / "forgetting_scale.json").write_text(json.dumps({"rows": table, "chosen": chosen}, indent=1))

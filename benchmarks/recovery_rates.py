@@ -5,14 +5,15 @@ recovery rates").
         [--profile tiny] [--jobs 2] [--grpo-lrs 1.25e-4,2.5e-4,5e-4] [--distill-lrs 1.25e-4,2.5e-4,5e-4,1e-3]
         [--check-every 2]
 
-Per seed one `bench run` of `RecoveryRates` (below, a method plugin, so the ledger meters it as it
+Per seed one run of `RecoveryRates` (below, a method plugin, so the ledger meters it as it
 meters any method): the recovery protocol's first half exactly as `recover` runs it at the protocol's
 budget (learn the domain, freeze the self-teacher, lose the domain to the other domains' GRPO), then,
 from that one lost student, each arm at each rate on a copy of its own: GRPO on the domain, and
 on-policy distillation from the self-teacher. No arm looks at a target or at the other arm: each runs
 to the protocol's cap, its greedy held-out accuracy on the domain checked every `--check-every` steps
-on the protocol's check prompts. The runs go into OUT_DIR/runs (one torch thread each, `--jobs` at a
-time; a complete run is kept, an interrupted one resumed), logs into OUT_DIR/logs.
+on the protocol's check prompts. The seeds' runs are one `bench sweep` into OUT_DIR/runs (one torch
+thread each, `--jobs` at a time; a complete run is kept, an interrupted one resumed), its progress on
+stderr and in OUT_DIR/runs/sweep.log.
 
 Then, from the records alone, per arm and rate: the mean of its checks after its first step (how
 high the arm brought the domain, and kept it, over its whole cap), per seed and over the seeds, and
@@ -29,8 +30,6 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -141,18 +140,24 @@ def budget(grpo_lrs: tuple[float, ...], distill_lrs: tuple[float, ...], protocol
     return 1.5 * (stage_fraction * protocol_budget + (len(grpo_lrs) + len(distill_lrs)) * cap)
 
 
-def command(seed: int, args: argparse.Namespace) -> list[str]:
-    """The `bench run` of one seed."""
-    sets = {"grpo.lr": world_rates(args.profile)["grpo"], "check_every": args.check_every,
-            "protocol_budget": args.protocol_budget, "grpo_lrs": ",".join(map(repr, args.grpo_lrs)),
-            "distill_lrs": ",".join(map(repr, args.distill_lrs))}
+def sets(args: argparse.Namespace) -> dict[str, object]:
+    """The plugin's settings, the same for every seed."""
+    out = {"grpo.lr": world_rates(args.profile)["grpo"], "check_every": args.check_every,
+           "protocol_budget": args.protocol_budget, "grpo_lrs": ",".join(map(repr, args.grpo_lrs)),
+           "distill_lrs": ",".join(map(repr, args.distill_lrs))}
     if args.check_size:
-        sets["check_size"] = args.check_size
-    cmd = [sys.executable, "-m", "bench.cli", "run", "--method", f"{Path(__file__).resolve()}:RecoveryRates",
-           "--suite", args.suite, "--profile", args.profile, "--seed", str(seed), "--out", str(args.out / "runs"),
-           "--budget", repr(budget(args.grpo_lrs, args.distill_lrs, args.protocol_budget)),
-           "--eval-size", str(args.eval_size), "--eval-every", "1.0", "--eval-early", "", "--no-progress"]
-    for key, value in sets.items():
+        out["check_size"] = args.check_size
+    return out
+
+
+def sweep_command(plugin: str, args: argparse.Namespace, budget: float, settings: dict[str, object]) -> list[str]:
+    """The `bench sweep` of every seed's run of `plugin` (a method plugin of a file under benchmarks/):
+    into OUT/runs, `--jobs` at a time, evaluating only at the budget's end."""
+    cmd = [sys.executable, "-m", "bench.cli", "sweep", "--methods", plugin,
+           "--suites", args.suite, "--seeds", ",".join(map(str, args.seeds)), "--profile", args.profile,
+           "--runs", str(args.out / "runs"), "--jobs", str(args.jobs), "--budget", repr(budget),
+           "--eval-size", str(args.eval_size), "--eval-every", "1.0", "--eval-early", ""]
+    for key, value in settings.items():
         cmd += ["--set", f"{key}={value}"]
     return cmd
 
@@ -163,31 +168,15 @@ def seed_run(runs: Path, seed: int) -> Path | None:
     return found[0] if found else None
 
 
-def launch(seed: int, out: Path, cmd: list[str]) -> dict:
-    """One seed's `bench run` `cmd`, writing under `out`/runs, logging to `out`/logs (kept when complete,
-    resumed when interrupted, one torch thread); its record."""
-    begun = seed_run(out / "runs", seed)
-    if begun and (begun / "summary.json").is_file():
-        return json.loads((begun / "summary.json").read_text())
-    log = out / "logs" / f"s{seed}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with log.open("a") as stream:
-        subprocess.run(cmd + (["--resume"] if begun else []), stdout=stream, stderr=subprocess.STDOUT,
-                       env=env, cwd=ROOT, check=True)
-    return json.loads((seed_run(out / "runs", seed) / "summary.json").read_text())
-
-
-def launch_all(seeds: list[int], jobs: int, out: Path, command: Callable[[int], list[str]], name: str) -> list[dict]:
-    """Each seed's `command(seed)` by `launch`, `jobs` at a time; their records. A failed run: one line
-    that starts with `name`, exit 2."""
-    out.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(jobs) as pool:
-        try:
-            return list(pool.map(lambda seed: launch(seed, out, command(seed)), seeds))
-        except subprocess.CalledProcessError as err:
-            print(f"{name}: a run failed ({err.returncode}); see {out / 'logs'}", file=sys.stderr)
-            raise SystemExit(2) from None
+def sweep_records(cmd: list[str], args: argparse.Namespace, name: str) -> list[dict]:
+    """Run the sweep `cmd` (one torch thread per run; its runs' progress on stderr and in
+    OUT/runs/sweep.log; complete runs kept, interrupted ones resumed); the records, seed by seed. A
+    failed sweep: one line that starts with `name`, exit 2."""
+    done = subprocess.run(cmd, stdout=sys.stderr, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
+    if done.returncode:
+        print(f"{name}: the sweep failed (exit {done.returncode}); see {args.out / 'runs'}", file=sys.stderr)
+        raise SystemExit(2)
+    return [json.loads((seed_run(args.out / "runs", seed) / "summary.json").read_text()) for seed in args.seeds]
 
 
 def seed_list(text: str) -> list[int]:
@@ -308,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.profile not in PROFILES:
         parser.exit(2, f"recovery_rates: unknown profile {args.profile!r}; known: {', '.join(PROFILES)}\n")
-    records = launch_all(args.seeds, args.jobs, args.out, lambda seed: command(seed, args), "recovery_rates")
+    cmd = sweep_command(f"{Path(__file__).resolve()}:RecoveryRates", args,
+                        budget(args.grpo_lrs, args.distill_lrs, args.protocol_budget), sets(args))
+    records = sweep_records(cmd, args, "recovery_rates")
     rows = arm_rows(records)
     chosen = choose(rows, world_rates(args.profile))
     (args.out / "recovery_rates.json").write_text(json.dumps({"rows": rows, "chosen": chosen}, indent=1))
