@@ -126,17 +126,14 @@ def _state(config: RunConfig) -> tuple[str, Path]:
     run_dir = Path(config.runs_dir) / Runner.run_id_for(config)
     if not (run_dir / "config.json").exists():
         return "new", run_dir
-    try:
-        old = store.read_json(run_dir / "config.json").get("fingerprint")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise RunError(f"{run_dir}: its config.json cannot be read ({exc}); move it away or choose another --out") \
-            from exc
+    written = store.read_json(run_dir / "config.json")  # one that cannot be read: CorruptRunError, one line
+    old = written.get("fingerprint") if isinstance(written, dict) else None
     new = Runner(config, progress=False).fingerprint()
     if old != new:
-        old, new = dotted(old or {}), dotted(new)
+        old, new = dotted(old if isinstance(old, dict) else {}), dotted(new)
         key = next(k for k in [*new, *old] if old.get(k, _ABSENT) != new.get(k, _ABSENT))
         raise RunError(f"{run_dir} holds a run of another configuration ({key} is {old.get(key, _ABSENT)} there, "
-                       f"{new.get(key, _ABSENT)} in this sweep); choose another --out, or move it away")
+                       f"{new.get(key, _ABSENT)} in this sweep); choose another --runs folder, or move it away")
     return ("complete" if (run_dir / "summary.json").exists() else "resume"), run_dir
 
 

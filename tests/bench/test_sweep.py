@@ -68,6 +68,22 @@ def test_a_sweep_refuses_a_run_folder_of_another_configuration_before_any_run(tm
     assert "0 runs done, 1 already complete" in CliRunner().invoke(app, [*args, "--set", "lr=0.0007"]).output
 
 
+@pytest.mark.parametrize("written, needle", [
+    ('{"fingerprint": "from an older schema"}', "holds a run of another configuration (method is (absent) there, "
+                                                "grpo in this sweep)"),
+    ("{not json", "config.json: cannot be read as JSON"),
+])
+def test_a_run_folder_whose_config_cannot_be_matched_is_refused(tmp_path, written, needle):
+    folder = tmp_path / f"grpo__math-easy__{smoke_profile().name}__s0"
+    folder.mkdir()
+    (folder / "config.json").write_text(written)
+    out = CliRunner().invoke(app, ["sweep", "--methods", "grpo", "--suites", "math", "--seeds", "1", "--profile",
+                                   smoke_profile().name, "--runs", str(tmp_path)])
+    assert out.exit_code == 2, out.output
+    assert needle in " ".join(out.output.split()) and "Traceback" not in out.output
+    assert [p.name for p in folder.iterdir()] == ["config.json"] and (folder / "config.json").read_text() == written
+
+
 def test_spawned_sweep_workers_make_the_records_forked_ones_do(tmp_path):
     """Runs on a GPU are spawned, not forked (CUDA does not survive a fork): a spawned worker makes
     the same record, curve and ledger as a forked one."""
