@@ -31,7 +31,7 @@ from bench.registry import builtin_methods, get_method, get_suite
 from bench.run.tracking import make_tracker
 from bench.rollout.engines import make_backend
 from bench.run import checkpoint, record
-from bench.run.config import RunConfig, method_config
+from bench.run.config import RunConfig, dotted, method_config
 from bench.run.phases import phase_runner
 from bench.world import prepare
 from bench.world.hf import local_models
@@ -40,6 +40,9 @@ from bench.world.models import resolve_model, save_model, state_digest
 # Held-out problems per domain whose completions every evaluation keeps (the record's `samples`):
 # the same fixed prompts each time, so a reader can watch one answer change over training.
 SAMPLES_PER_DOMAIN = 3
+
+_ABSENT = "(absent)"  # a value a config.json lacks
+
 
 class Runner:
     """Runs one configuration into `runs_dir/<run_id>/`."""
@@ -102,15 +105,31 @@ class Runner:
         if not (summary_path.is_file() and config_path.is_file()):
             return None
         try:
-            old = store.read_json(config_path).get("fingerprint")
+            written = store.read_json(config_path)
             summary = store.read_json(summary_path)
         except (OSError, ValueError, AttributeError) as exc:
             raise RunError(f"{self.dir} is complete but its config.json or summary.json cannot be read ({exc}); "
                            "move it away or choose another --out") from exc
-        if old != self.fingerprint():
-            raise RunError(f"{self.dir} is a complete run of another configuration; choose another --out "
+        if why := self.difference(written):
+            raise RunError(f"{self.dir} is a complete run of another configuration ({why}); choose another --out "
                            "(or --seed), or move it away")
         return summary
+
+    def difference(self, written: Any) -> str | None:
+        """How the run a `config.json` describes (`written`, as read) differs from this one: its first
+        value that differs, "KEY is X there, Y here", or None where it is this very run. Its fingerprint
+        and its world's version (a world whose models the code now builds otherwise) must both match."""
+        def what(config: Any, world_version: Any) -> dict[str, Any]:
+            return dotted({**(config if isinstance(config, dict) else {}), "world_version": world_version})
+
+        if not isinstance(written, dict):
+            written = {}
+        theirs = what(written.get("fingerprint"), (written.get("provenance") or {}).get("world_version", _ABSENT))
+        mine = what(self.fingerprint(), self.profile.world_version)
+        if theirs == mine:
+            return None
+        key = next(k for k in [*mine, *theirs] if theirs.get(k, _ABSENT) != mine.get(k, _ABSENT))
+        return f"{key} is {theirs.get(key, _ABSENT)} there, {mine.get(key, _ABSENT)} here"
 
     def _check_positions(self, model: Any) -> None:
         """Generation past the model's positions would fail late or, with a KV buffer sized to it,
@@ -224,9 +243,8 @@ class Runner:
         config_path = self.dir / "config.json"
         written = self._config_record()
         if self.resume:
-            old = store.read_json(config_path)
-            if old.get("fingerprint") != written["fingerprint"]:
-                raise RunError(f"{self.dir} was started with a different configuration; not resuming")
+            if why := self.difference(store.read_json(config_path)):
+                raise RunError(f"{self.dir} was started with a different configuration ({why}); not resuming")
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         store.write_json(config_path, written)

@@ -28,14 +28,13 @@ from bench import store
 from bench.errors import RunError
 from bench.progress import clock, news_line
 from bench.registry import reproduce_protocol
-from bench.run.config import RunConfig, dotted
+from bench.run.config import RunConfig
 from bench.run.executors import LocalExecutor, SweepExecutor
 from bench.run.runner import Runner
 from bench.world import prepare, reference
 from bench.world.profiles import PROFILES
 
 
-_ABSENT = "(absent)"
 SWEEP_LOG = "sweep.log"  # in the runs folder: the sweep's own lines, appended by every sweep into it
 
 
@@ -121,19 +120,16 @@ def start_order(expected: list[float | None], workers: int | None) -> list[int]:
 
 def _state(config: RunConfig) -> tuple[str, Path]:
     """('complete' | 'resume' | 'new', run dir) of a planned run. A run folder begun with another
-    configuration (another `--set`, budget or evaluation setting, a changed suite) is a RunError that
-    names the first value that differs: neither its record nor its checkpoint is this run's."""
+    configuration (another `--set`, budget or evaluation setting, a changed suite or world version) is
+    a RunError that names the first value that differs (`Runner.difference`): neither its record nor
+    its checkpoint is this run's."""
     run_dir = Path(config.runs_dir) / Runner.run_id_for(config)
     if not (run_dir / "config.json").exists():
         return "new", run_dir
     written = store.read_json(run_dir / "config.json")  # one that cannot be read: CorruptRunError, one line
-    old = written.get("fingerprint") if isinstance(written, dict) else None
-    new = Runner(config, progress=False).fingerprint()
-    if old != new:
-        old, new = dotted(old if isinstance(old, dict) else {}), dotted(new)
-        key = next(k for k in [*new, *old] if old.get(k, _ABSENT) != new.get(k, _ABSENT))
-        raise RunError(f"{run_dir} holds a run of another configuration ({key} is {old.get(key, _ABSENT)} there, "
-                       f"{new.get(key, _ABSENT)} in this sweep); choose another --runs folder, or move it away")
+    if why := Runner(config, progress=False).difference(written):
+        raise RunError(f"{run_dir} holds a run of another configuration ({why}); choose another --runs folder, or "
+                       "move it away")
     return ("complete" if (run_dir / "summary.json").exists() else "resume"), run_dir
 
 

@@ -1,5 +1,6 @@
 """`bench sweep`: parallel local runs, skipping complete ones; typos fail before any run starts."""
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -48,9 +49,10 @@ def test_a_sweep_runs_a_range_of_seeds_with_one_override_for_every_run(tmp_path)
     assert all(r["method_config"]["lr"] == 0.0007 for r in records)
 
 
-def test_a_sweep_refuses_a_run_folder_of_another_configuration_before_any_run(tmp_path):
-    """A complete run is skipped only when it is this run: one made with another `--set` (or budget, or
-    evaluation setting) under the same name is refused, naming the value, and stays as it was."""
+def test_a_sweep_refuses_a_run_folder_of_another_configuration_before_any_run(tmp_path, monkeypatch):
+    """A complete run is skipped only when it is this run: one made with another `--set` (or budget,
+    evaluation setting or world version) under the same name is refused, naming the value, and stays
+    as it was."""
     args = ["sweep", "--methods", "grpo", "--suites", "math", "--seeds", "1", "--profile", smoke_profile().name,
             "--budget", "2e10", "--runs", str(tmp_path), "--jobs", "1"]
     assert CliRunner().invoke(app, [*args, "--set", "lr=0.0007"]).exit_code == 0
@@ -59,18 +61,27 @@ def test_a_sweep_refuses_a_run_folder_of_another_configuration_before_any_run(tm
     out = CliRunner().invoke(app, [*args, "--set", "lr=0.0009"])
     assert out.exit_code == 2, out.output
     message = out.stderr or out.output
-    assert f"{record.parent} holds a run of another configuration (method_config.lr is 0.0007 there, 0.0009 in " \
-           "this sweep)" in " ".join(message.split())
+    assert f"{record.parent} holds a run of another configuration (method_config.lr is 0.0007 there, 0.0009 " \
+           "here)" in " ".join(message.split())
     assert "Traceback" not in message
     assert (record.stat().st_mtime_ns, record.read_bytes()) == made
     again = CliRunner().invoke(app, [*args, "--set", "lr=0.0007", "--eval-every", "0.5"])
-    assert again.exit_code == 2 and "eval_every is 0.1 there, 0.5 in this sweep" in " ".join(again.output.split())
+    assert again.exit_code == 2 and "eval_every is 0.1 there, 0.5 here" in " ".join(again.output.split())
     assert "0 runs done, 1 already complete" in CliRunner().invoke(app, [*args, "--set", "lr=0.0007"]).output
+    # the same settings in a world whose models the code now builds otherwise
+    from bench.world.profiles import PROFILES
+
+    profile = smoke_profile()
+    monkeypatch.setitem(PROFILES, profile.name, dataclasses.replace(profile, world_version="rebuilt"))
+    rebuilt = CliRunner().invoke(app, [*args, "--set", "lr=0.0007"])
+    assert rebuilt.exit_code == 2
+    assert f"world_version is {profile.world_version} there, rebuilt here" in " ".join(rebuilt.output.split())
+    assert (record.stat().st_mtime_ns, record.read_bytes()) == made
 
 
 @pytest.mark.parametrize("written, needle", [
     ('{"fingerprint": "from an older schema"}', "holds a run of another configuration (method is (absent) there, "
-                                                "grpo in this sweep)"),
+                                                "grpo here)"),
     ("{not json", "config.json: cannot be read as JSON"),
 ])
 def test_a_run_folder_whose_config_cannot_be_matched_is_refused(tmp_path, written, needle):
