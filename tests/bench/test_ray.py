@@ -23,6 +23,7 @@ from bench.run.runner import Runner  # noqa: E402
 from reports.schema import validate_record  # noqa: E402
 from tests.bench.phases_support import assert_same_phases, run_phases, without_seconds  # noqa: E402
 
+BOOM = Path(__file__).resolve().parents[1] / "fixtures" / "boom.py"  # a plugin whose run raises
 BUDGET = 4e11  # the smoke profile's: opd-multi's experts take 90%, distillation runs on the merged experts
 
 
@@ -37,38 +38,16 @@ def ray_instance():
     ray.shutdown()
 
 
-BOOM = """
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Cfg:
-    pass
-
-
-class Boom:
-    name = "boom"
-    Config = Cfg
-
-    def __init__(self, config):
-        self.config = config
-
-    def run(self, ctx):
-        raise ValueError("the plugin's own bug")
-"""
-
-
 @pytest.fixture(scope="module")
 def sweep_dir(ray_instance, tmp_path_factory):
     """A Ray sweep of grpo-joint and opd-multi, and a plugin's run that raises in its task."""
     runs = tmp_path_factory.mktemp("ray-runs")
-    (runs.parent / "boom.py").write_text(BOOM)
     first = CliRunner().invoke(app, sweep_args(runs))
     return runs, first
 
 
 def sweep_args(runs: Path) -> list[str]:
-    return ["sweep", "--methods", f"grpo-joint,opd-multi,{runs.parent / 'boom.py'}:Boom", "--suites", "math_code",
+    return ["sweep", "--methods", f"grpo-joint,opd-multi,{BOOM}:Boom", "--suites", "math_code",
             "--seeds", "1", "--profile", "smoke", "--budget", str(BUDGET), "--runs", str(runs), "--executor", "ray"]
 
 

@@ -240,30 +240,8 @@ def test_flops_on_a_broken_config(tmp_path):
     assert (tmp_path / "config.json").read_text() == '{"model_type": "llama", "hidden_size": '
 
 
-PLUGIN = '''
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Cfg:
-    pass
-
-
-class Boom:
-    name = "boom"
-    Config = Cfg
-
-    def __init__(self, config):
-        self.config = config
-
-    def run(self, ctx):
-        raise ValueError("the plugin's own bug")
-'''
-
-
 def test_a_plugin_that_raises_is_one_line_naming_it(tmp_path):
-    plugin = tmp_path / "boom.py"
-    plugin.write_text(PLUGIN)
+    plugin = Path(__file__).resolve().parents[1] / "fixtures" / "boom.py"
     runs = tmp_path / "runs"
     result = cli.invoke(app, ["run", "--method", f"{plugin}:Boom", "--profile", PROFILE, "--no-progress",
                               "--runs", str(runs)])
