@@ -164,6 +164,9 @@ def config_fields(config: Any, prefix: str = "") -> list[dict[str, Any]]:
     return fields
 
 
+ABSENT = "(absent)"  # what a comparison of dotted keys shows for a key one side lacks
+
+
 def dotted(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """A nested mapping (a fingerprint, a method config) as dotted keys, `--set`'s for a method config:
     {"method_config.distill.lr": 0.001, ...}; an empty mapping is a value, not a level."""

@@ -20,19 +20,18 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from bench.run.config import RunConfig, dotted
+from bench.run.config import ABSENT, RunConfig, dotted
 from bench.run.runner import Runner
 from bench.world import reference
 
 FIELDS = ("method", "method_config", "suite", "difficulty", "suite_hash", "profile", "seed", "budget_flops",
           "eval_size")
-_ABSENT = "(absent)"
 # a record that lacks one of these lacks what makes it, not an option added since: a difference
 _NEVER_ABSENT = frozenset({*FIELDS, "world_version", "model_hashes.base"})
 
 
 def _what_makes(fields: dict[str, Any], world_version: Any, rollout: Any, hashes: dict[str, Any]) -> dict[str, Any]:
-    out = dotted({name: fields.get(name, _ABSENT) for name in FIELDS})
+    out = dotted({name: fields.get(name, ABSENT) for name in FIELDS})
     out["world_version"], out["rollout"] = world_version, rollout
     out.update({f"model_hashes.{name}": value for name, value in hashes.items()})
     return out
@@ -69,11 +68,11 @@ def plan_check(configs: list[RunConfig], records: list[dict[str, Any]]) -> dict[
         names = [n for n in shipped if n == "base" or n in recorded_hashes]
         want = _what_makes(runner.fingerprint(), runner.profile.world_version, runner.config.rollout,
                            {n: shipped[n] for n in names})
-        have = _what_makes(record, provenance.get("world_version", _ABSENT), provenance.get("rollout", _ABSENT),
-                           {n: recorded_hashes.get(n, _ABSENT) for n in names})
+        have = _what_makes(record, provenance.get("world_version", ABSENT), provenance.get("rollout", ABSENT),
+                           {n: recorded_hashes.get(n, ABSENT) for n in names})
         for key in sorted(set(want) | set(have)):
-            mine, theirs = want.get(key, _ABSENT), have.get(key, _ABSENT)
-            if theirs == _ABSENT and mine != _ABSENT and key not in _NEVER_ABSENT:
+            mine, theirs = want.get(key, ABSENT), have.get(key, ABSENT)
+            if theirs == ABSENT and mine != ABSENT and key not in _NEVER_ABSENT:
                 added.setdefault(key, []).append(mine)
             elif mine != theirs:
                 out.append(f"{rid}: {key} is {theirs!r} in its record, {mine!r} at this code")

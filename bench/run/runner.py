@@ -31,7 +31,7 @@ from bench.registry import builtin_methods, get_method, get_suite
 from bench.run.tracking import make_tracker
 from bench.rollout.engines import make_backend
 from bench.run import checkpoint, record
-from bench.run.config import RunConfig, dotted, method_config
+from bench.run.config import ABSENT, RunConfig, dotted, method_config
 from bench.run.phases import phase_runner
 from bench.world import prepare
 from bench.world.hf import local_models
@@ -40,8 +40,6 @@ from bench.world.models import resolve_model, save_model, state_digest
 # Held-out problems per domain whose completions every evaluation keeps (the record's `samples`):
 # the same fixed prompts each time, so a reader can watch one answer change over training.
 SAMPLES_PER_DOMAIN = 3
-
-_ABSENT = "(absent)"  # a value a config.json lacks
 
 
 class Runner:
@@ -124,12 +122,12 @@ class Runner:
 
         if not isinstance(written, dict):
             written = {}
-        theirs = what(written.get("fingerprint"), (written.get("provenance") or {}).get("world_version", _ABSENT))
+        theirs = what(written.get("fingerprint"), (written.get("provenance") or {}).get("world_version", ABSENT))
         mine = what(self.fingerprint(), self.profile.world_version)
         if theirs == mine:
             return None
-        key = next(k for k in [*mine, *theirs] if theirs.get(k, _ABSENT) != mine.get(k, _ABSENT))
-        return f"{key} is {theirs.get(key, _ABSENT)} there, {mine.get(key, _ABSENT)} here"
+        key = next(k for k in [*mine, *theirs] if theirs.get(k, ABSENT) != mine.get(k, ABSENT))
+        return f"{key} is {theirs.get(key, ABSENT)} there, {mine.get(key, ABSENT)} here"
 
     def _check_positions(self, model: Any) -> None:
         """Generation past the model's positions would fail late or, with a KV buffer sized to it,
