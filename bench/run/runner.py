@@ -84,7 +84,7 @@ class Runner:
             self.already_complete = True
             return done
         self._check_dir()
-        prepared = self._models()
+        prepared = self.models()
         model, tokenizer = prepared.load_student()
         self._check_positions(model)
         with store.locked(self.dir / store.LOCK, what=f"run directory {self.dir}"):
@@ -97,8 +97,9 @@ class Runner:
                 raise
 
     def _complete_record(self) -> dict | None:
-        """The record of this very run when it is already complete (same fingerprint), else None;
-        a complete run of another configuration under the same name is an error."""
+        """The record of this very run when it is already complete (same fingerprint, made from the
+        models the world holds now), else None; a complete run of another configuration, or made from
+        other models, under the same name is an error."""
         summary_path, config_path = self.dir / "summary.json", self.dir / "config.json"
         if not (summary_path.is_file() and config_path.is_file()):
             return None
@@ -110,6 +111,9 @@ class Runner:
                            "move it away or choose another --out") from exc
         if why := self.difference(written):
             raise RunError(f"{self.dir} is a complete run of another configuration ({why}); choose another --out "
+                           "(or --seed), or move it away")
+        if why := models_difference(summary, self.models().model_hashes()):
+            raise RunError(f"{self.dir} is a complete run made from other models ({why}); choose another --out "
                            "(or --seed), or move it away")
         return summary
 
@@ -152,7 +156,7 @@ class Runner:
                            f"more than half the {available / 2**30:.1f} GiB of memory available; use fewer")
 
     def _run(self, prepared: Any, model: Any, tokenizer: Any) -> dict:
-        self._open_dir()
+        self._open_dir(prepared)
         restored = self._load_checkpoint() if self.resume else None
         if restored is None:
             self.ledger = Ledger(self.dir / "ledger.jsonl")
@@ -216,7 +220,7 @@ class Runner:
         or `bench run --teacher NAME=RUN/final` (a calibration's expert as a teacher)."""
         save_model(student._model, student._tokenizer, self.dir / "final")
 
-    def _models(self) -> Any:
+    def models(self) -> Any:
         """The tiny profile builds its models (`bench prepare`); hf runs use the folders given."""
         if self.profile.task_format == "hf":
             c = self.config
@@ -237,13 +241,20 @@ class Runner:
         elif self.dir.is_dir() and any(p.name != store.LOCK for p in self.dir.iterdir()):
             raise RunError(f"{self.dir} already exists; pass --resume to continue it or choose --runs elsewhere")
 
-    def _open_dir(self) -> None:
+    def _open_dir(self, prepared: Any) -> None:
+        """Write `config.json`, with the weights hashes of the models the run starts from; or, resuming,
+        check that the run was started with this configuration and from the models the world holds now."""
         config_path = self.dir / "config.json"
-        written = self._config_record()
+        hashes = prepared.model_hashes()
         if self.resume:
-            if why := self.difference(store.read_json(config_path)):
+            written = store.read_json(config_path)
+            if why := self.difference(written):
                 raise RunError(f"{self.dir} was started with a different configuration ({why}); not resuming")
+            if why := models_difference(written, hashes):
+                raise RunError(f"{self.dir} was started from other models ({why}); not resuming")
             return
+        written = self._config_record()
+        written["provenance"]["model_hashes"] = hashes
         self.dir.mkdir(parents=True, exist_ok=True)
         store.write_json(config_path, written)
 
@@ -376,6 +387,21 @@ class Runner:
             provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
             wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),
         )
+
+
+def models_difference(written: Any, now: dict[str, str]) -> str | None:
+    """How the models a run was made from (the `provenance.model_hashes` of its config.json or record,
+    `written`, as read) differ from its world's now (`now`, its `model_hashes()`): "model_hashes.NAME is
+    X there, Y here" for the first whose weights hash differs, or None. A model on only one side is not
+    compared: a run records a world's teacher only once it is built, and a world builds it on first use;
+    a config.json of older code records none."""
+    provenance = written.get("provenance") if isinstance(written, dict) else None
+    recorded = provenance.get("model_hashes") if isinstance(provenance, dict) else None
+    if not isinstance(recorded, dict):
+        return None
+    name = next((n for n in sorted(recorded) if n in now and now[n] != recorded[n]), None)
+    return None if name is None else f"model_hashes.{name} is {recorded[name]} there, {now[name]} here"
+
 
 def available_bytes(device: torch.device) -> float:
     """Free memory on `device`: the GPU's, or the host's available memory."""

@@ -6,12 +6,12 @@
 
 A sweep skips runs whose `summary.json` is complete, resumes runs that have a checkpoint, and starts
 the rest, whichever executor runs them (`bench.run.executors`); a run folder begun with another
-configuration stops it before any run starts (`_state`). Locally each run is one process with
-one torch thread (two spin-waiting threads per run on a 2-core machine are slower than one), so
-`--jobs` defaults to the number of cores. `bench reproduce` orders its runs by the wall times of the
-records its site already holds, so that its workers end together (`start_order`). As each run ends
-the sweep prints a line with the count and an estimate of the time left, and appends it to
-`<runs>/sweep.log` (`SweepLog`, `time_left`).
+configuration, or from other models than its world holds now, stops it before any run starts
+(`_state`). Locally each run is one process with one torch thread (two spin-waiting threads per run
+on a 2-core machine are slower than one), so `--jobs` defaults to the number of cores. `bench
+reproduce` orders its runs by the wall times of the records its site already holds, so that its
+workers end together (`start_order`). As each run ends the sweep prints a line with the count and an
+estimate of the time left, and appends it to `<runs>/sweep.log` (`SweepLog`, `time_left`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from bench.progress import clock, news_line
 from bench.registry import reproduce_protocol
 from bench.run.config import RunConfig
 from bench.run.executors import LocalExecutor, SweepExecutor
-from bench.run.runner import Runner
+from bench.run.runner import Runner, models_difference
 from bench.world import prepare, reference
 from bench.world.profiles import PROFILES
 
@@ -118,19 +118,29 @@ def start_order(expected: list[float | None], workers: int | None) -> list[int]:
     return unknown + [i for _, _, i in sorted(starts)]
 
 
-def _state(config: RunConfig) -> tuple[str, Path]:
+def _state(config: RunConfig, hashes: dict[tuple, dict[str, str]]) -> tuple[str, Path]:
     """('complete' | 'resume' | 'new', run dir) of a planned run. A run folder begun with another
     configuration (another `--set`, budget or evaluation setting, a changed suite or world version) is
-    a RunError that names the first value that differs (`Runner.difference`): neither its record nor
-    its checkpoint is this run's."""
+    a RunError that names the first value that differs (`Runner.difference`), and so is one begun or
+    completed from other models than the world holds now (`models_difference`): neither its record nor
+    its checkpoint is this run's. `hashes` keeps the models' hashes of each world the sweep has checked."""
     run_dir = Path(config.runs_dir) / Runner.run_id_for(config)
     if not (run_dir / "config.json").exists():
         return "new", run_dir
+    runner = Runner(config, progress=False)
     written = store.read_json(run_dir / "config.json")  # one that cannot be read: CorruptRunError, one line
-    if why := Runner(config, progress=False).difference(written):
+    if why := runner.difference(written):
         raise RunError(f"{run_dir} holds a run of another configuration ({why}); choose another --runs folder, or "
                        "move it away")
-    return ("complete" if (run_dir / "summary.json").exists() else "resume"), run_dir
+    complete = (run_dir / "summary.json").exists()
+    made = store.read_json(run_dir / "summary.json") if complete else written
+    world = (config.profile, config.model, config.external, config.teachers, config.device)
+    if world not in hashes:
+        hashes[world] = runner.models().model_hashes()
+    if why := models_difference(made, hashes[world]):
+        raise RunError(f"{run_dir} holds a run made from other models ({why}); choose another --runs folder, or "
+                       "move it away")
+    return ("complete" if complete else "resume"), run_dir
 
 
 def run_sweep(
@@ -146,9 +156,9 @@ def run_sweep(
     """
     console = console or Console()
     result = SweepResult([], [], [])
-    todo = []
+    todo, hashes = [], {}
     for config in configs:
-        state, run_dir = _state(config)
+        state, run_dir = _state(config, hashes)
         if state == "complete":
             result.skipped.append(run_dir.name)
         else:

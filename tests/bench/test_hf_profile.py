@@ -6,13 +6,16 @@ folders that carry a chat template.
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from bench.cli import app
 from bench.accounting.ledger import Ledger
-from bench.world.models import load_model, tiny_model_dir
+from bench.world.hf import folder_digest
+from bench.world.models import load_model, save_model, tiny_model_dir
 from bench.policy import Policy
 
 TEMPLATE = (
@@ -79,6 +82,43 @@ def test_a_sweep_gives_every_run_the_run_options_on_local_folders(folders, tmp_p
         assert config["models"] == {"student": str(student), "external": str(teacher), "teachers": {}}
     records = [json.loads(path.read_text()) for path in tmp_path.glob("*/summary.json")]
     assert all(r["profile"] == "hf" and r["eval_size"] == 4 for r in records)
+
+
+def _retrain(folder):
+    """The folder's model with other weights, saved in its place (a model fine-tuned again, in place)."""
+    model, tokenizer = load_model(folder)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.01)
+    save_model(model, tokenizer, folder)
+
+
+def test_a_run_made_from_other_models_is_not_taken_for_this_run(folders, tmp_path):
+    """A complete run whose teacher folder has since been overwritten with other weights is neither
+    returned as this run's record by `bench run` nor skipped as complete by `bench sweep`: each stops
+    with one line naming the model whose hash differs, and the run folder is left as it was."""
+    student, teacher = (Path(shutil.copytree(f, tmp_path / f.name)) for f in folders)
+    runs = tmp_path / "runs"
+    args = ["--profile", "hf", "--model", str(student), "--external", str(teacher), "--budget", "2e9",
+            "--eval-size", "4", "--max-new-tokens", "12", "--runs", str(runs)]
+    run = ["run", "--method", "opd-external", "--suite", "math_code", *args, "--no-progress"]
+    sweep = ["sweep", "--methods", "opd-external", "--suites", "math_code", "--seeds", "1", *args]
+    assert (out := CliRunner().invoke(app, run)).exit_code == 0, out.output
+    assert "already complete" in (again := CliRunner().invoke(app, run)).output, again.output
+    record = json.loads(next(runs.glob("*/summary.json")).read_text())
+    before = {p: p.read_bytes() for p in runs.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+
+    _retrain(teacher)
+    now = folder_digest(teacher)
+    assert now != record["provenance"]["model_hashes"]["external"]
+    difference = f"model_hashes.external is {record['provenance']['model_hashes']['external']} there, {now} here"
+    for command, message in [(run, "is a complete run made from other models"),
+                             (sweep, "holds a run made from other models")]:
+        out = CliRunner().invoke(app, command)
+        assert out.exit_code == 2, out.output
+        assert message in out.output and difference in out.output, out.output
+        assert "Traceback" not in out.output
+    assert {p: p.read_bytes() for p in runs.rglob("*") if p.is_file() and not p.name.endswith(".lock")} == before
 
 
 def test_hf_profile_needs_a_model(tmp_path):

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from bench import store
@@ -483,6 +484,33 @@ def test_a_records_base_hash_is_recomputed(killed, cache):
     prepared = prepare.prepare(PROFILES[PROFILE], progress=False, teacher=False)
     model, _ = load_model(prepared.folder / "student")
     assert prepared.model_hashes()["base"] == state_digest(model)
+
+
+def test_a_run_started_from_other_models_is_not_resumed(runs, cache):
+    """The world's base rebuilt with other bytes since a run started (its cache entry remade, intact):
+    neither `bench run --resume` nor `bench sweep` continues the run on the new base. Each stops with
+    one line naming the model whose hash differs; the run folder is left as it was."""
+    from bench.world.models import load_model, save_model, state_digest
+
+    if not list((cache / "prepared").glob(f"{PROFILE}-*/prepared.json")):
+        pytest.skip("the test cache has no direct-smoke world yet")
+    started = json.loads((runs / RUN_ID / "config.json").read_text())["provenance"]["model_hashes"]["base"]
+    folder = _base_weights(cache).parent
+    model, tokenizer = load_model(folder)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.01)
+    save_model(model, tokenizer, folder)
+    info_path = folder.parent / "prepared.json"
+    info = json.loads(info_path.read_text())
+    info["model_hashes"]["base"] = rebuilt = state_digest(model)
+    info_path.write_text(json.dumps(info))
+    before = snapshot(runs)
+    difference = f"model_hashes.base is {started} there, {rebuilt} here"
+    refused(resume(runs), f"was started from other models ({difference}); not resuming")
+    sweep = ["sweep", "--methods", "grpo-joint", "--suites", "math_code", "--seeds", "1", "--profile", PROFILE,
+             "--budget", BUDGET, "--eval-every", "0.25", "--runs", str(runs)]
+    refused(cli.invoke(app, sweep), f"holds a run made from other models ({difference})")
+    assert snapshot(runs) == before
 
 
 # -- 6: the ledger, the report and the conformance check ------------------------------------------------
