@@ -121,6 +121,27 @@ def test_a_run_made_from_other_models_is_not_taken_for_this_run(folders, tmp_pat
     assert {p: p.read_bytes() for p in runs.rglob("*") if p.is_file() and not p.name.endswith(".lock")} == before
 
 
+def test_a_model_folders_hash_covers_every_byte_of_its_files(tmp_path):
+    """One byte changed anywhere in a weights file, or in the tokenizer, is another hash."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    weights = bytearray(range(256)) * (12 << 12)  # 12 MiB
+    (folder / "model.safetensors").write_bytes(weights)
+    (folder / "tokenizer.json").write_text('{"a": 1}')
+    (folder / "notes.txt").write_text("not part of the model")
+    digest = folder_digest(folder)
+    (folder / "notes.txt").write_text("edited")
+    assert folder_digest(folder) == digest
+    weights[6 << 20] ^= 1
+    (folder / "model.safetensors").write_bytes(weights)
+    assert folder_digest(folder) != digest
+    weights[6 << 20] ^= 1
+    (folder / "model.safetensors").write_bytes(weights)
+    assert folder_digest(folder) == digest
+    (folder / "tokenizer.json").write_text('{"a": 2}')
+    assert folder_digest(folder) != digest
+
+
 def test_hf_profile_needs_a_model(tmp_path):
     out = CliRunner().invoke(app, ["run", "--profile", "hf", "--method", "grpo-joint", "--runs", str(tmp_path)])
     assert out.exit_code == 2
