@@ -44,8 +44,8 @@ def _prepare_small(profile) -> dict:
     from bench.world.prepare import prepare
     from bench.world.warmup import calibration_figures
 
-    built = []
-    seconds = timed(lambda: built.append(prepare(profile, progress=False, teacher=False)))
+    built = []  # its warm-up's progress, a line per tenth, goes to the check's log
+    seconds = timed(lambda: built.append(prepare(profile, progress=True, teacher=False)))
     info = built[0].info
     return {"seconds": round(seconds, 1), "model_hash": info["model_hashes"]["base"],
             **calibration_figures(info["calibration"])}
@@ -58,7 +58,9 @@ def _run_small(profile) -> dict:
     runs = Path(os.environ["OPD_BENCH_CACHE"]) / "runs"
     config = RunConfig(method="opd-multi", suite="math_code", profile=profile.name, runs_dir=runs)
     start = time.perf_counter()
-    record = Runner(config, progress=False).run()
+    # its progress lines (one per evaluation: counted FLOPs, accuracy, time elapsed and left) go to the
+    # check's log, so a run stopped at the budget's end still shows how far it got
+    record = Runner(config, progress=True).run()
     # where a run falls short, what calibrating the world next needs: the curve, and per phase its
     # steps with the mean reward of the first and last five (a rise, a plateau or a collapse)
     phases: dict[str, list] = {}
