@@ -124,9 +124,9 @@ def _fused_rows(results: dict, missing: str) -> list[str]:
     """The fused head's log-probs and gradients against eager's, and its time where measured."""
     fused = results.get("fused") or {}
     slices = (fused.get("sliced") or {}).get("slices", 8)
-    kept = "fused head, logits kept" if "recomputed" in fused else "fused head"  # files from before: recomputed
+    kept = "fused head, logits kept," if "recomputed" in fused else "fused head"  # files from before: recomputed
     lines = []
-    for name, got in ((f"{kept}, against eager, bf16", fused),
+    for name, got in ((f"{kept} against eager, bf16", fused),
                       *([("fused head, recomputed, against eager, bf16", fused["recomputed"])]
                         if "recomputed" in fused else []),
                       (f"fused head in {slices} slices against eager, bf16",

@@ -242,6 +242,22 @@ def test_results_of_two_calls_merge_into_one_table(tmp_path):
     assert proc.returncode == 2 and "no results file" in proc.stderr
 
 
+# The GPU check's results that docs/gpu.md shows, in the order its table merges them.
+MEASURED = [ROOT / "benchmarks" / "gpu_results" / f"2026-12-04-{call}.json"
+            for call in ("first", "second", "third", "fourth")]
+
+
+def test_the_docs_table_is_the_scripts_table_of_the_results_files():
+    """docs/gpu.md says its table is what `gpu_check.py --table` prints on the results files: it is,
+    line for line, so a results file or a table change is seen in the docs, not found by accident."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--table", *map(str, MEASURED)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    printed = proc.stdout.strip()
+    assert printed.splitlines()[0].startswith("2026-12-04, NVIDIA H200")
+    assert printed in (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")
+
+
 def test_the_table_names_kernels_by_what_they_compute():
     benchmark_module("gpu_check")  # puts its parts' package on the path
     from gpucheck import table
