@@ -131,6 +131,7 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="on the CPU with a 2-layer model: does every part run?")
     parser.add_argument("--table", nargs="+", type=Path, metavar="JSON",
                         help="print the markdown table of earlier results (several: merged, later parts first)")
+    parser.add_argument("--brief", action="store_true", help="with --table: the README's short table")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # one part, in the process `main` started for it
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
@@ -139,7 +140,8 @@ def main() -> int:
         unreadable = [str(f) for f in args.table if not f.is_file()]
         if unreadable:
             parser.error(f"no results file {', '.join(unreadable)}")
-        print(table.table(table.merge(args.table, PARTS)))
+        merged = table.merge(args.table, PARTS)
+        print(table.brief(merged) if args.brief else table.table(merged))
         return 0
     parts = args.parts.split(",")
     unknown = set(parts) - set(PARTS)

@@ -72,6 +72,91 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def brief(results: dict) -> str:
+    """The README's short table: each goal's figures in a row, against the goal, met or not."""
+    rows = ["| figure | measured | goal |", "| --- | --- | --- |"]
+    for part in (_brief_audit, _brief_rollout, _brief_update, _brief_fused, _brief_gpu_small):
+        rows += part(results)
+    return "\n".join(rows)
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.3g}x"
+
+
+def _brief_audit(results: dict) -> list[str]:
+    audit = results.get("audit") or {}
+    if "rows" not in audit:
+        return [f"| FLOP ledger against torch's counter on CUDA | {audit.get('error', 'not measured')} | exact |"]
+    diffs = [r["rel_diff"] for r in audit["rows"]] + [(audit.get("graph_rollout") or {}).get("eager_rel_diff", 0.0)]
+    worst = max(diffs, key=abs)
+    got = "exact (0.000%)" if f"{100 * abs(worst):.3f}" == "0.000" else f"off by {100 * worst:+.3f}%"
+    replays = ", CUDA-graph replays included" if audit.get("graph_rollout") else ""
+    return [f"| FLOP ledger against torch's counter on CUDA{replays} | {got} | exact: "
+            f"{_met(got.startswith('exact'))} |"]
+
+
+def _brief_rollout(results: dict) -> list[str]:
+    shapes = list(_shape_rows(results, "rollout").values())
+    if not shapes:
+        return ["| rollout tokens/s, our engine against `generate` | not measured | 1.5x static cache |"]
+    batch, rest = shapes[0], shapes[1:]
+    prompts, samples, tokens = batch["shape"].split("x")
+    static = batch.get("ours_vs_hf_static")
+    got = f"{_tps(batch, 'ours')} tokens/s: " + (
+        f"**{_ratio(static)}** `generate` (static cache, compiled), " if static else "") + (
+        f"{_ratio(batch['ours_vs_hf_dynamic'])} `generate` (dynamic cache)" if batch.get("ours_vs_hf_dynamic")
+        else "`generate` not measured")
+    rows = [f"| rollout {prompts} prompts x {samples} samples x {tokens} tokens, our CUDA-graph engine | {got} | "
+            f"1.5x static: {_met(None if static is None else static >= 1.5)} |"]
+    if rest:
+        names = " and ".join(f"{' x '.join(r['shape'].split('x'))}" for r in rest)
+        dynamic = [r.get("ours_vs_hf_dynamic") for r in rest]
+        rows.append(f"| rollout at the other shapes ({names}) | "
+                    + " and ".join(_tps(r, "ours") for r in rest) + " tokens/s: "
+                    + " and ".join("not measured" if d is None else _ratio(d) for d in dynamic)
+                    + " `generate` (dynamic cache) | never below dynamic: "
+                    + _met(None if None in dynamic else min(dynamic) >= 1) + " |")
+    return rows
+
+
+def _brief_update(results: dict) -> list[str]:
+    """The goal's two paths, eager and the fused head with the compiled decoder, each over its shapes."""
+    rows, measured = [], (results.get("update") or {}).get("shapes", [])
+    for path, label in (("eager", "update step, {shapes} tokens, eager"),
+                        ("fused_and_compiled", "the same, fused LM head + compiled decoder")):
+        found = sorted((r for r in measured if _path_of(r) == path and "mfu" in r),
+                       key=lambda r: (r["seq"], r["batch"]))
+        if not found:
+            rows.append(f"| {label.format(shapes='16 x 1024 / 16 x 2048')} | not measured | 40% |")
+            continue
+        shapes = " / ".join(f"{r['batch']} x {r['seq']}" for r in found)
+        got = " / ".join(f"{100 * r['mfu']:.1f}%" for r in found) + " MFU"
+        if path != "eager":
+            got += " (first step " + " / ".join(f"{r['first_step_s']:.0f} s" for r in found) + " compiling)"
+        rows.append(f"| {label.format(shapes=shapes)} | {got} | 40%: {_met(min(r['mfu'] for r in found) >= 0.4)} |")
+    return rows
+
+
+def _brief_fused(results: dict) -> list[str]:
+    fused = results.get("fused") or {}
+    got = (f"log-probs within {fused['max_abs_logprob_diff']:.2g}, gradient cosine {fused['grad_cosine']:.5f}"
+           if "grad_cosine" in fused else fused.get("error", "not measured"))
+    return [f"| fused head against eager, bf16 | {got} | bf16 rounding |"]
+
+
+def _brief_gpu_small(results: dict) -> list[str]:
+    small = results.get("gpu_small") or {}
+    prep, run = small.get("prepare") or {}, small.get("run") or {}
+    got = (f"{prep['seconds']:.0f} s" if "seconds" in prep else prep.get("error", "not measured")) + " / " + (
+        f"{run['wall_s']:.0f} s, {100 * run['base_accuracy']:.1f}% -> {100 * run['final_accuracy']:.1f}% "
+        f"({run['gain_points']:+.1f} points)" if "wall_s" in run else run.get("error", "not measured"))
+    goals = small.get("goals") or {}
+    met = [goals.get(k) for k in ("prepare_3min", "run_3min", "gain_8_points")]
+    return [f"| `gpu-small` world: `bench prepare` / default run | {got} | 3 min each, +8 points: "
+            f"{_met(None if None in met else all(met))} |"]
+
+
 def _rollout_rows(results: dict, missing: str) -> list[str]:
     """Per shape: our engine's tokens/s against `generate`'s and `TorchRollout`'s, and the goals."""
     rollout, more = _shape_rows(results, "rollout"), _shape_rows(results, "rollout_more")
@@ -94,18 +179,19 @@ def _rollout_rows(results: dict, missing: str) -> list[str]:
     return lines or [f"| rollout tokens/s | {missing} | |"]
 
 
+def _path_of(row: dict) -> str:
+    """An update row's path (files from before the paths were measured apart have none)."""
+    return row.get("path") or ("fused_and_compiled" if row.get("fused_and_compiled") else "eager")
+
+
 def _update_rows(results: dict, missing: str) -> list[str]:
     """Per shape and path: the update's MFU against the 40% goal."""
     update = results.get("update") or {}
-
-    def path_of(row: dict) -> str:  # files from before the paths were measured apart have no "path"
-        return row.get("path") or ("fused_and_compiled" if row["fused_and_compiled"] else "eager")
-
     # by shape, then eager, each piece and both: the order they read in, not the one they are measured in
     order = list(UPDATE_LABELS)
     lines = []
-    for row in sorted(update.get("shapes", []), key=lambda r: (r["seq"], r["batch"], order.index(path_of(r)))):
-        how = UPDATE_LABELS[path_of(row)]
+    for row in sorted(update.get("shapes", []), key=lambda r: (r["seq"], r["batch"], order.index(_path_of(r)))):
+        how = UPDATE_LABELS[_path_of(row)]
         how += " and head" if row.get("compiled_head") else ""  # the fused head's work after its matmuls
         how += ", logits kept" if row.get("head_logits_kept") else ""
         how += ", fused AdamW" if row.get("fused_optimizer") else ""

@@ -258,6 +258,39 @@ def test_the_docs_table_is_the_scripts_table_of_the_results_files():
     assert printed in (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")
 
 
+def test_the_readme_table_is_the_scripts_brief_table_of_the_results_files():
+    """The README's GPU table is `gpu_check.py --brief --table` on the same files: each goal's figures,
+    met or not, as the script reads them."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--brief", "--table", *map(str, MEASURED)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    printed = proc.stdout.strip()
+    assert "**2.27x** `generate` (static cache, compiled)" in printed and "40%: **not met**" in printed
+    assert printed in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_brief_table_says_which_goals_are_met():
+    benchmark_module("gpu_check")
+    from gpucheck import table
+
+    update = [{"batch": 16, "seq": seq, "path": path, "mfu": mfu, "first_step_s": 30.0}
+              for seq, path, mfu in ((1024, "eager", 0.3), (2048, "eager", 0.32),
+                                     (1024, "fused_and_compiled", 0.41), (2048, "fused_and_compiled", 0.45))]
+    small = {"prepare": {"seconds": 61.0}, "run": {"wall_s": 150.0, "base_accuracy": 0.2, "final_accuracy": 0.31,
+                                                   "gain_points": 11.0},
+             "goals": {"prepare_3min": True, "run_3min": True, "gain_8_points": True}}
+    audit = {"rows": [{"phase": "forward", "rel_diff": 0.0}, {"phase": "generate", "rel_diff": 0.002}]}
+    text = table.brief({"update": {"shapes": update}, "gpu_small": small, "audit": audit})
+    assert "| update step, 16 x 1024 / 16 x 2048 tokens, eager | 30.0% / 32.0% MFU | 40%: **not met** |" in text
+    assert ("| the same, fused LM head + compiled decoder | 41.0% / 45.0% MFU (first step 30 s / 30 s compiling) "
+            "| 40%: met |") in text
+    assert "| 61 s / 150 s, 20.0% -> 31.0% (+11.0 points) | 3 min each, +8 points: met |" in text
+    assert "| FLOP ledger against torch's counter on CUDA | off by +0.200% | exact: **not met** |" in text
+    assert "| rollout tokens/s, our engine against `generate` | not measured |" in text
+    small["goals"]["gain_8_points"] = False
+    assert "+8 points: **not met** |" in table.brief({"gpu_small": small})
+
+
 def test_the_table_names_kernels_by_what_they_compute():
     benchmark_module("gpu_check")  # puts its parts' package on the path
     from gpucheck import table
