@@ -112,11 +112,12 @@ def _brief_rollout(results: dict) -> list[str]:
     if rest:
         names = " and ".join(f"{' x '.join(r['shape'].split('x'))}" for r in rest)
         dynamic = [r.get("ours_vs_hf_dynamic") for r in rest]
+        every = [r.get("ours_vs_hf_dynamic") for r in shapes]  # the goal holds at every shape, the batch's too
         rows.append(f"| rollout at the other shapes ({names}) | "
                     + " and ".join(_tps(r, "ours") for r in rest) + " tokens/s: "
                     + " and ".join("not measured" if d is None else _ratio(d) for d in dynamic)
                     + " `generate` (dynamic cache) | never below dynamic: "
-                    + _met(None if None in dynamic else min(dynamic) >= 1) + " |")
+                    + _met(None if None in every else min(every) >= 1) + " |")
     return rows
 
 
