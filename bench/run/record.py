@@ -52,6 +52,20 @@ def config_record(run_id: str, method: str, method_config: Any, config: RunConfi
     }
 
 
+def models_difference(written: Any, now: dict[str, str]) -> str | None:
+    """How the models a run was made from (the `provenance.model_hashes` of its config.json or record,
+    `written`, as read) differ from its world's now (`now`, its `model_hashes()`): "model_hashes.NAME is
+    X there, Y here" for the first whose weights hash differs, or None. A model on only one side is not
+    compared: a run records a world's teacher only once it is built, and a world builds it on first use;
+    a config.json of older code records none."""
+    made = written.get("provenance") if isinstance(written, dict) else None
+    recorded = made.get("model_hashes") if isinstance(made, dict) else None
+    if not isinstance(recorded, dict):
+        return None
+    name = next((n for n in sorted(recorded) if n in now and now[n] != recorded[n]), None)
+    return None if name is None else f"model_hashes.{name} is {recorded[name]} there, {now[name]} here"
+
+
 def provenance(suite: Any, profile: Profile) -> dict:
     return {
         "code_hash": prov.code_hash(),

@@ -112,7 +112,7 @@ class Runner:
         if why := self.difference(written):
             raise RunError(f"{self.dir} is a complete run of another configuration ({why}); choose another --out "
                            "(or --seed), or move it away")
-        if why := models_difference(summary, self.models().model_hashes()):
+        if why := record.models_difference(summary, self.models().model_hashes()):
             raise RunError(f"{self.dir} is a complete run made from other models ({why}); choose another --out "
                            "(or --seed), or move it away")
         return summary
@@ -250,7 +250,7 @@ class Runner:
             written = store.read_json(config_path)
             if why := self.difference(written):
                 raise RunError(f"{self.dir} was started with a different configuration ({why}); not resuming")
-            if why := models_difference(written, hashes):
+            if why := record.models_difference(written, hashes):
                 raise RunError(f"{self.dir} was started from other models ({why}); not resuming")
             return
         written = self._config_record()
@@ -387,20 +387,6 @@ class Runner:
             provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
             wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),
         )
-
-
-def models_difference(written: Any, now: dict[str, str]) -> str | None:
-    """How the models a run was made from (the `provenance.model_hashes` of its config.json or record,
-    `written`, as read) differ from its world's now (`now`, its `model_hashes()`): "model_hashes.NAME is
-    X there, Y here" for the first whose weights hash differs, or None. A model on only one side is not
-    compared: a run records a world's teacher only once it is built, and a world builds it on first use;
-    a config.json of older code records none."""
-    provenance = written.get("provenance") if isinstance(written, dict) else None
-    recorded = provenance.get("model_hashes") if isinstance(provenance, dict) else None
-    if not isinstance(recorded, dict):
-        return None
-    name = next((n for n in sorted(recorded) if n in now and now[n] != recorded[n]), None)
-    return None if name is None else f"model_hashes.{name} is {recorded[name]} there, {now[name]} here"
 
 
 def available_bytes(device: torch.device) -> float:

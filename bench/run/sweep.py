@@ -30,7 +30,8 @@ from bench.progress import clock, news_line
 from bench.registry import reproduce_protocol
 from bench.run.config import RunConfig
 from bench.run.executors import LocalExecutor, SweepExecutor
-from bench.run.runner import Runner, models_difference
+from bench.run.record import models_difference
+from bench.run.runner import Runner
 from bench.world import prepare, reference
 from bench.world.profiles import PROFILES
 
