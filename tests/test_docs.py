@@ -1,6 +1,7 @@
 """The documentation's references hold: every test it names exists, every link inside the repository
 reaches a file, and a heading where it names one, and every `bench` command it shows parses."""
 
+import functools
 import re
 import shlex
 from pathlib import Path
@@ -17,6 +18,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 PLACEHOLDER = re.compile(r"^([A-Z][A-Z0-9_]*(=[A-Z][A-Z0-9_]*)?|.*<[^>]*>.*|\.\.\.)$")
 
 
+@functools.cache  # the same files for every page
 def _defined_tests() -> set[str]:
     names = set()
     for folder in ("tests", "benchmarks"):
@@ -25,6 +27,7 @@ def _defined_tests() -> set[str]:
     return names
 
 
+@functools.cache  # a page is linked to many times
 def _anchors(page: Path) -> set[str]:
     """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to hyphens."""
     out = set()
