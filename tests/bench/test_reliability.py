@@ -112,7 +112,7 @@ def readonly(tmp_path):
         pytest.skip("root here, and mounting a read-only tmpfs is not allowed")
 
 
-# -- 1, 9: inputs bounded and validated before any work --------------------------------------------------
+# -- inputs bounded and validated before any work ------------------------------------------------------------
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -191,7 +191,7 @@ def test_milestones_of_the_finest_allowed_interval_are_a_short_list():
     assert len(config.milestones) <= 1003
 
 
-# -- 7: raw tracebacks turned into one line ----------------------------------------------------------------
+# -- raw tracebacks turned into one line ---------------------------------------------------------------------
 def test_runs_folder_that_is_a_file(tmp_path):
     runs = tmp_path / "runs"
     runs.write_text("not a folder")
@@ -251,7 +251,7 @@ def test_a_plugin_that_raises_is_one_line_naming_it(tmp_path):
     assert not any(runs.iterdir())  # a failed start leaves nothing behind
 
 
-# -- 8: a failed start leaves nothing that blocks the corrected command -------------------------------
+# -- a failed start leaves nothing that blocks the corrected command -----------------------------------------
 def test_a_failed_start_leaves_no_directory(tmp_path):
     runs = tmp_path / "runs"
     args = ["run", "--method", "grpo", "--profile", PROFILE, "--budget", "2e10", "--no-progress", "--runs", str(runs)]
@@ -262,7 +262,7 @@ def test_a_failed_start_leaves_no_directory(tmp_path):
     assert result.exit_code == 0, result.output
 
 
-# -- 3: one writer per run directory ---------------------------------------------------------------------------
+# -- one writer per run directory ----------------------------------------------------------------------------
 def test_a_second_writer_is_refused_naming_the_holder(runs):
     before = snapshot(runs)
     with store.locked(runs / RUN_ID / store.LOCK, what="test"):
@@ -298,7 +298,7 @@ def test_two_writers_at_once_one_wins_and_the_files_agree(tmp_path):
         if json.loads(r)["category"] == "counted")
 
 
-# -- 4, 7: resume verifies its files ------------------------------------------------------------------------
+# -- resume verifies its files -------------------------------------------------------------------------------
 def _drop_line(path: Path, index: int) -> None:
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(lines[:index] + lines[index + 1:]))
@@ -356,7 +356,7 @@ def test_resume_of_undamaged_files_completes(runs):
     assert summary["status"] == "complete" and summary["flops"]["counted"] >= float(BUDGET)
 
 
-# -- 7: a full disk during a checkpoint ------------------------------------------------------------------------
+# -- a full disk during a checkpoint -------------------------------------------------------------------------
 def test_disk_full_during_a_checkpoint_says_so_and_keeps_the_last_one(runs, tmp_path):
     size = sum(p.stat().st_size for p in runs.rglob("*") if p.is_file())
     small = tmp_path / "small"
@@ -387,7 +387,7 @@ def test_disk_full_as_torch_reports_it(runs, monkeypatch):
     assert not (checkpoint.folder(runs / RUN_ID).with_name("latest.tmp")).exists()
 
 
-# -- 9: a checkpoint at least every few minutes, and interruptions name the resume command -------------
+# -- a checkpoint at least every few minutes, and interruptions name the resume command ----------------------
 def test_a_checkpoint_every_few_minutes_whatever_the_budget(tmp_path):
     config = RunConfig(method="grpo-joint", profile=PROFILE, budget_flops=1e40, eval_every=1.0,
                        eval_early=(1.0,), runs_dir=tmp_path, checkpoint_every_s=0.0)
@@ -435,7 +435,7 @@ def test_an_interrupted_run_prints_its_resume_command(sig, tmp_path):
     assert (tmp_path / RUN_ID / "config.json").read_bytes() == config and state.exists()
 
 
-# -- 5: cached models are verified ---------------------------------------------------------------------------
+# -- cached models are verified ------------------------------------------------------------------------------
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:
     """A private copy of the test cache's direct-smoke world."""
@@ -513,7 +513,7 @@ def test_a_run_started_from_other_models_is_not_resumed(runs, cache):
     assert snapshot(runs) == before
 
 
-# -- 6: the ledger, the report and the conformance check ------------------------------------------------
+# -- the ledger, the report and the conformance check --------------------------------------------------------
 @pytest.mark.parametrize("flops, tokens", [(-1.0, 0), (float("nan"), 0), (float("inf"), 0), (1.0, -1)])
 def test_the_ledger_refuses_negative_or_non_finite_charges(flops, tokens):
     ledger = Ledger()
@@ -617,7 +617,7 @@ def test_conformance_catches_uncounted_flops(cheat, code, needle, tmp_path):
     assert needle in message and "Traceback" not in result.output
 
 
-# -- kill and resume at random points over the phases --------------------------------------------------
+# -- kill and resume at random points over the phases --------------------------------------------------------
 @pytest.fixture(scope="module")
 def whole_opd_multi(tmp_path_factory, fast_profile):
     from tests.methods.support import OPD_RESUME as SETTINGS, OPD_RESUME_BUDGET as OPD_BUDGET, counting, run_config
