@@ -1,6 +1,9 @@
 """Aggregation over seeds: IQM as rliable computes it, bootstrap intervals, single-seed marking."""
 
 import math
+import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -95,3 +98,33 @@ def test_thinned_curve_set_keeps_both_ends_and_at_most_max_points():
     assert len(thin.grid) <= 20 and thin.grid[0] == 0 and thin.grid[-1] == cs.grid[-1]
     assert np.allclose(thin.values[:, -1], cs.values[:, -1])
     assert cs.thinned(max_points=10_000) is cs
+
+
+def test_three_runs_interval_is_their_range():
+    # a replicate draws one run three times with probability 1/27, more than the 2.5% at each end
+    for seed in range(20):
+        x = np.random.default_rng(seed).integers(0, 1000, 3) / 8  # exact in binary: their mean is too
+        est = estimate(x, rng_for("range", str(seed)))
+        assert (est.low, est.high) == (x.min(), x.max())
+
+
+def test_the_coverage_table_in_the_docs_is_the_scripts_output():
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        import interval_coverage
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    rows = interval_coverage.main([])
+    text = (root / "docs" / "metrics.md").read_text()
+    section = text[text.index("### How often the intervals hold the value"):]
+    documented = re.findall(r"^\| (normal|lognormal \(sigma 1\)) \| (\d+) \| ([\d.]+)% \| ([\d.]+)% \| ([\d.]+)% \|$",
+                            section, flags=re.M)
+    measured = [(r["distribution"], str(r["seeds"]), f"{100 * r['coverage']:.1f}",
+                 f"{100 * r['coverage_difference']:.1f}", f"{100 * r['interval_is_the_range']:.1f}") for r in rows]
+    assert documented == measured
+    # what the docs read off it: three seeds' intervals are their range and hold the value far less than 95%
+    # of the time, ten seeds' about 95%
+    by = {(r["distribution"], r["seeds"]): r for r in rows}
+    assert all(by[d, 3]["interval_is_the_range"] > 0.99 and by[d, 3]["coverage"] < 0.8 for d, _ in by)
+    assert all(0.92 < by[d, 10]["coverage"] < 0.97 for d, _ in by)
