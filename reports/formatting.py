@@ -86,9 +86,11 @@ def fmt_estimate(est: Estimate, unit: str, missing: str = "—") -> dict[str, st
     if est.low is not None and est.high is not None:
         high = "not reached" if unit == "flops" and math.isinf(est.high) else fmt(est.high, unit)
         interval = f"[{fmt(est.low, unit)}, {high}]"
-    tip = {"iqm": f"interquartile mean of {est.n_seeds} seeds, 95% bootstrap interval",
-             "mean": f"mean of {est.n_seeds} seeds, 95% bootstrap interval",
-             "single": "single seed: no interval"}.get(est.stat, "")
+    # with 2 or 3 seeds each end of a per-run metric's interval is a seed's own value (docs/metrics.md)
+    few = " (with so few seeds, about their range)" if est.n_seeds <= 3 else ""
+    tip = {"iqm": f"interquartile mean of {est.n_seeds} seeds, 95% bootstrap interval{few}",
+           "mean": f"mean of {est.n_seeds} seeds, 95% bootstrap interval{few}",
+           "single": "single seed: no interval"}.get(est.stat, "")
     return {"text": fmt(est.value, unit), "interval": interval, "sort": repr(float(est.value)), "tip": tip}
 
 

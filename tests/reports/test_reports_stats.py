@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from rliable.metrics import aggregate_iqm
 
+from reports.formatting import fmt_estimate
 from reports.stats import (
     NONE, Estimate, aggregate, curve_set, estimate, estimate_pair, interval, point, resample_indices, rng_for,
 )
@@ -130,3 +131,9 @@ def test_the_coverage_table_in_the_docs_is_the_scripts_output():
     assert all(by[d, 3][key] < 0.88 for d, _ in by for key in ("coverage_difference", "coverage_at_spend"))
     assert all(0.92 < by[d, 10][key] < 0.97 for d, _ in by for key in ("coverage", "coverage_difference",
                                                                        "coverage_at_spend"))
+
+
+def test_a_few_seeds_interval_says_it_is_about_their_range():
+    for n, few in ((2, True), (3, True), (4, False), (10, False)):
+        est = estimate(np.arange(n) / 8, rng_for("tip", str(n)))
+        assert ("about their range" in fmt_estimate(est, "pct")["tip"]) is few
