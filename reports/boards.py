@@ -236,7 +236,6 @@ def _method_result(method: str, runs: pd.DataFrame, frames_idx: dict, key: Board
     single = {attr: estimate(col(column), rng) for attr, column in _PER_RUN_ESTIMATES.items()}
     base = single["base_accuracy"]
     per_run = {c: col(c) for c in _PER_RUN}
-    per_run["final_accuracy"] = col("accuracy_at_100pct")  # at the budget, as the tables' final accuracy
     return MethodResult(
         method=method, is_reference=same, run_ids=ids, seeds=col("seed"),
         accuracy_at={f: estimate(col(c), rng) for f, c in zip(BUDGET_FRACTIONS, ACCURACY_AT)},

@@ -19,6 +19,7 @@ from reports.boards import Board, MethodResult
 from reports.colours import method_colour
 from reports.columns import METRICS, metric_cell, tau_label
 from reports.formatting import fmt
+from reports.records import final_accuracy_of
 from reports.reproduce import git_commit, run_command
 from reports.samples import samples_view
 
@@ -129,7 +130,7 @@ def _provenance(records: list[dict], odd_runs: set[str] = frozenset()) -> tuple[
         p = r.get("provenance") or {}
         hw = p.get("hardware") if isinstance(p.get("hardware"), dict) else {}
         hashes = p.get("model_hashes") if isinstance(p.get("model_hashes"), dict) else {}
-        runs.append({"run_id": r["run_id"], "seed": r["seed"], "final": fmt(r["final_accuracy"], "acc"),
+        runs.append({"run_id": r["run_id"], "seed": r["seed"], "final": fmt(final_accuracy_of(r), "acc"),
                      "base_hash": str(hashes.get("base", "—")), "world": str(p.get("world_version") or "—"),
                      "odd": r["run_id"] in odd_runs,
                      "counted": fmt(r["flops"]["counted"], "flops"), "wall_s": fmt(r.get("wall_s"), "len"),

@@ -4,6 +4,8 @@ Curves are (flops, accuracy) sequences sorted by cumulative counted FLOPs, the f
 (the base model). Conventions every metric here shares (docs/metrics.md, "Curves and interpolation"):
 
 - Carried flat: a run that stopped before its budget keeps its last accuracy up to the budget.
+- Cut at the budget: a run whose last step took it past the budget is read up to the budget only,
+  its accuracy there read as between evaluations; of evaluations at equal FLOPs the last stands.
 - Between two evaluations accuracy is linear in log10 FLOPs. log10 is undefined at 0, so on the
   segment that starts at the base point (0 FLOPs) it is linear in FLOPs instead; a curve whose base
   point already reaches the target reaches it at 0 FLOPs.
@@ -36,16 +38,37 @@ EXPERT_PREFIXES = ("expert:", "stage:")  # ledger phases that train the teachers
 _TOL = 1e-12  # accuracy that equals tau up to float noise has reached it
 
 
-def carry_flat(flops: Sequence[float], accuracy: Sequence[float], budget_flops: float) -> tuple[np.ndarray, np.ndarray]:
-    """The curve with a last point at the budget if it stopped before it.
+def cut_at_budget(flops: Sequence[float], accuracy: Sequence[float],
+                  budget_flops: float) -> tuple[np.ndarray, np.ndarray]:
+    """The curve up to the budget: a run whose last step took it past the budget ends at the budget,
+    with the accuracy read there (as between evaluations); of evaluations at equal FLOPs the last
+    stands. Nothing past the budget is compared.
 
     Returns:
-        flops [P or P+1], accuracy [same], as float arrays.
+        flops [P' <= P], accuracy [same], as float arrays.
     """
     f = np.asarray(flops, dtype=float)
     a = np.asarray(accuracy, dtype=float)
     if f.shape != a.shape or f.ndim != 1 or f.size == 0:
         raise ValueError("flops and accuracy must be equal-length, non-empty 1-D sequences")
+    last = np.r_[f[1:] != f[:-1], True]  # of evaluations at equal FLOPs, the last
+    f, a = f[last], a[last]
+    if f[-1] > budget_flops:
+        inside = f < budget_flops
+        at_budget = interpolate_curve(f, a, [budget_flops])
+        f, a = np.r_[f[inside], budget_flops], np.r_[a[inside], at_budget]
+    return f, a
+
+
+def to_budget(flops: Sequence[float], accuracy: Sequence[float],
+              budget_flops: float) -> tuple[np.ndarray, np.ndarray]:
+    """The curve as every metric reads it, ending at the budget: cut there (`cut_at_budget`) if its
+    last step crossed it, carried flat to it if the run stopped before.
+
+    Returns:
+        flops [P'], accuracy [same], as float arrays.
+    """
+    f, a = cut_at_budget(flops, accuracy, budget_flops)
     if f[-1] < budget_flops:
         f, a = np.append(f, budget_flops), np.append(a, a[-1])
     return f, a
@@ -92,7 +115,7 @@ def interpolate_curve(flops: Sequence[float], accuracy: Sequence[float], grid: S
 def accuracy_at_fractions(flops: Sequence[float], accuracy: Sequence[float], budget_flops: float,
                           fractions: Sequence[float] = BUDGET_FRACTIONS) -> np.ndarray:
     """Accuracy at matched FLOPs: the curve, carried flat, at each fraction of the budget; [F]."""
-    f, a = carry_flat(flops, accuracy, budget_flops)
+    f, a = to_budget(flops, accuracy, budget_flops)
     return interpolate_curve(f, a, np.asarray(fractions, dtype=float) * budget_flops)
 
 
@@ -209,7 +232,7 @@ def area_under_curve_batch(flops: Sequence[float], curves: np.ndarray, budget_fl
 
 def area_under_curve(flops: Sequence[float], accuracy: Sequence[float], budget_flops: float) -> float:
     """`area_under_curve_batch` for one run's curve, carried flat to the budget."""
-    f, a = carry_flat(flops, accuracy, budget_flops)
+    f, a = to_budget(flops, accuracy, budget_flops)
     return float(area_under_curve_batch(f, a[None, :], budget_flops)[0])
 
 

@@ -32,9 +32,11 @@ EXPERT_METRIC = "expert_heldout_accuracy:"  # + domain: an opd-multi record's sc
 
 
 def curve_of(record: Mapping[str, Any]) -> tuple[list[float], list[float]]:
-    """The record's held-out accuracy curve: (counted FLOPs, accuracy), in FLOP order."""
-    points = sorted((p["flops"], p["accuracy"]) for p in record["curve"])
-    return [f for f, _ in points], [a for _, a in points]
+    """The record's held-out accuracy curve up to its budget (`metrics.cut_at_budget`): (counted FLOPs,
+    accuracy), in FLOP order."""
+    f, a = metrics.cut_at_budget([p["flops"] for p in record["curve"]], [p["accuracy"] for p in record["curve"]],
+                                 record["budget_flops"])
+    return f.tolist(), a.tolist()
 
 
 def expert_flops(record: Mapping[str, Any]) -> float:
@@ -65,7 +67,7 @@ def distillation_cost(record: Mapping[str, Any], experts: Mapping[str, float]) -
                            "at": {}, "curve": None}
     if mean <= base:  # no gain to take
         return out
-    out["final_gain_share"] = (record["final_accuracy"] - base) / (mean - base)
+    out["final_gain_share"] = (accuracy[-1] - base) / (mean - base)  # at the budget, or where the run stopped
     out["curve"] = [((f - spent) / spent, (a - base) / (mean - base)) for f, a in zip(flops, accuracy) if f >= spent]
     for p in GAIN_SHARES:
         reached = metrics.flops_to_target(flops, accuracy, base + p * (mean - base))

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from reports.metrics import (
-    BUDGET_FRACTIONS, accuracy_at_fractions, area_under_curve, carry_flat, distillation_share, expert_tail_share,
+    BUDGET_FRACTIONS, accuracy_at_fractions, area_under_curve, distillation_share, expert_tail_share, final_accuracy,
     gain_per_pflop_spent, plateau_distillation_share, recovery_forgetting, self_teacher_reduction,
 )
 from reports.schema import RecordParseError, parse_record_text, validate_record
@@ -146,7 +146,8 @@ class Frames:
     """The records as tables.
 
     runs: one row per run (identity, board key, final numbers, per-run metrics: accuracy at each
-        fraction of the budget, area under the curve, distillation shares, ...).
+        fraction of the budget, area under the curve, distillation shares, ...). Its final accuracy,
+        like each domain's in `domains`, is at the budget (`final_accuracy_of`).
     curves: one row per evaluation (run_id, point, flops, accuracy, mean_length, wall_s, phase).
     ledger: one row per ledger row (run_id, category, phase, kind, model, flops, tokens, calls).
     domains: one row per run and domain (run_id, domain, base_accuracy, final_accuracy).
@@ -158,11 +159,26 @@ class Frames:
     domains: pd.DataFrame
 
 
+def final_accuracy_of(r: dict[str, Any]) -> float:
+    """The run's final accuracy as every page reads it: at the budget (`metrics.final_accuracy`), not the
+    record's `final_accuracy`, which is its last evaluation's, past the budget where the last step crossed it."""
+    return final_accuracy([p["flops"] for p in r["curve"]], [p["accuracy"] for p in r["curve"]], r["budget_flops"])
+
+
+def final_domain_accuracy_of(r: dict[str, Any]) -> dict[str, float]:
+    """Each domain's accuracy at the budget, read on its curve as the suite's is (so that their mean is
+    the suite's final accuracy); the record's last evaluation's for a domain some curve point lacks."""
+    flops, out = [p["flops"] for p in r["curve"]], {}
+    for domain, last in (r.get("final_domain_accuracy") or {}).items():
+        points = [(p.get("domain_accuracy") or {}).get(domain) for p in r["curve"]]
+        out[domain] = last if None in points else final_accuracy(flops, points, r["budget_flops"])
+    return out
+
+
 def _curve_metrics(r: dict[str, Any]) -> dict[str, float]:
     """Accuracy at each fraction of the budget (the first is 10%) and the area under the curve, one run."""
     f = np.fromiter((p["flops"] for p in r["curve"]), float, len(r["curve"]))
     a = np.fromiter((p["accuracy"] for p in r["curve"]), float, len(r["curve"]))
-    f, a = carry_flat(f, a, r["budget_flops"])
     at = accuracy_at_fractions(f, a, r["budget_flops"]).tolist()
     return {**dict(zip(ACCURACY_AT, at)), "auc": area_under_curve(f, a, r["budget_flops"])}
 
@@ -179,17 +195,19 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
     flops = r["flops"]
     recovery = r.get("recovery") or {}
     forgetting, noise = recovery_forgetting(recovery)
+    curve = _curve_metrics(r)
+    final = curve[ACCURACY_AT[-1]]  # at 100% of the budget: final_accuracy_of(r)
     return {
         "run_id": r["run_id"], "method": r["method"], "suite": r["suite"], "difficulty": r["difficulty"],
         "profile": r["profile"], "suite_version": r["suite_version"], "suite_hash": r["suite_hash"],
         "budget_flops": float(r["budget_flops"]), "seed": r["seed"], "status": r["status"],
         "n_domains": len(r["domains"]),
-        "base_accuracy": r["base_accuracy"], "final_accuracy": r["final_accuracy"],
+        "base_accuracy": r["base_accuracy"], "final_accuracy": final,
         "final_mean_length": r["final_mean_length"],
         "counted_flops": float(flops["counted"]), "shared_flops": float(flops.get("shared", 0.0)),
         "external_flops": float(flops.get("external", 0.0)), "eval_flops": float(flops.get("eval", 0.0)),
-        **_curve_metrics(r),
-        "gain_per_pflop_spent": gain_per_pflop_spent(r["final_accuracy"], r["base_accuracy"], flops["counted"]),
+        **curve,
+        "gain_per_pflop_spent": gain_per_pflop_spent(final, r["base_accuracy"], flops["counted"]),
         "distillation_share": distillation_share(r["ledger"]),
         "distillation_share_plateau": plateau_distillation_share(r["curve"], r.get("eval_size"), len(r["domains"])),
         "expert_tail_share": expert_tail_share(r.get("method_metrics"), r["ledger"]),
@@ -215,7 +233,7 @@ def to_frames(records: list[dict[str, Any]]) -> Frames:
             ledger.append((rid, row["category"], row["phase"], row["kind"], row["model"], float(row["flops"]),
                            row["tokens"], row["calls"]))
         base = r.get("base_domain_accuracy") or {}
-        for domain, acc in (r.get("final_domain_accuracy") or {}).items():
+        for domain, acc in final_domain_accuracy_of(r).items():
             domains.append((rid, domain, base.get(domain), acc))
     return Frames(
         runs=pd.DataFrame(runs, columns=RUN_COLUMNS),

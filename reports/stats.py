@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.metrics import carry_flat, interpolate_curve
+from reports.metrics import interpolate_curve, to_budget
 
 IQM_MIN_SEEDS = 3
 CONFIDENCE = 0.95
@@ -205,8 +205,9 @@ class CurveSet:
 
 
 def curve_set(curves: Sequence[tuple[Sequence[float], Sequence[float]]], budget_flops: float) -> CurveSet:
-    """Carry each (flops, accuracy) curve flat to the budget and put all on the union of their FLOPs."""
-    flat = [carry_flat(f, a, budget_flops) for f, a in curves]
+    """Each (flops, accuracy) curve to the budget (`to_budget`: cut there, or carried flat to it), all on the
+    union of their FLOPs."""
+    flat = [to_budget(f, a, budget_flops) for f, a in curves]
     grid = np.unique(np.concatenate([f for f, _ in flat] + [np.array([0.0])]))
     values = np.stack([interpolate_curve(f, a, grid) for f, a in flat])
     return CurveSet(grid=grid, values=values)

@@ -5,6 +5,7 @@ benchmarks/full_budget_readout.py's cost figure draws."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -17,14 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "full_budget_readout.py"
 
 
-def _record(accuracy_at: dict[float, float]) -> dict:
+def _record(accuracy_at: dict[float, float], budget_flops: float = 1.5e12) -> dict:
     """Experts spend 6e11 + 4e11 counted FLOPs, then distillation; the student starts at 20%."""
     ledger = [{"category": "counted", "phase": "expert:math", "flops": 6e11},
               {"category": "counted", "phase": "expert:code", "flops": 4e11},
               {"category": "eval", "phase": "eval", "flops": 9e11},  # not the experts'
               {"category": "counted", "phase": "distill", "flops": 5e11}]
     curve = [{"flops": f, "accuracy": a} for f, a in accuracy_at.items()]
-    return {"curve": curve, "ledger": ledger, "final_accuracy": curve[-1]["accuracy"]}
+    return {"curve": curve, "ledger": ledger, "final_accuracy": curve[-1]["accuracy"], "budget_flops": budget_flops}
 
 
 def test_the_cost_of_each_share_of_the_gain_is_read_where_the_curve_takes_it():
@@ -49,6 +50,16 @@ def test_a_share_between_evaluations_lies_between_them_and_one_never_taken_is_no
     # experts no better than the base: no gain to take, so no cost and no curve
     flat = paired.distillation_cost(record, {"math": 0.2, "code": 0.2})
     assert flat["at"] == {} and flat["curve"] is None and flat["final_gain_share"] is None
+
+
+def test_a_share_taken_only_past_the_budget_is_not_taken():
+    # the last step took the run from 1.2e12 to 1.5e12 counted FLOPs, past its budget of 1.3e12
+    record = _record({0.0: 0.2, 1e12: 0.2, 1.1e12: 0.3, 1.2e12: 0.35, 1.5e12: 0.38}, budget_flops=1.3e12)
+    cost = paired.distillation_cost(record, {"math": 0.5, "code": 0.3})
+    assert cost["at"]["0.9"] is None and cost["at"]["0.75"]["distill_flops"] == pytest.approx(2e11)
+    at_budget = 0.35 + 0.03 * math.log10(1.3 / 1.2) / math.log10(1.5 / 1.2)
+    assert cost["final_gain_share"] == pytest.approx((at_budget - 0.2) / 0.2)
+    assert cost["curve"][-1] == pytest.approx((0.3, (at_budget - 0.2) / 0.2))
 
 
 def test_the_cost_figure_draws_each_study_and_keeps_what_it_drew_on_bad_input(tmp_path):

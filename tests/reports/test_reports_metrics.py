@@ -9,26 +9,56 @@ from hypothesis import strategies as st
 
 from reports.fit import fit_scaling_curve
 from reports.metrics import (
-    carry_flat, distillation_share, final_accuracy, flops_to_target, flops_to_target_batch, forgot_measurably,
-    gain_per_pflop_spent, interpolate_curve, length_ratio, recovery_forgetting, run_forgot,
-    savings_at_matched_accuracy, self_teacher_reduction,
+    accuracy_at_fractions, area_under_curve, cut_at_budget, distillation_share, final_accuracy, flops_to_target,
+    flops_to_target_batch, forgot_measurably, gain_per_pflop_spent, interpolate_curve, length_ratio,
+    recovery_forgetting, run_forgot, savings_at_matched_accuracy, self_teacher_reduction, to_budget,
 )
+from reports.stats import curve_set
 
 F = [0.0, 1e12, 1e14]
 A = [0.2, 0.4, 0.8]
 
 
-def test_carry_flat_extends_a_curve_that_stopped_early_to_the_budget():
-    f, a = carry_flat([0, 1e12, 2e12], [0.2, 0.5, 0.6], budget_flops=1e13)
+def test_to_budget_extends_a_curve_that_stopped_early_to_the_budget():
+    f, a = to_budget([0, 1e12, 2e12], [0.2, 0.5, 0.6], budget_flops=1e13)
     assert f.tolist() == [0, 1e12, 2e12, 1e13] and a.tolist() == [0.2, 0.5, 0.6, 0.6]
-    f, a = carry_flat([0, 1e13], [0.2, 0.5], budget_flops=1e13)
+    f, a = to_budget([0, 1e13], [0.2, 0.5], budget_flops=1e13)
     assert f.tolist() == [0, 1e13]
     assert final_accuracy([0, 1e12], [0.2, 0.55], 1e14) == 0.55
 
 
-def test_carry_flat_rejects_mismatched_curves():
+def test_to_budget_cuts_a_curve_whose_last_step_crossed_the_budget():
+    # the last step went from 90 to 110 FLOPs; at 100 the curve is read as between evaluations
+    f, a = to_budget([0, 10, 90, 110], [0.1, 0.3, 0.5, 0.7], budget_flops=100)
+    at_budget = 0.5 + 0.2 * math.log10(100 / 90) / math.log10(110 / 90)
+    assert f.tolist() == [0, 10, 90, 100] and a[-1] == pytest.approx(at_budget)
+    assert final_accuracy([0, 10, 90, 110], [0.1, 0.3, 0.5, 0.7], 100) == pytest.approx(at_budget)
+    assert cut_at_budget([0, 10, 90, 110], [0.1, 0.3, 0.5, 0.7], 100)[0].tolist() == [0, 10, 90, 100]
+    assert cut_at_budget([0, 10], [0.1, 0.3], 100)[0].tolist() == [0, 10]  # cut, never carried
+
+
+def test_a_target_reached_only_past_the_budget_is_not_reached():
+    f, a = to_budget([0, 10, 90, 110], [0.1, 0.3, 0.5, 0.7], budget_flops=100)
+    assert a[-1] < 0.68 and flops_to_target(f, a, 0.68) is None
+    assert flops_to_target([0, 10, 90, 110], [0.1, 0.3, 0.5, 0.7], 0.68) > 100  # read uncut, it would be
+    cs = curve_set([([0, 10, 90, 110], [0.1, 0.3, 0.5, 0.7])], budget_flops=100)
+    assert cs.grid.max() == 100
+    assert np.isnan(flops_to_target_batch(cs.grid, cs.values, np.array([0.68]))[0])
+
+
+def test_of_evaluations_at_equal_flops_the_last_stands_everywhere():
+    f, a = [0, 3, 3, 10, 100], [0.1, 0.2, 0.6, 0.7, 0.8]
+    cut_f, cut_a = to_budget(f, a, 100)
+    assert cut_f.tolist() == [0, 3, 10, 100] and cut_a.tolist() == [0.1, 0.6, 0.7, 0.8]
+    assert accuracy_at_fractions(f, a, 100, (0.03, 1.0)).tolist() == pytest.approx([0.6, 0.8])
+    assert area_under_curve(f, a, 100) == pytest.approx(area_under_curve(cut_f, cut_a, 100))
+    cs = curve_set([(f, a)], budget_flops=100)
+    assert interpolate_curve(cs.grid, cs.values[0], [3.0]).tolist() == [0.6]
+
+
+def test_to_budget_rejects_mismatched_curves():
     with pytest.raises(ValueError):
-        carry_flat([0, 1], [0.1], 10)
+        to_budget([0, 1], [0.1], 10)
 
 
 def test_flops_to_target_interpolates_in_log_flops():

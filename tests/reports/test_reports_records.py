@@ -2,10 +2,12 @@
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
-from reports.records import load_many, load_records, to_frames
+from reports.metrics import final_accuracy
+from reports.records import final_accuracy_of, final_domain_accuracy_of, load_many, load_records, to_frames
 from reports.schema import RECORD_SCHEMA, SCHEMA_VERSION, parse_record_text, validate_record
 from tests.reports.factory import make_record, make_sweep, write_runs
 
@@ -192,3 +194,19 @@ def test_validation_does_not_mutate_the_record():
     before = copy.deepcopy(r)
     validate_record(r)
     assert r == before
+
+
+def test_a_runs_final_accuracy_is_read_at_the_budget_and_each_domains_too():
+    # a board record whose last step (sft's teacher samples and update) took it 1.9% past its budget
+    r = json.loads((Path(__file__).parents[2] / "leaderboard/records/sft-math-code-easy-tiny-s1-8c538da1.json")
+                   .read_text())
+    assert r["curve"][-1]["flops"] > r["budget_flops"]
+    run = to_frames([r]).runs.iloc[0]
+    at_budget = final_accuracy([p["flops"] for p in r["curve"]], [p["accuracy"] for p in r["curve"]],
+                               r["budget_flops"])
+    assert run["final_accuracy"] == run["accuracy_at_100pct"] == at_budget == final_accuracy_of(r)
+    assert run["final_accuracy"] < r["final_accuracy"] - 0.005  # the record's is the step's end
+    assert run["gain_per_pflop_spent"] == pytest.approx((at_budget - r["base_accuracy"]) * 1e15 / r["flops"]["counted"])
+    domains = to_frames([r]).domains.set_index("domain")["final_accuracy"]
+    assert domains.to_dict() == final_domain_accuracy_of(r) != r["final_domain_accuracy"]
+    assert domains.mean() == pytest.approx(at_budget)  # each domain read as the suite is: their mean is its
