@@ -218,11 +218,13 @@ def param_count(model: torch.nn.Module) -> int:
 
 
 def state_digest(model: torch.nn.Module) -> str:
-    """A short content hash of a model's weights (for provenance)."""
+    """A short content hash of a model's weights (for provenance), of any dtype: their bytes as they lie
+    in memory (numpy has no bfloat16, so they are read as bytes, which for the dtypes numpy has are
+    exactly its `tobytes()`)."""
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:16]
 
 
