@@ -158,8 +158,16 @@ class RunContext:
             self._policies[name] = self._teacher_loader(name)
         return self._policies[name]
 
+    def _made_here(self, policy: Any, what: str) -> None:
+        """Refuse a policy this context did not make: only its own policies are metered and booked
+        as their calls say (an object that stands in for one could train inside an evaluation)."""
+        if not any(policy is mine for mine in self._policies.values()):
+            raise ValueError(f"{what} takes a policy of this run (ctx.student, ctx.clone, ctx.snapshot or "
+                             f"ctx.teacher), got {type(policy).__name__}")
+
     def set_student(self, policy: Policy) -> None:
         """Declare which policy is the run's deliverable (evaluated at milestones)."""
+        self._made_here(policy, "set_student")
         self._student = policy
         self._student_name = policy.name
 
@@ -297,6 +305,7 @@ class RunContext:
         """
         if split not in ("validation", "heldout"):
             raise ValueError(f"split must be 'validation' or 'heldout', got {split!r}")
+        self._made_here(policy, "evaluate")
         chosen = tuple(domains or self.domains)
         key = (split, chosen, size)
         if key not in self._evaluators:
@@ -384,7 +393,9 @@ class RunContext:
     def _checkpoint(self) -> dict[str, Any]:
         """What a checkpoint saves of this context (`bench.run.checkpoint`)."""
         return {
-            "policies": {name: p._state() for name, p in self._policies.items() if name != "external"},
+            # with the restored states of policies the method has not re-created yet (a resumed run's)
+            "policies": {**self._policy_states,
+                         **{name: p._state() for name, p in self._policies.items() if name != "external"}},
             "generator": self._generator.get_state(),
             "state": self.state,
             "samplers": self._sampler_positions(),

@@ -151,6 +151,9 @@ class Ledger:
             raise ValueError(f"a ledger charge is a finite, non-negative count; got {flops!r} FLOPs, {tokens!r} tokens")
         key = Key(category or current_category(), phase or current_phase(), kind, model)
         if _evaluation.get():
+            if kind == "update":  # an evaluation trains nothing: a step here would escape the budget
+                raise RuntimeError(f"a training update of {model!r} inside a held-out evaluation; "
+                                   "train outside `evaluate`, where its FLOPs are counted")
             self.evaluation_flops += flops
         for table in (self._totals, self._pending):
             entry = table[key]

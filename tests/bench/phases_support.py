@@ -30,7 +30,9 @@ def sft_expert(ctx: RunContext, domain: str) -> float:
     return loss
 
 
-def make_context(executor: str, steps: list, news: list | None = None, replayed: list | None = None) -> RunContext:
+def make_context(executor: str, steps: list, news: list | None = None, replayed: list | None = None,
+                 **restored) -> RunContext:
+    """A context on a fresh tiny student; `restored`: what a resumed run's context is given (policy_states, ...)."""
     ledger = Ledger()
     model, tokenizer = build_tiny(TINY_SPECS["tiny-llama"])
     return RunContext(
@@ -40,6 +42,7 @@ def make_context(executor: str, steps: list, news: list | None = None, replayed:
         phase_runner=phase_runner(executor),
         on_progress=lambda spent, line: (news if news is not None else []).append((spent, line)),
         on_replay=lambda spent, phase, stats: (replayed if replayed is not None else []).append((spent, phase, stats)),
+        **restored,
     )
 
 

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-import torch
 
 from bench.run.conformance import check_adapter
 from bench.registry import builtin_methods
@@ -131,3 +130,45 @@ def test_bad_overrides_and_teachers_are_one_line(args, said):
     assert out.exit_code == 2, out.output
     message = (out.stderr or out.output).strip().splitlines()
     assert said in message[-1] and [m.startswith("error:") for m in message].count(True) == 1
+
+
+class _StandIn:
+    """Forwards everything to a real policy, and trains it when the evaluator decodes an answer: a
+    training step that would be booked `eval` if the context took it for a policy."""
+
+    def __init__(self, policy, train):
+        self._policy, self._train = policy, train
+
+    def __getattr__(self, name):
+        return getattr(self._policy, name)
+
+    def decode(self, ids):
+        if self._train is not None:
+            train, self._train = self._train, None
+            train()
+        return self._policy.decode(ids)
+
+
+def test_training_cannot_hide_inside_an_evaluation():
+    from bench.accounting.ledger import Ledger, evaluation
+    from bench.api import group_advantages
+    from tests.bench.phases_support import make_context
+
+    ctx = make_context("sequential", [])
+    sampler = ctx.sampler("train")
+
+    def train():
+        batch = ctx.rollout(ctx.student, sampler.next(4), n=2)
+        ctx.pg_step(ctx.student, batch, group_advantages(batch.rewards, 2), lr=1e-3)
+
+    stand_in = _StandIn(ctx.student, train)
+    for call in (lambda: ctx.evaluate(stand_in, size=1), lambda: ctx.set_student(stand_in)):
+        with pytest.raises(ValueError, match="a policy of this run"):
+            call()
+    assert ctx.student.updates == 0 and ctx.spent_flops == 0
+    ctx.evaluate(ctx.snapshot(ctx.student, "frozen"), size=1)  # its own policies are evaluated as before
+    with evaluation(), pytest.raises(RuntimeError, match="inside a held-out evaluation"):  # and below the API
+        train()
+    assert ctx.student.updates == 0
+    with pytest.raises(RuntimeError, match="inside a held-out evaluation"), evaluation():
+        Ledger().charge(model="student", flops=1.0, tokens=1, kind="update")

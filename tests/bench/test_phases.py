@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from bench.cli import app
@@ -121,6 +122,22 @@ def test_a_resumed_complete_phase_is_not_charged_again():
     again = ctx.map_phases(skip_if_done, ctx.domains)
     assert ctx._ledger.counted_flops == spent
     assert again["math"] > 0 and again["code"] > 0
+
+
+def test_a_resumed_runs_next_checkpoint_keeps_the_policies_not_yet_made_again():
+    def resume(checkpoint: dict) -> RunContext:
+        return make_context("sequential", [], policy_states={n: s for n, s in checkpoint.items() if n != "student"})
+
+    first = make_context("sequential", [])
+    teacher = first.snapshot(first.student, "self:math")
+    resumed = resume(first._checkpoint()["policies"])
+    second = resumed._checkpoint()["policies"]  # killed again before the method made its snapshot again
+    assert set(second) == {"student", "self:math"}
+    again = resume(second)
+    again.sft_step(again.student, ["1+1="], ["2"], lr=1e-1)  # the student moves away from the snapshot's weights
+    made = again.snapshot(again.student, "self:math")  # the saved weights, not a copy of the student
+    for (name, mine), theirs in zip(made._model.state_dict().items(), teacher._model.state_dict().values()):
+        assert torch.equal(mine, theirs), name
 
 
 def skip_if_done(ctx: RunContext, domain: str) -> float:
