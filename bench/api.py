@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from bench.adapter import check_method_class
 from bench.context import RunContext, Sampler
-from bench.errors import AdapterError
+from bench.errors import AdapterError, ConfigError
 from bench.losses import (
     GROUP_STDS,
     LOSS_TYPES,
@@ -63,6 +63,7 @@ __all__ = [
     "LOSS_TYPES",
     "AdapterError",
     "Bucket",
+    "ConfigError",
     "Method",
     "Policy",
     "Rollouts",

@@ -23,6 +23,11 @@ class CorruptRunError(RuntimeError):
     """A run directory's files cannot be read back."""
 
 
+class ConfigError(ValueError):
+    """A method's setting that does not fit the run's suite or world (a domain the suite lacks, a teacher
+    the world has not prepared): the user's input, found when the method starts."""
+
+
 class UnknownNameError(ValueError):
     """An unknown method / suite / profile name: the message lists what is allowed."""
 
@@ -49,7 +54,7 @@ class ReferenceError(RuntimeError):  # noqa: A001  (shadows the builtin only ins
 
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    AdapterError, CorruptRunError, UnknownModelError, UnknownNameError, RunError,
+    AdapterError, ConfigError, CorruptRunError, UnknownModelError, UnknownNameError, RunError,
 )
 
 

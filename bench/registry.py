@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -62,10 +63,19 @@ def _load_file_class(spec: str) -> type:
     return getattr(module, cls_name)
 
 
+def _own_name(cls: type, where: str, taken: Iterable[str]) -> type:
+    """A plugin's method, refused where it calls itself by a name already taken: a run is named and
+    fingerprinted by its method's name, so its runs would be taken for that method's, and theirs for its."""
+    if cls.name in taken:
+        raise AdapterError(f"method plugin {where} calls itself {cls.name!r}, the name of another method, whose "
+                           "runs would be taken for its own; give it a name of its own")
+    return cls
+
+
 def get_method(name: str) -> type:
     """The method class for a built-in name, an entry-point name or `file.py:Class`."""
     if ".py:" in name:
-        return check_method_class(_load_file_class(name), where=name)
+        return _own_name(check_method_class(_load_file_class(name), where=name), name, method_names())
     builtins = builtin_methods()
     if name in builtins:
         return check_method_class(_load_ref(builtins[name]), where=name)
@@ -75,7 +85,7 @@ def get_method(name: str) -> type:
             cls = plugins[name].load()
         except Exception as exc:
             raise AdapterError(f"method plugin {name!r} failed to load: {type(exc).__name__}: {exc}") from exc
-        return check_method_class(cls, where=f"plugin {name!r}")
+        return _own_name(check_method_class(cls, where=f"plugin {name!r}"), repr(name), builtins)
     raise unknown("method", name, method_names())
 
 

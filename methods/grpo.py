@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.api import GROUP_STDS, LOSS_TYPES, Policy, RunContext, Sampler, group_advantages
+from bench.api import GROUP_STDS, LOSS_TYPES, ConfigError, Policy, RunContext, Sampler, group_advantages
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class GRPO(GRPOJoint):
     def _domains(self, ctx: RunContext) -> list[str]:
         domain = self.config.domain or ctx.domains[0]
         if domain not in ctx.domains:
-            raise ValueError(f"domain {domain!r} is not in the suite; its domains: {', '.join(ctx.domains)}")
+            raise ConfigError(f"domain {domain!r} is not in the suite; its domains: {', '.join(ctx.domains)}")
         return [domain]
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from bench.api import Policy, RunContext
+from bench.api import ConfigError, Policy, RunContext
 from methods.distill import DistillStepConfig, distill_step
 from methods.grpo import GRPOStepConfig, grpo_phase, grpo_step
 
@@ -120,10 +120,10 @@ def forget(ctx: RunContext, config: RecoverConfig, budget_flops: float) -> tuple
     suite in turn. Returns (the domain, the self-teacher)."""
     domain = config.domain or ctx.domains[0]
     if domain not in ctx.domains:
-        raise ValueError(f"domain {domain!r} is not in the suite; its domains: {', '.join(ctx.domains)}")
+        raise ConfigError(f"domain {domain!r} is not in the suite; its domains: {', '.join(ctx.domains)}")
     others = [d for d in ctx.domains if d != domain]
     if not others:
-        raise ValueError("recover needs a suite with at least two domains (one to lose, one to train on)")
+        raise ConfigError("recover needs a suite with at least two domains (one to lose, one to train on)")
     learn, lose, _ = protocol_flops(config, budget_flops)
     grpo_phase(ctx, ctx.student, f"stage:{domain}", [domain], learn, config.grpo)
     teacher = ctx.snapshot(ctx.student, f"self:{domain}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench.api import Policy, RunContext
+from bench.api import ConfigError, Policy, RunContext
 from methods.distill import DistillConfig, distill
 from methods.grpo import GRPOStepConfig, grpo_phase
 
@@ -46,7 +46,8 @@ def stage_order(ctx: RunContext, order: tuple[str, ...]) -> list[str]:
     if not order:
         return list(ctx.domains)
     if sorted(order) != sorted(ctx.domains):
-        raise ValueError(f"order {','.join(order)} must list each of the suite's domains once: {','.join(ctx.domains)}")
+        raise ConfigError(f"order {','.join(order)} must list each of the suite's domains once: "
+                          f"{','.join(ctx.domains)}")
     return list(order)
 
 

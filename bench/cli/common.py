@@ -16,8 +16,9 @@ import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 from bench.errors import USER_ERRORS, os_error_message, unknown
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
-console = Console(soft_wrap=True)  # a long line stays one line in a log, a pipe or a terminal
-err = Console(stderr=True, soft_wrap=True)
+# a long line stays one line in a log, a pipe or a terminal; text such as "file.py:X:" is not an emoji code
+console = Console(soft_wrap=True, emoji=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 # The command line's world: the worked world, whose base and teacher are shipped, so a first
 # `bench run` takes minutes.
 DEFAULT_PROFILE = "tiny"
@@ -164,8 +165,12 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=1, default=str))
 
 
-def _split(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+def _split(value: str, option: str) -> list[str]:
+    """A comma-separated list of names, each once, in the order given; one that names nothing is refused."""
+    names = list(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    if not names:
+        _fail(f"{option} names nothing; give one or more names, comma-separated")
+    return names
 
 
 SEEDS_HELP = "N (seeds 0..N-1), A-B (A to B) or a list such as 0,4,7"

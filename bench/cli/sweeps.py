@@ -66,13 +66,14 @@ def _sweep_configs(methods: str, suites: str, seeds: str, difficulty: str, budge
                    runs: Path, rollout: str, set_: list[str], fields: dict[str, Any]) -> list:
     """The runs `bench sweep` plans from its options (`fields`: the `RunConfig` fields every run has, from
     `_run_fields`), each checked (`_validate`) before any starts."""
-    _names(_split(methods), _split(suites), difficulty, profile)  # before torch loads: a typo is answered at once
+    methods_, suites_ = _split(methods, "--methods"), _split(suites, "--suites")
+    _names(methods_, suites_, difficulty, profile)  # before torch loads: a typo is answered at once
     from bench.run.config import RunConfig
     from bench.run.sweep import plan
 
     base = RunConfig(method="", suite="", difficulty=difficulty, profile=profile,
                      budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, rollout=rollout, **fields)
-    configs = plan(_split(methods), _split(suites), _seeds(seeds), base)
+    configs = plan(methods_, suites_, _seeds(seeds), base)
     _validate(configs)
     return configs
 

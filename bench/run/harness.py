@@ -50,8 +50,17 @@ def resolve_target(path: str, *, suite: str | None, difficulty: str | None, prof
         owner = folder.parent.parent if folder.parent.name == "milestones" else folder.parent
     if (owner / "config.json").exists() and (owner / "ledger.jsonl").exists():
         run = store.read_json(owner / "config.json")
-        return EvalTarget(model, suite or run["suite"], difficulty or run["difficulty"], profile or run["profile"],
-                          run_id=run.get("run_id"))
+        run = run if isinstance(run, dict) else {}
+
+        def default(given: str | None, key: str) -> str:
+            if given is None and not isinstance(run.get(key), str):
+                raise RunError(f"{owner / 'config.json'} names no {key}, so it is not a run's config; repair it or "
+                               f"pass --{key}")
+            return given or run[key]
+
+        run_id = run.get("run_id") if isinstance(run.get("run_id"), str) else None
+        return EvalTarget(model, default(suite, "suite"), default(difficulty, "difficulty"),
+                          default(profile, "profile"), run_id=run_id)
     return EvalTarget(model, suite or "math_code", difficulty or "easy", profile or "hf")
 
 

@@ -39,6 +39,23 @@ def fingerprint(method: str, method_config: Any, config: RunConfig, suite: Any) 
     }, default=str))
 
 
+# what every complete run's summary.json holds and the command line reads back (docs/records.md)
+RECORD_KEYS = ("run_id", "base_accuracy", "final_accuracy", "final_mean_length", "flops", "curve", "ledger", "wall_s")
+
+
+def record_damage(summary: Any, run_id: str) -> str | None:
+    """Why a `summary.json` (as read) is not the complete record of run `run_id`, or None where it is."""
+    if not isinstance(summary, dict):
+        return f"it holds a JSON {type(summary).__name__}, not a record"
+    if missing := [key for key in RECORD_KEYS if key not in summary]:
+        return f"it lacks {', '.join(missing)}"
+    if summary["run_id"] != run_id:
+        return f"it is the record of {summary['run_id']!r}"
+    if not isinstance(summary["flops"], dict) or "counted" not in summary["flops"]:
+        return "it lacks flops.counted"
+    return None
+
+
 def config_record(run_id: str, method: str, method_config: Any, config: RunConfig, profile: Profile,
                   suite: Any) -> dict:
     """`config.json`: the fingerprint a resumed run must match, then the suite version and provenance."""

@@ -109,6 +109,9 @@ class Runner:
         except (OSError, ValueError, AttributeError) as exc:
             raise RunError(f"{self.dir} is complete but its config.json or summary.json cannot be read ({exc}); "
                            "move it away or choose another --out") from exc
+        if why := record.record_damage(summary, self.run_id):
+            raise RunError(f"{self.dir}/summary.json is not this run's record ({why}); move the run directory away "
+                           "or choose another --out")
         if why := self.difference(written):
             raise RunError(f"{self.dir} is a complete run of another configuration ({why}); choose another --out "
                            "(or --seed), or move it away")

@@ -30,7 +30,7 @@ from bench.progress import clock, news_line
 from bench.registry import reproduce_protocol
 from bench.run.config import RunConfig
 from bench.run.executors import LocalExecutor, SweepExecutor
-from bench.run.record import models_difference
+from bench.run.record import models_difference, record_damage
 from bench.run.runner import Runner
 from bench.world import prepare, reference
 from bench.world.profiles import PROFILES
@@ -135,6 +135,9 @@ def _state(config: RunConfig, hashes: dict[tuple, dict[str, str]]) -> tuple[str,
                        "move it away")
     complete = (run_dir / "summary.json").exists()
     made = store.read_json(run_dir / "summary.json") if complete else written
+    if complete and (why := record_damage(made, run_dir.name)):
+        raise RunError(f"{run_dir}/summary.json is not this run's record ({why}); choose another --runs folder, "
+                       "or move it away")
     world = (config.profile, config.model, config.external, config.teachers, config.device)
     if world not in hashes:
         hashes[world] = runner.models().model_hashes()

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from bench.accounting.ledger import Ledger
+from bench.errors import ConfigError
 from bench.world.models import load_model, resolve_model
 from bench.policy import Policy
 
@@ -54,7 +55,7 @@ class LocalModels:
     def load_teacher(self, name: str, ledger: Ledger) -> Policy:
         if name not in self.teachers:
             known = ", ".join(sorted(self.teachers)) or "none (pass --external PATH or --teacher DOMAIN=PATH)"
-            raise KeyError(f"no teacher {name!r} for this run; teachers: {known}")
+            raise ConfigError(f"no teacher {name!r} for this run; teachers: {known}")
         model, tokenizer = load_model(self.teachers[name], device=self.device, dtype=_dtype(self.device))
         return Policy(name, model, tokenizer, ledger=ledger, trainable=False, chat=True)
 

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from bench import store
-from bench.errors import RunError
+from bench.errors import ConfigError, RunError
 from bench.accounting.ledger import Ledger, ledger_context
 from bench.evaluation import Evaluator
 from bench.policy import Policy
@@ -110,7 +110,7 @@ class Prepared:
             return Policy(name, model, tokenizer, ledger=ledger, trainable=False)
         if name != "external":
             known = ", ".join(["external", *sorted(self.extra_teachers)])
-            raise KeyError(f"no prepared teacher {name!r}; teachers: {known} (add one with --teacher NAME=PATH)")
+            raise ConfigError(f"no prepared teacher {name!r}; teachers: {known} (add one with --teacher NAME=PATH)")
         info = self.ensure_teacher()
         model, tokenizer = self._load_verified("external", "external", info["model_hash"])
         if not ledger.total("external"):

@@ -99,7 +99,7 @@ def test_a_complete_run_with_unreadable_files_is_refused_and_kept(tmp_path):
     for extra in ([], ["--resume"]):
         result = runner.invoke(app, ["run", "--method", "grpo", "--runs", str(tmp_path), *extra])
         assert result.exit_code == 2
-        assert "complete run of another configuration" in _err(result)
+        assert "summary.json is not this run's record (it lacks run_id, base_accuracy" in _err(result)
     assert (run_dir / "summary.json").read_text() == '{"final_accuracy": 0.5}'
 
 

@@ -166,6 +166,25 @@ def test_sweep_seeds_are_checked(seeds, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(("option", "value"), [("--methods", ","), ("--suites", " , ")])
+def test_a_sweep_of_no_methods_or_suites_is_refused(option, value, tmp_path):
+    result = cli.invoke(app, ["sweep", "--methods", "grpo", "--runs", str(tmp_path), option, value])
+    refused(result, f"{option} names nothing")
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_name_given_twice_plans_its_runs_once():
+    from bench.cli.common import _split
+
+    assert _split("grpo-joint, grpo-joint,opd-multi,grpo-joint", "--methods") == ["grpo-joint", "opd-multi"]
+
+
+def test_an_error_message_is_printed_as_it_is_written(tmp_path):
+    # rich would print ":x:" as an emoji; names and paths are the user's own text
+    result = cli.invoke(app, ["sweep", "--methods", "grpo", "--suites", ":x:", "--runs", str(tmp_path)])
+    refused(result, "unknown suite ':x:'")
+
+
 @pytest.mark.parametrize(("seeds", "expected"), [("3", [0, 1, 2]), ("3-5", [3, 4, 5]), ("7", list(range(7))),
                                                  ("4,0,4,2", [4, 0, 2]), (" 2-2 ", [2])])
 def test_seeds_are_a_count_a_range_or_a_list(seeds, expected):
@@ -251,15 +270,38 @@ def test_a_plugin_that_raises_is_one_line_naming_it(tmp_path):
     assert not any(runs.iterdir())  # a failed start leaves nothing behind
 
 
+def test_a_plugin_that_takes_a_built_in_methods_name_is_refused(tmp_path):
+    plugin = tmp_path / "mine.py"
+    plugin.write_text("from methods.grpo import GRPOJoint\n\n\nclass Mine(GRPOJoint):\n    name = 'grpo-joint'\n")
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["run", "--method", f"{plugin}:Mine", "--profile", PROFILE, "--no-progress",
+                              "--runs", str(runs)])
+    refused(result, "calls itself 'grpo-joint', the name of another method")
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 # -- a failed start leaves nothing that blocks the corrected command -----------------------------------------
 def test_a_failed_start_leaves_no_directory(tmp_path):
     runs = tmp_path / "runs"
     args = ["run", "--method", "grpo", "--profile", PROFILE, "--budget", "2e10", "--no-progress", "--runs", str(runs)]
     result = cli.invoke(app, args + ["--set", "domain=physics"])
-    assert result.exit_code != 0 and "physics" in str(result.exception or result.output)
+    refused(result, "domain 'physics' is not in the suite; its domains: math, code")
     assert not any(runs.iterdir())
     result = cli.invoke(app, args + ["--set", "domain=math"])  # the corrected command starts cleanly
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(("method", "setting", "said"), [
+    ("recover", "domain=physics", "domain 'physics' is not in the suite"),
+    ("self-grpo", "order=math,physics", "order math,physics must list each of the suite's domains once"),
+    ("opd-external", "teacher=nosuch", "no prepared teacher 'nosuch'; teachers: external"),
+])
+def test_a_setting_that_does_not_fit_the_suite_or_world_is_one_line(tmp_path, method, setting, said):
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["run", "--method", method, "--profile", PROFILE, "--budget", "2e10", "--no-progress",
+                              "--runs", str(runs), "--set", setting])
+    refused(result, said)
+    assert not any(runs.iterdir())
 
 
 # -- one writer per run directory ----------------------------------------------------------------------------
@@ -354,6 +396,30 @@ def test_resume_of_undamaged_files_completes(runs):
     assert result.exit_code == 0, result.output
     summary = json.loads((runs / RUN_ID / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["flops"]["counted"] >= float(BUDGET)
+
+
+@pytest.mark.parametrize(("summary", "said"), [
+    ({}, "it lacks run_id, base_accuracy"), ([], "it holds a JSON list, not a record"),
+    ({"run_id": 5}, "it lacks base_accuracy"),
+])
+def test_a_summary_that_is_not_the_runs_record_is_refused_not_taken_for_it(summary, said, runs):
+    assert resume(runs).exit_code == 0
+    (runs / RUN_ID / "summary.json").write_text(json.dumps(summary))
+    before = snapshot(runs)
+    refused(cli.invoke(app, RUN_ARGS + ["--runs", str(runs)]), f"summary.json is not this run's record ({said}")
+    sweep = ["sweep", "--methods", "grpo-joint", "--suites", "math_code", "--seeds", "1", "--profile", PROFILE,
+             "--budget", BUDGET, "--eval-every", "0.25", "--runs", str(runs)]
+    refused(cli.invoke(app, sweep), f"summary.json is not this run's record ({said}")
+    assert snapshot(runs) == before
+
+
+def test_eval_of_a_run_whose_config_is_not_a_runs_config_is_one_line(runs):
+    assert resume(runs).exit_code == 0
+    (runs / RUN_ID / "config.json").write_text("[]")
+    result = cli.invoke(app, ["eval", str(runs / RUN_ID), "--limit", "1"])
+    refused(result, "names no suite, so it is not a run's config")
+    result = cli.invoke(app, ["eval", str(runs / RUN_ID), "--limit", "1", "--suite", "math_code"])
+    refused(result, "names no difficulty")
 
 
 # -- a full disk during a checkpoint -------------------------------------------------------------------------
