@@ -106,6 +106,25 @@ def _run_id(path: Path) -> str | None:
     return run_id if isinstance(run_id, str) else None
 
 
+# what a build writes at the top of its folder, besides site.json and the records/ and studies/ it copies
+SITE_NAMES = ("index.html", "findings.html", "results.csv", "results.json", "methods", "plots", "static")
+
+
+def check_site_folder(root: Path) -> None:
+    """Refuse an output folder that is a file, or a folder that holds no built site (no site.json) but
+    files of the names a build writes (`SITE_NAMES`): someone else's, which it would write over. Other
+    files (a README.md of one's own, say) stay where they are. (With force a build goes ahead.)"""
+    if root.exists() and not root.is_dir():
+        raise SiteOverwriteError(f"{root} is a file, not a folder for the site; choose another output folder")
+    if not root.is_dir() or (root / "site.json").is_file():
+        return
+    if taken := [name for name in SITE_NAMES if (root / name).exists()]:
+        raise SiteOverwriteError(
+            f"{root} holds {', '.join(taken)} but no built site (no site.json): a build would write over them. "
+            "Nothing was written. Choose a new or empty output folder, or pass force=True (--force on the "
+            "command line) to build there anyway.")
+
+
 def check_overwrite(root: Path, run_ids: set[str], inputs: set[Path]) -> None:
     """Refuse to build into a site whose records/ holds runs this build does not read.
 
@@ -114,10 +133,13 @@ def check_overwrite(root: Path, run_ids: set[str], inputs: set[Path]) -> None:
         run_ids: the run ids of the records this build shows.
         inputs: every record file this build reads (resolved): those are kept, never lost.
     Raises:
-        SiteOverwriteError naming how many records would be lost, when `root` holds a built site
+        SiteOverwriteError where `root` is a file or holds files of a site's names but no built site
+        (`check_site_folder`); or
+        naming how many records would be lost, when `root` holds a built site
         (site.json) with record files (records/*.json) of other run ids, or a study
         (studies/<slug>/study.json and records/*.json) this build does not read.
     """
+    check_site_folder(root)
     if not (root / "site.json").is_file():
         return
     lost = [p for p in sorted((root / "records").glob("*.json"))

@@ -115,6 +115,12 @@ final answer from the completion and compare it with `answer`; reading a complet
 def export(suite: Suite, out_dir: str | os.PathLike, *, train_size: int = TRAIN_SIZE, seed: int = 0) -> Path:
     """Write the suite's splits as parquet files and a dataset card into `out_dir`; returns the card's path."""
     out = Path(out_dir)
+    if (out / "README.md").exists():  # a card of an earlier export is replaced; anyone else's README is not
+        try:
+            card_metadata(out)
+        except Exception as exc:
+            raise SuiteFolderError(f"{out} holds a README.md that no `bench export-hf` wrote; choose another "
+                                   "--out") from exc
     splits = to_dataset_dict(suite, train_size, seed)
     (out / "data").mkdir(parents=True, exist_ok=True)
     for split, dataset in splits.items():

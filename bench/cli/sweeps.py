@@ -99,10 +99,16 @@ def reproduce(
     """Every method on math_code and four_domain at each world's budget, the recovery protocol, then the report."""
     from bench.world.regime import shipped_worlds
     from bench.run.sweep import run_sweep
+    from reports.output import check_site_folder
     from reports.site import SiteOverwriteError, build_site
 
     with _one_line():
         studies = _studies(out, [])  # the site's studies, read and checked before any run starts
+    if not (force and out.is_dir()):
+        try:  # a file, or a folder of other files: found before any run, not after them
+            check_site_folder(out)
+        except SiteOverwriteError as exc:
+            _fail(str(exc))
     checks = _BoardCheck(studies)
     with _interruptible(INTERRUPTED), _one_line():
         configs = _reproduce_configs(profile, seeds, runs, rollout)

@@ -205,12 +205,15 @@ def export_hf(
 ) -> None:
     """Write a suite's train sample, validation and held-out splits as a Hugging Face dataset with a card."""
     from bench.registry import get_suite
-    from tasks.hf_datasets import export
+    from tasks.hf_datasets import SuiteFolderError, export
 
-    if train_size < 0:
-        _fail(f"--train-size must be at least 0, got {train_size}")
+    if train_size < 1:
+        _fail(f"--train-size must be at least 1, got {train_size}")
     with _one_line():
-        card = export(get_suite(suite, difficulty, fmt), out, train_size=train_size, seed=seed)
+        try:
+            card = export(get_suite(suite, difficulty, fmt), out, train_size=train_size, seed=seed)
+        except SuiteFolderError as exc:
+            _fail(str(exc))
     console.print(f"wrote {card.parent}; load it with datasets.load_dataset({str(out)!r}) "
                   f"or tasks.hf_datasets.load({str(out)!r})", highlight=False, soft_wrap=True, markup=False)
 
@@ -243,6 +246,10 @@ def eval_(
 
     if limit is not None and limit < 1:
         _fail(f"--limit must be at least 1, got {limit}")
+    if batch_size < 1:
+        _fail(f"--batch-size must be at least 1, got {batch_size}")
+    if out is not None and out.is_dir():  # found now, not after the evaluation
+        _fail(f"--out {out} is a folder; name the JSON file to write")
     try:
         target = resolve_target(model, suite=suite, difficulty=difficulty, profile=profile)
         if target.profile not in PROFILES:

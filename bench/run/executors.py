@@ -215,6 +215,8 @@ def make_executor(name: str, *, jobs: int | None = None, address: str | None = N
     """The executor the command line asked for, for runs on a GPU or not (`RunConfig.on_gpu`); options
     that do not apply to it are errors. Local runs on a GPU take it one at a time unless `jobs` says
     otherwise."""
+    if jobs is not None and jobs < 1:
+        raise RunError(f"--jobs must be at least 1, got {jobs}")
     if name == "local":
         if address or gpus_per_run:
             raise RunError("--address and --gpus-per-run need --executor ray")

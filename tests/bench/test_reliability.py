@@ -254,6 +254,55 @@ def test_unwritable_out(command, tmp_path):
     assert blocker.read_text() == "a file where a folder should go"
 
 
+def test_an_output_folder_is_never_written_over_unasked(tmp_path):
+    from tests.reports.factory import make_record, write_runs
+
+    runs = write_runs([make_record()], tmp_path / "runs")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "index.html").write_text("my own page")
+    (mine / "README.md").write_text("my own notes")
+    refused(cli.invoke(app, ["report", "--runs", str(runs), "--out", str(mine)]),
+            "holds index.html but no built site")
+    refused(cli.invoke(app, ["export-hf", "math_code", "--out", str(mine), "--train-size", "4"]),
+            "holds a README.md that no `bench export-hf` wrote")
+    assert snapshot(mine) == {"README.md": b"my own notes", "index.html": b"my own page"}
+    result = cli.invoke(app, ["report", "--runs", str(runs), "--out", str(mine), "--force"])  # asked: it builds
+    assert result.exit_code == 0, result.output
+    assert (mine / "README.md").read_text() == "my own notes"
+    export = tmp_path / "export"
+    for _ in range(2):  # an earlier export's card is its own: written again
+        result = cli.invoke(app, ["export-hf", "math_code", "--out", str(export), "--train-size", "4"])
+        assert result.exit_code == 0, result.output
+
+
+def test_an_output_path_is_checked_before_the_work(tmp_path):
+    folder = tmp_path / "scores"
+    folder.mkdir()
+    refused(cli.invoke(app, ["eval", "tiny-llama", "--profile", PROFILE, "--limit", "1", "--out", str(folder)]),
+            f"--out {folder} is a folder; name the JSON file to write")
+    refused(cli.invoke(app, ["eval", "tiny-llama", "--batch-size", "0"]), "--batch-size must be at least 1")
+    refused(cli.invoke(app, ["export-hf", "math_code", "--out", str(tmp_path / "x"), "--train-size", "0"]),
+            "--train-size must be at least 1")
+    script = tmp_path / "site.sh"
+    script.write_text("echo mine")
+    runs = tmp_path / "runs"
+    refused(cli.invoke(app, ["reproduce", "--profile", PROFILE, "--runs", str(runs), "--out", str(script)]),
+            "is a file, not a folder for the site")
+    refused(cli.invoke(app, ["sweep", "--methods", "grpo", "--profile", PROFILE, "--runs", str(runs), "--jobs", "0"]),
+            "--jobs must be at least 1, got 0")
+    assert not runs.exists() and script.read_text() == "echo mine"
+
+
+def test_an_atomic_write_that_fails_leaves_no_temporary_behind(tmp_path):
+    from bench.store import write_json
+
+    (tmp_path / "out.json").mkdir()
+    with pytest.raises(OSError):
+        write_json(tmp_path / "out.json", {"a": 1})
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
 def test_flops_on_a_broken_config(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama", "hidden_size": ')
     refused(cli.invoke(app, ["flops", str(tmp_path)]), "cannot load the model")
