@@ -41,6 +41,8 @@ class GRPOStepConfig:
             raise ValueError(f"std must be one of {', '.join(GROUP_STDS)}, got {self.std!r}")
         if not self.lr > 0 or self.epochs < 1 or not self.temperature > 0 or self.warmup_updates < 0:
             raise ValueError("lr and temperature must be > 0, epochs >= 1 and warmup_updates >= 0")
+        if not self.clip_eps > 0:  # the ratio is clipped to [1 - clip_eps, 1 + clip_eps]
+            raise ValueError(f"clip_eps must be > 0, got {self.clip_eps!r}")
 
 
 @dataclass(frozen=True)

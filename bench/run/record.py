@@ -33,6 +33,10 @@ def fingerprint(method: str, method_config: Any, config: RunConfig, suite: Any) 
         "distill_eval_every": config.distill_eval_every,
         "eval_size": config.heldout_size,
         "max_new_tokens": config.rollout_tokens,
+        # `--max-new-tokens` caps evaluations too; where that moves their cap off the profile's, it is said
+        # (a default run's fingerprint, and every record made before this key, stay as they were)
+        **({"eval_max_new_tokens": config.eval_tokens}
+           if config.eval_tokens != config.resolved_profile.eval_max_new_tokens else {}),
         "models": {"student": config.model, "external": config.external,
                    "teachers": dict(config.teachers)} if config.model
         else ({"teachers": dict(config.teachers)} if config.teachers else None),

@@ -305,3 +305,20 @@ def test_an_interrupted_sweep_stops_its_runs_and_says_how_to_continue(how, tmp_p
         run_sweep(configs, executor=Lists())
         first = (tmp_path / "sweep.log").read_text().splitlines()[-1]
         assert "sweep: 3 runs on a list (0 already complete, 2 to resume from their checkpoints)" in first, first
+
+
+def test_a_token_cap_that_moves_evaluations_is_part_of_the_fingerprint():
+    # `--max-new-tokens` caps rollouts and evaluations; at the profile's rollout cap only the evaluations move
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+    from bench.world.profiles import PROFILES
+
+    tiny = PROFILES["tiny"]
+    assert tiny.max_new_tokens != tiny.eval_max_new_tokens
+    default = Runner(RunConfig(method="grpo-joint", profile="tiny"), progress=False)
+    capped = Runner(RunConfig(method="grpo-joint", profile="tiny", max_new_tokens=tiny.max_new_tokens),
+                    progress=False)
+    assert "eval_max_new_tokens" not in default.fingerprint()  # a default run's, as every record before it
+    written = {"fingerprint": default.fingerprint(), "provenance": {"world_version": tiny.world_version}}
+    assert default.difference(written) is None
+    assert capped.difference(written) == f"eval_max_new_tokens is (absent) there, {tiny.max_new_tokens} here"

@@ -73,7 +73,8 @@ def test_config_rejects_bad_values(bad):
 
 
 @pytest.mark.parametrize("bad", [lambda: DistillConfig(patience=0), lambda: DistillConfig(loss_type="ppo"),
-                                 lambda: GRPOStepConfig(group_size=1), lambda: DistillConfig(lr=0.0)])
+                                 lambda: GRPOStepConfig(group_size=1), lambda: DistillConfig(lr=0.0),
+                                 lambda: GRPOStepConfig(clip_eps=-1.0), lambda: GRPOStepConfig(clip_eps=0.0)])
 def test_nested_configs_reject_bad_values(bad):
     with pytest.raises(ValueError):
         bad()
