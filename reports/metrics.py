@@ -114,7 +114,7 @@ def interpolate_curve(flops: Sequence[float], accuracy: Sequence[float], grid: S
 
 def accuracy_at_fractions(flops: Sequence[float], accuracy: Sequence[float], budget_flops: float,
                           fractions: Sequence[float] = BUDGET_FRACTIONS) -> np.ndarray:
-    """Accuracy at matched FLOPs: the curve, carried flat, at each fraction of the budget; [F]."""
+    """Accuracy at matched FLOPs: the curve to the budget (`to_budget`) at each fraction of it; [F]."""
     f, a = to_budget(flops, accuracy, budget_flops)
     return interpolate_curve(f, a, np.asarray(fractions, dtype=float) * budget_flops)
 
@@ -231,7 +231,7 @@ def area_under_curve_batch(flops: Sequence[float], curves: np.ndarray, budget_fl
 
 
 def area_under_curve(flops: Sequence[float], accuracy: Sequence[float], budget_flops: float) -> float:
-    """`area_under_curve_batch` for one run's curve, carried flat to the budget."""
+    """`area_under_curve_batch` for one run's curve, to the budget (`to_budget`)."""
     f, a = to_budget(flops, accuracy, budget_flops)
     return float(area_under_curve_batch(f, a[None, :], budget_flops)[0])
 
