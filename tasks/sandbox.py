@@ -13,10 +13,16 @@ models' code in a container or VM as well):
 - a wall-clock limit (`timeout_s`) after which its whole process group is killed;
 - no network: on Linux inside `unshare -rn` (a new, empty network namespace) when the kernel allows
   it; in every case an audit hook, installed before the program runs, refuses sockets, new processes
-  (`subprocess`, `os.system`, `os.fork`, `exec*`, `spawn*`) and `ctypes`.
+  (`subprocess`, `os.system`, `os.fork`, `exec*`, `spawn*`, and the `_posixsubprocess` module, whose
+  `fork_exec` raises no audit event) and `ctypes`;
+- its output is read back through the handle it was written to, never by name: the program owns its
+  folder and could put a FIFO or a link to an endless file where the output file was.
 
 A program passes when it exits with status 0 after printing a random token appended to its end, so
 that model code which exits early (`sys.exit(0)`, `os._exit(0)`) before the tests run does not pass.
+The token is in the program, so code written to defeat the check (reading its own source) can print
+it: the check stops early exits, not an adversary, as the limits above stop accidents and casual
+escapes, not a determined one.
 Whatever the program does (crash, loop, allocate, flood its output, raise), `run_python` returns a
 result and never raises on its account.
 """
@@ -53,9 +59,10 @@ for _limit, _value in {limits!r}:
     _resource.setrlimit(_limit, (_value, _value))
 def _opd_bench_guard(event, args, _blocked=("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn",
                                              "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
-                                             "ctypes.", "pty.")):
-    if event.startswith(_blocked):
-        raise PermissionError("not allowed in the OPD-Bench sandbox: " + event)
+                                             "ctypes.", "pty."), _modules=("_posixsubprocess",)):
+    # _posixsubprocess.fork_exec starts a process without an audit event: the module is not imported
+    if event.startswith(_blocked) or (event == "import" and args[0] in _modules):
+        raise PermissionError("not allowed in the OPD-Bench sandbox: " + event + " " + str(args[0])[:100])
 _sys.addaudithook(_opd_bench_guard)
 del _resource, _sys, _limit, _value, _hard, _opd_bench_guard
 """
@@ -120,7 +127,13 @@ def run_python(program: str, *, timeout_s: float = TIMEOUT_S, memory_mb: int = M
         start = time.monotonic()
         status, code = "ok", None
         try:
-            with open(out_path, "wb") as out:
+            # read back through this same handle: the program owns its folder, and could put a FIFO or a link
+            # to an endless file in the place of output.txt
+            out = open(out_path, "w+b")
+        except OSError as exc:
+            return SandboxResult(False, "error", None, f"{type(exc).__name__}: {exc}", 0.0)
+        with out:
+            try:
                 proc = subprocess.Popen(
                     command, cwd=tmp, env={}, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -135,12 +148,11 @@ def run_python(program: str, *, timeout_s: float = TIMEOUT_S, memory_mb: int = M
                     except ProcessLookupError:
                         pass
                     proc.wait()
-        except (OSError, subprocess.SubprocessError) as exc:
-            return SandboxResult(False, "error", None, f"{type(exc).__name__}: {exc}", time.monotonic() - start)
-        wall_s = time.monotonic() - start
-        with open(out_path, "rb") as out:
-            out.seek(max(0, out_path.stat().st_size - 4 * OUTPUT_TAIL_CHARS))
-            output = out.read().decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
+            except (OSError, subprocess.SubprocessError) as exc:
+                return SandboxResult(False, "error", None, f"{type(exc).__name__}: {exc}", time.monotonic() - start)
+            wall_s = time.monotonic() - start
+            out.seek(max(0, os.fstat(out.fileno()).st_size - 4 * OUTPUT_TAIL_CHARS))
+            output = out.read(4 * OUTPUT_TAIL_CHARS).decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
         if status == "ok" and code != 0:
             status = "killed" if code is not None and code < 0 else "failed"
         elif status == "ok" and not output.rstrip().endswith(token):

@@ -82,3 +82,16 @@ def test_inside_a_network_namespace_only_loopback_exists():
 def test_the_program_cannot_raise_its_limits():
     result = run_python("import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))\n")
     assert not result.passed and "ValueError" in result.output
+
+
+@pytest.mark.parametrize("swap", ["os.mkfifo('output.txt')", "os.symlink('/dev/zero', 'output.txt')"])
+def test_a_program_that_swaps_its_output_file_cannot_stall_the_reader(swap):
+    # the program owns its folder: its output is read through the handle it was given, never by name
+    result = run_python(f"import os\nos.remove('output.txt')\n{swap}\nprint('done')\n", timeout_s=5)
+    assert result.passed and result.output.startswith("done\n") and len(result.output) <= OUTPUT_TAIL_CHARS
+
+
+def test_a_process_started_below_the_audit_hooks_is_refused():
+    # _posixsubprocess.fork_exec raises no audit event; the module is not imported at all
+    result = run_python("import _posixsubprocess\n", timeout_s=5)
+    assert not result.passed and "not allowed in the OPD-Bench sandbox: import _posixsubprocess" in result.output
