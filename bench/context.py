@@ -369,12 +369,14 @@ class RunContext:
         results = self._phase_runner(self, fn, list(keys))
         if results is None:  # the executor could not keep to the budget in parallel: in order, here
             return {key: fn(self, key) for key in keys}
+        start = self.spent_flops
         for result in results:
             before = self.spent_flops
             self._merge_child(result)
             for own, phase, stats in result.steps:  # traced as if the phases had run in key order
                 self._on_replay(before + own, phase, stats)
-        self.step_done()
+        if self.spent_flops > start:  # phases a resumed run finds done add nothing: no step, no trace row
+            self.step_done()
         return {r.key: r.value for r in results}
 
     # -- engine side: the runner's and the phase executors' access ------------------------------

@@ -94,8 +94,23 @@ def save(run_dir: Path, context: dict[str, Any], *, ledger_rows: int, curve_rows
         tmp.rename(final)
 
 
+def _settle(run_dir: Path) -> None:
+    """Finish a swap that a kill interrupted: with no `latest`, the new checkpoint becomes it where it is
+    whole (its state.json, written last and atomically, is there), else the previous one comes back."""
+    final = folder(run_dir)
+    tmp, old = final.with_name("latest.tmp"), final.with_name("latest.old")
+    if final.exists():
+        return
+    if (tmp / "state.json").is_file():
+        tmp.rename(final)
+    elif old.exists():
+        old.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def load(run_dir: Path) -> Checkpoint | None:
     """The run's checkpoint, or None if it has none yet; a RunError if it cannot be read."""
+    _settle(run_dir)
     path = folder(run_dir)
     if not path.exists():
         return None

@@ -117,11 +117,12 @@ def test_opd_multi_experts_in_processes_book_what_isolated_experts_book(fast_pro
 
 
 def test_a_resumed_complete_phase_is_not_charged_again():
-    ctx, _, _ = run_phases("isolated")
-    spent = ctx._ledger.counted_flops
+    ctx, _, steps = run_phases("isolated")
+    spent, stepped = ctx._ledger.counted_flops, len(steps)
     again = ctx.map_phases(skip_if_done, ctx.domains)
     assert ctx._ledger.counted_flops == spent
     assert again["math"] > 0 and again["code"] > 0
+    assert len(steps) == stepped  # nor stepped: a resumed run's trace gains no empty row
 
 
 def test_a_resumed_runs_next_checkpoint_keeps_the_policies_not_yet_made_again():

@@ -440,6 +440,23 @@ def test_resume_refuses_damaged_files(case, runs):
     assert snapshot(runs) == before
 
 
+@pytest.mark.parametrize("new_one_whole", [True, False])
+def test_a_kill_inside_the_checkpoint_swap_keeps_a_checkpoint(new_one_whole, runs):
+    # killed between the swap's two renames: the previous checkpoint is latest.old and the new one
+    # latest.tmp (whole once its state.json is there), with no latest at all
+    latest = checkpoint.folder(runs / RUN_ID)
+    before = checkpoint.load(runs / RUN_ID)
+    shutil.copytree(latest, latest.with_name("latest.tmp"))
+    latest.rename(latest.with_name("latest.old"))
+    if not new_one_whole:  # killed while the new one was written: the previous one is whole
+        (latest.with_name("latest.tmp") / "state.json").unlink()
+    restored = checkpoint.load(runs / RUN_ID)
+    assert restored is not None and restored.ledger_rows == before.ledger_rows > 0
+    left = ["latest"] if new_one_whole else ["latest", "latest.tmp"]  # a partial one is cleared by the next save
+    assert sorted(p.name for p in latest.parent.iterdir()) == left
+    assert resume(runs).exit_code == 0
+
+
 def test_resume_of_undamaged_files_completes(runs):
     result = resume(runs)
     assert result.exit_code == 0, result.output
