@@ -47,7 +47,13 @@ def test_chat_policies_wrap_prompts_in_the_template(folders):
     assert tokenizer.decode(plain.encode_prompt("What is 2+2?")) == "What is 2+2?"
 
 
-def test_hf_profile_runs_an_adapter_on_local_folders(folders, tmp_path):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hf_profile_runs_an_adapter_on_local_folders(dtype, folders, tmp_path, monkeypatch):
+    # on CUDA the hf profile loads its models in bf16: every step of a run (the weights' digest that decides
+    # whether an evaluation can be reused included) must take that dtype, here on the CPU
+    import bench.world.hf as hf
+
+    monkeypatch.setattr(hf, "_dtype", lambda device: dtype)
     student, teacher = folders
     out = CliRunner().invoke(app, [
         "run", "--profile", "hf", "--model", str(student), "--external", str(teacher), "--method", "opd-external",
@@ -61,6 +67,8 @@ def test_hf_profile_runs_an_adapter_on_local_folders(folders, tmp_path):
     kinds = {(r["model"], r["kind"]) for r in record["ledger"] if r["category"] == "counted"}
     assert ("external", "score") in kinds and ("student", "update") in kinds
     assert set(record["provenance"]["model_hashes"]) == {"base", "external"}
+    final = json.loads(next(tmp_path.glob("*/final/config.json")).read_text())
+    assert final.get("dtype", final.get("torch_dtype")) == str(dtype).removeprefix("torch.")
 
 
 def test_a_sweep_gives_every_run_the_run_options_on_local_folders(folders, tmp_path):
@@ -168,24 +176,3 @@ def test_hf_profile_names_the_missing_data_folder_in_one_line(folders, tmp_path,
     assert out.exit_code == 2
     message = (out.stderr or out.output).strip()
     assert str(tmp_path / "data" / "gsm8k") in message and "hf download openai/gsm8k" in message
-
-
-def test_hf_profile_runs_in_bf16_as_on_a_gpu(folders, tmp_path, monkeypatch):
-    # on CUDA the hf profile loads its models in bf16; every step of a run (the weights' digest that
-    # decides whether an evaluation can be reused included) must take that dtype, here on the CPU
-    import bench.world.hf as hf
-
-    monkeypatch.setattr(hf, "_dtype", lambda device: torch.bfloat16)
-    student, teacher = folders
-    out = CliRunner().invoke(app, [
-        "run", "--profile", "hf", "--model", str(student), "--external", str(teacher), "--method", "opd-external",
-        "--suite", "math_code", "--budget", "2e9", "--eval-size", "4", "--max-new-tokens", "12",
-        "--runs", str(tmp_path), "--no-progress",
-    ])
-    assert out.exit_code == 0, out.output
-    record = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
-    kinds = {(r["model"], r["kind"]) for r in record["ledger"] if r["category"] == "counted"}
-    assert ("external", "score") in kinds and ("student", "update") in kinds
-    assert [p["phase"] for p in record["curve"]][0] == "start" and record["flops"]["counted"] >= 2e9
-    final = json.loads(next(tmp_path.glob("*/final/config.json")).read_text())
-    assert final.get("dtype", final.get("torch_dtype")) == "bfloat16"
