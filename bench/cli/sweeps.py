@@ -94,7 +94,8 @@ def reproduce(
     executor: str = typer.Option("local", help="local (processes) or ray (one Ray task per run)"),
     address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
     rollout: str = typer.Option("torch", help=ROLLOUT_HELP),
-    force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
+    force: bool = typer.Option(False, help="build in OUT even where that drops records these runs do not hold, or "
+                               "writes over files of a site's names in a folder that holds no built site"),
 ) -> None:
     """Every method on math_code and four_domain at each world's budget, the recovery protocol, then the report."""
     from bench.world.regime import shipped_worlds
@@ -297,7 +298,8 @@ def report(
     runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),
     out: Path = typer.Option(
         Path("site"), help="where the static site is written (the committed reference is leaderboard/)"),
-    force: bool = typer.Option(False, help="replace a site in OUT even if it holds records these runs do not"),
+    force: bool = typer.Option(False, help="build in OUT even where that drops records these runs do not hold, or "
+                               "writes over files of a site's names in a folder that holds no built site"),
     study: list[Path] = typer.Option(
         [], help="a study folder (study.json and records/) to show beside the board and copy into OUT/studies/ "
                  "(repeatable; the studies OUT already holds are always shown)"),
