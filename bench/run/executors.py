@@ -29,6 +29,7 @@ import torch
 
 from bench.errors import RunError, unknown
 from bench.run.config import RunConfig
+from bench.run.pools import kill_workers
 from bench.run.ray_support import import_ray
 from bench.run.runner import Runner
 
@@ -95,7 +96,7 @@ class LocalExecutor:
             ended = True
         finally:
             if not ended:
-                _kill_workers(pool)
+                kill_workers(pool)
             # Waited for even when interrupted (its workers are dead by now, so it ends at once): a pool
             # thread still running at exit races the interpreter's own pool clean-up, which may then write
             # to a pipe the thread has just closed and print a traceback after the command's one line.
@@ -108,16 +109,6 @@ def _worker_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-
-def _kill_workers(pool: ProcessPoolExecutor) -> None:
-    """SIGTERM to the pool's worker processes (Python 3.14 has `terminate_workers` for this)."""
-    if hasattr(pool, "terminate_workers"):
-        pool.terminate_workers()
-        return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        process.terminate()
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        process.join(timeout=10)
 
 
 class RayExecutor:

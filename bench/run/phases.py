@@ -14,12 +14,13 @@ runner hands the context as `phase_runner(executor)`:
   one per key up to the CPU count, each on one torch thread, as the `ray` executor's tasks:
   opd-multi's two experts train side by side on a 2-core machine. Their numbers are the `ray`
   executor's, whatever the number of cores (each child's depend only on its seed and key). The
-  parent shows their spend on its progress bar and logs each one's end; Ctrl-C stops them. Where
-  the budget ends inside a phase (a child spent its whole share: budgets of a few steps), the
-  children's work is discarded, as a killed run's work since its last checkpoint is (the record
-  says how much: `parallel_discarded_flops` among its method metrics), and the phases run again
-  one after another on the run's context (the `sequential` numbers), so that the run still ends at
-  most one step past its budget.
+  parent shows their spend on its progress bar and logs each one's end; Ctrl-C stops them, and a
+  worker that dies (killed, say, for memory) stops the run. Where the budget ends inside a phase (a
+  child spent its whole share: budgets of a few steps), the children's work is discarded, as a
+  killed run's work since its last checkpoint is (the record says how much:
+  `parallel_discarded_flops` among its method metrics), and the phases run again one after another
+  on the run's context (the `sequential` numbers), so that the run still ends at most one step past
+  its budget.
 - `isolated`: the same child contexts, run one after another in this process, each through a pickle
   round trip as Ray would ship it. It gives the numbers the `ray` executor gives at the parent's
   thread count (a check without Ray) and is where a phase that cannot run remotely fails first.
@@ -49,6 +50,8 @@ import pickle
 import queue as queues
 import signal
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +59,9 @@ import torch
 
 from bench.accounting.ledger import Ledger, current_phase
 from bench.context import PhaseRunner, RunContext
+from bench.errors import RunError
 from bench.policy import Policy
+from bench.run.pools import kill_workers
 from bench.run.ray_support import import_ray
 
 EXECUTORS = ("sequential", "processes", "isolated", "ray")
@@ -248,15 +253,18 @@ def run_children(spec: ChildSpec, keys: Sequence[str], executor: str,
 def _in_processes(spec: ChildSpec, keys: list[str], progress: Progress) -> list[ChildResult]:
     """One child per key in a pool of spawned processes (at most one per core); results in key order.
 
-    A child's exception is raised here; on any exception (Ctrl-C included) the workers are killed.
+    A child's exception is raised here, and a worker that dies (killed, e.g. for memory) fails the
+    call at once; on any exception (Ctrl-C included) the workers are killed.
     """
     if spec.student.device == "cuda":
         raise RuntimeError("the processes phase executor runs on CPU; on a GPU use sequential or ray")
     mp = multiprocessing.get_context("spawn")  # a forked child would inherit the parent's torch threads
     updates, own = mp.Queue(), dict.fromkeys(keys, 0.0)
-    pool = mp.Pool(max(1, min(len(keys), os.cpu_count() or 1)), initializer=_init_worker, initargs=(updates,))
+    pool = ProcessPoolExecutor(max(1, min(len(keys), os.cpu_count() or 1)), mp_context=mp,
+                               initializer=_init_worker, initargs=(updates,))
+    ended = False
     try:
-        pending = {key: pool.apply_async(_remote_child, (spec, key)) for key in keys}
+        pending = {key: pool.submit(_remote_child, spec, key) for key in keys}
         results: dict[str, ChildResult] = {}
         while len(results) < len(keys):
             try:
@@ -265,17 +273,30 @@ def _in_processes(spec: ChildSpec, keys: list[str], progress: Progress) -> list[
             except queues.Empty:
                 pass
             for key, job in pending.items():
-                if key not in results and job.ready():
-                    results[key] = job.get()  # a child's exception is raised here
+                if key not in results and job.done():
+                    results[key] = _result(job, [k for k in keys if k not in results])
                     own[key] = counted_flops(results[key].rows)
                     progress(sum(own.values()), f"{key}: done, {len(results[key].steps)} steps, "
                                                 f"{own[key]:.2e} counted FLOPs")
             progress(sum(own.values()), None)
-        pool.close()
-        pool.join()
+        ended = True
         return [results[key] for key in keys]
     finally:
-        pool.terminate()
+        if not ended:
+            kill_workers(pool)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _result(job: Future, unfinished: list[str]) -> ChildResult:
+    """A finished child's result; its exception raised as it is, or one line if a worker died."""
+    try:
+        return job.result()
+    except BrokenProcessPool:
+        raise RunError(
+            f"a worker process of the parallel phases died (killed from outside, or out of memory?) before "
+            f"{', '.join(unfinished)} ended; the run stops at its last checkpoint, if it has one (--resume "
+            "goes on from there); --phase-executor sequential runs the phases in the run's own process"
+        ) from None
 
 
 def _child_gpus(ray: Any, spec: ChildSpec) -> float:

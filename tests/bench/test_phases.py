@@ -8,7 +8,10 @@ Ray; `processes`, local worker processes). The Ray variant of the same check is 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ from typer.testing import CliRunner
 
 from bench.cli import app
 from bench.context import RunContext
+from bench.errors import RunError
 from bench.run.config import RunConfig
 from bench.run.runner import Runner
 from tests.bench.phases_support import assert_same_phases, make_context, run_phases, sft_expert, without_seconds
@@ -155,6 +159,22 @@ def test_a_failing_phase_fails_the_call(executor):
 
 def use_teacher(ctx: RunContext, key: str) -> None:
     ctx.teacher("external")
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_phase_worker_fails_the_call_at_once():
+    """A worker process killed from outside (the kernel's OOM killer, say) fails the run with one line,
+    which then ends and frees its lock, rather than waiting for ever for the lost phase."""
+    ctx = make_context("processes", [])
+    start = time.monotonic()
+    with pytest.raises(RunError, match="a worker process of the parallel phases died .* before (math, )?code ended"):
+        ctx.map_phases(killed_unless_math, ["math", "code"])
+    assert time.monotonic() - start < 60
+
+
+def killed_unless_math(ctx: RunContext, key: str) -> None:
+    if key != "math":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_sweep_with_ray_executor_and_no_ray_says_how_to_install(tmp_path, monkeypatch):
