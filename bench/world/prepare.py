@@ -66,11 +66,14 @@ class Prepared:
 
     def load_student(self) -> tuple[Any, Any]:
         """The base student, its weights checked against the hash recorded when it was built."""
-        return self._load_verified("student", "base", self.info["model_hashes"]["base"])
+        return self._load_verified("student", "base", self.info["model_hashes"]["base"], "prepared.json")
 
-    def _load_verified(self, sub: str, name: str, expected: str) -> tuple[Any, Any]:
+    def _load_verified(self, sub: str, name: str, expected: str, info_file: str) -> tuple[Any, Any]:
         """Load a cached model and recompute its weights hash: a damaged cache entry is refused, and
-        the hash a record carries is this one, never a copy of what the cache says."""
+        the hash a record carries is this one, never a copy of what the cache says. Its config and
+        tokenizer files are checked against their hash in `info_file` (`files_hash`, recorded at
+        the model's first load)."""
+        self._check_files(sub, name, info_file)
         model, tokenizer = load_model(self.folder / sub, device=self.profile.device if self.profile else "cpu")
         digest = state_digest(model)
         if digest != expected:
@@ -79,12 +82,25 @@ class Prepared:
         self.verified[name] = digest
         return model, tokenizer
 
+    def _check_files(self, sub: str, name: str, info_file: str) -> None:
+        """Refuse a cached model whose config or tokenizer files changed since its first load (edited
+        in place, or damaged yet still loadable: the weights hash would not see it)."""
+        digest = folder_digest(self.folder / sub, (".json",))
+        with _building(self.folder):
+            info = store.read_json(self.folder / info_file)
+            if "files_hash" not in info:  # built or installed, never loaded yet: its files as they are now
+                store.write_json(self.folder / info_file, {**info, "files_hash": digest})
+            elif info["files_hash"] != digest:
+                raise RunError(f"the cached {name} model in {self.folder / sub} is damaged (its config and "
+                               f"tokenizer files hash {digest}, recorded {info['files_hash']}); delete "
+                               f"{self.folder} and run `bench prepare` again")
+
     def verify(self) -> None:
         """Load and hash every model this world has built (`bench prepare` reports only what passes)."""
         self.load_student()
         teacher = self.teacher_info()
         if teacher is not None:
-            self._load_verified("external", "external", teacher["model_hash"])
+            self._load_verified("external", "external", teacher["model_hash"], "external.json")
 
     def teacher_info(self) -> dict | None:
         path = self.folder / "external.json"
@@ -112,7 +128,7 @@ class Prepared:
             known = ", ".join(["external", *sorted(self.extra_teachers)])
             raise ConfigError(f"no prepared teacher {name!r}; teachers: {known} (add one with --teacher NAME=PATH)")
         info = self.ensure_teacher()
-        model, tokenizer = self._load_verified("external", "external", info["model_hash"])
+        model, tokenizer = self._load_verified("external", "external", info["model_hash"], "external.json")
         if not ledger.total("external"):
             for row in info["ledger"]:
                 ledger.charge(**row)

@@ -98,8 +98,9 @@ def _calibration_rows(c: dict) -> list[dict]:
     return rows
 
 
-def regime_rows(profile: Any, prepared: Any) -> list[dict]:
-    """The regime table for a prepared profile (its own calibration plus the shipped calibration runs)."""
+def regime_rows(profile: Any, prepared: Any, base_hash: str | None = None) -> list[dict]:
+    """The regime table for a prepared profile (its own calibration plus the shipped calibration runs);
+    its base's weights hash is recomputed from the model, unless given (`base_hash`)."""
     calibration = {r["domain"]: r for r in prepared.calibration()}
     lengths = {d: r["base_length"] for d, r in calibration.items()}
     suite_means = [sum(lengths[d] for d in s) / len(s) for s in (("math", "code"), tuple(lengths))
@@ -127,7 +128,9 @@ def regime_rows(profile: Any, prepared: Any) -> list[dict]:
         rows.append(_row("external teacher pass@1 vs the student's GRPO ceiling", "10+ points above on every domain",
                          ", ".join(f"{d} {teacher[d]:.0%} vs {ceiling.get(d, 0):.0%}" for d in teacher),
                          all(teacher[d] >= ceiling.get(d, 1.0) + 0.1 for d in teacher)))
-    if shipped.get("model_hashes", {}).get("base") != prepared.model_hashes().get("base"):
+    if base_hash is None:
+        base_hash = prepared.model_hashes().get("base")
+    if shipped.get("model_hashes", {}).get("base") != base_hash:
         rows.append(_row("calibration base", "the prepared base", "measured on another base (hash differs)", False))
     return rows
 
@@ -156,5 +159,7 @@ def shipped_worlds() -> list[dict[str, Any]]:
         if not (folder / "prepared.json").exists():
             continue
         prepared = Prepared(folder, json.loads((folder / "prepared.json").read_text()), profile)
-        worlds.append({"profile": name, "description": profile.description, "rows": regime_rows(profile, prepared)})
+        base_hash = prepared.info["model_hashes"]["base"]  # the manifest's files: never loaded here
+        worlds.append({"profile": name, "description": profile.description,
+                       "rows": regime_rows(profile, prepared, base_hash)})
     return worlds

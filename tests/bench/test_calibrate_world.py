@@ -63,6 +63,22 @@ def test_the_regime_table_reads_it(calibration):
     assert all(r["met"] in (True, False, None) for r in rows)
 
 
+def test_the_sites_regime_tables_load_no_model_and_write_nothing(monkeypatch):
+    """`bench report` reads the shipped worlds' files: it never loads (so never hashes, nor marks) a model."""
+    from bench.world import prepare, reference
+    from bench.world.regime import shipped_worlds
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a report loaded a model")
+
+    monkeypatch.setattr(prepare, "load_model", refuse)
+    before = {p: p.read_bytes() for p in sorted(reference.ROOT.rglob("*")) if p.is_file()}
+    worlds = shipped_worlds()
+    assert {"tiny", "direct"} <= {w["profile"] for w in worlds}
+    assert {p: p.read_bytes() for p in sorted(reference.ROOT.rglob("*")) if p.is_file()} == before
+    assert not list(reference.ROOT.parent.glob("reference/*.lock"))
+
+
 def test_the_stopping_rule_fires_on_its_patience_th_step_in_a_row_below_the_threshold():
     kls = [0.1, 0.01, 0.01, 0.2, 0.01, 0.01, 0.01, 0.01]
     assert calibrate_world.fire_step(kls, 0.05, 3) == 7

@@ -586,20 +586,27 @@ def _base_weights(cache: Path) -> Path:
     return weights
 
 
-@pytest.mark.parametrize("damage", ["flipped", "truncated"])
+@pytest.mark.parametrize("damage", ["flipped", "truncated", "edited config"])
 @pytest.mark.parametrize("command", ["run", "prepare"])
 def test_a_damaged_cached_model_is_refused(damage, command, cache, tmp_path):
+    from bench.world import prepare
+    from bench.world.profiles import PROFILES
+
     if not list((cache / "prepared").glob(f"{PROFILE}-*/prepared.json")):
         pytest.skip("the test cache has no direct-smoke world yet")
+    prepare.prepare(PROFILES[PROFILE], progress=False, teacher=False).load_student()  # first load: files hashed
     weights = _base_weights(cache)
     if damage == "flipped":
         _flip(weights, 1 << 16, 64 << 10)
-    else:
+    elif damage == "truncated":
         weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    else:  # still loads, with the same weights: only the files' hash can tell
+        config = json.loads((weights.parent / "config.json").read_text())
+        (weights.parent / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-3}))
     before = snapshot(cache / "prepared")
     args = ["prepare", "--profile", PROFILE] if command == "prepare" else \
         ["run", "--method", "grpo-joint", "--profile", PROFILE, "--runs", str(tmp_path / "r")]
-    refused(cli.invoke(app, args), "is damaged" if damage == "flipped" else "cannot load the model")
+    refused(cli.invoke(app, args), "cannot load the model" if damage == "truncated" else "is damaged")
     assert snapshot(cache / "prepared") == before
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
 
@@ -634,6 +641,7 @@ def test_a_run_started_from_other_models_is_not_resumed(runs, cache):
     save_model(model, tokenizer, folder)
     info_path = folder.parent / "prepared.json"
     info = json.loads(info_path.read_text())
+    info.pop("files_hash", None)  # as a rebuild writes it: recorded again at the new base's first load
     info["model_hashes"]["base"] = rebuilt = state_digest(model)
     info_path.write_text(json.dumps(info))
     before = snapshot(runs)
