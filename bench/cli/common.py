@@ -32,10 +32,11 @@ PHASES_HELP = ("how a method's independent phases (opd-multi's experts) run: pro
                "default otherwise, and what sweeps do), isolated, or ray")
 
 
-def default_phase_executor(device: str, rollout: str) -> str:
+def default_phase_executor(on_gpu: bool, rollout: str) -> str:
     """`bench run`'s phase executor unless told: worker processes where they are cheap (CPU, torch
-    rollouts), else in order (a GPU, or a vLLM engine, per process would be duplicated)."""
-    return "processes" if device == "cpu" and rollout == "torch" else "sequential"
+    rollouts), else in order (a GPU, or a vLLM engine, per process would be duplicated). `on_gpu`:
+    `RunConfig.on_gpu` (`--device`, or a world whose models live on a GPU)."""
+    return "processes" if not on_gpu and rollout == "torch" else "sequential"
 
 
 def _version(value: bool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -83,10 +84,12 @@ def run(
             config = RunConfig(
                 method=method, suite=suite, difficulty=difficulty, profile=profile, seed=seed,
                 budget_flops=_budget(budget), overrides=_overrides(set_), runs_dir=runs, rollout=rollout,
-                phase_executor=phase_executor or default_phase_executor(device, rollout), report_to=tuple(report_to),
+                phase_executor=phase_executor or "sequential", report_to=tuple(report_to),
                 **_run_fields(eval_size, model, external, teacher, device, max_new_tokens, eval_every, eval_early,
                               distill_eval_every, save_milestones),
             )
+            if phase_executor is None:
+                config = replace(config, phase_executor=default_phase_executor(config.on_gpu, rollout))
             run = Runner(config, resume=resume, progress=progress and not as_json)
             summary = run.run()
     if as_json:
