@@ -64,6 +64,11 @@ class Prepared:
     extra_teachers: dict[str, Path] = dataclasses.field(default_factory=dict)
     verified: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> weights hash, recomputed
 
+    @property
+    def device(self) -> str:
+        """Where this world's models run: its profile's device (`gpu-small`: cuda)."""
+        return self.profile.device if self.profile else "cpu"
+
     def load_student(self) -> tuple[Any, Any]:
         """The base student, its weights checked against the hash recorded when it was built."""
         return self._load_verified("student", "base", self.info["model_hashes"]["base"], "prepared.json")
@@ -74,7 +79,7 @@ class Prepared:
         tokenizer files are checked against their hash in `info_file` (`files_hash`, recorded at
         the model's first load)."""
         self._check_files(sub, name, info_file)
-        model, tokenizer = load_model(self.folder / sub, device=self.profile.device if self.profile else "cpu")
+        model, tokenizer = load_model(self.folder / sub, device=self.device)
         digest = state_digest(model)
         if digest != expected:
             raise RunError(f"the cached {name} model in {self.folder / sub} is damaged (weights hash {digest}, "
@@ -122,7 +127,7 @@ class Prepared:
         """The external teacher, built on first use. Its training is booked `external` in `ledger` once
         (a resumed run whose ledger already holds it is not charged again): recorded, never counted."""
         if name in self.extra_teachers:
-            model, tokenizer = load_model(self.extra_teachers[name])
+            model, tokenizer = load_model(self.extra_teachers[name], device=self.device)
             return Policy(name, model, tokenizer, ledger=ledger, trainable=False)
         if name != "external":
             known = ", ".join(["external", *sorted(self.extra_teachers)])

@@ -125,3 +125,29 @@ def test_a_gpu_worlds_warmup_trains_with_tf32_as_its_prepare_does(monkeypatch):
     finally:
         torch.set_float32_matmul_precision(before)
     assert seen == ["highest", "high"]
+
+
+def test_every_model_of_a_gpu_world_loads_on_its_device(monkeypatch, tmp_path):
+    """The base, the external teacher and a `--teacher NAME=PATH` teacher all load where the world
+    runs (`gpu-small`: cuda), never on the CPU beside a student on the GPU."""
+    from bench.accounting.ledger import Ledger
+    from bench.world import prepare as prep
+    from bench.world.profiles import PROFILES
+
+    devices = []
+
+    def load(folder, device="cpu"):
+        devices.append(device)
+        raise RuntimeError("loaded")
+
+    monkeypatch.setattr(prep, "load_model", load)
+    (tmp_path / "student").mkdir()
+    (tmp_path / "prepared.json").write_text("{}")
+    prepared = prep.Prepared(tmp_path, {}, PROFILES["gpu-small"], extra_teachers={"expert": tmp_path})
+    for call in (lambda: prepared.load_teacher("expert", Ledger()),
+                 lambda: prepared._load_verified("student", "base", "0", "prepared.json")):
+        try:
+            call()
+        except RuntimeError as exc:
+            assert str(exc) == "loaded"
+    assert devices == ["cuda", "cuda"]
