@@ -9,7 +9,6 @@ charged (docs/design.md, FLOP accounting). The engine uses the `_`-prefixed memb
 from __future__ import annotations
 
 import contextlib
-import copy
 from typing import Any
 
 import torch
@@ -19,6 +18,7 @@ from bench.accounting.ledger import Ledger, current_category, current_phase
 from bench.accounting.metering import meter
 from bench.losses import (distinct_symbols, head_recompute_flops, keep_budget, linear_token_logprobs,
                           token_logprobs)
+from bench.world.models import rebuilt
 
 # Architectures whose logits are exactly lm_head(final hidden state): no soft-capping or scaling, so
 # the LM head can be fused with the log-softmax (`Policy.logprobs`).
@@ -368,9 +368,8 @@ class Policy:
     def _clone(self, name: str, trainable: bool = True) -> Policy:
         """An independent copy with fresh optimiser state, metered under `name` (`RunContext.clone`)."""
         # Rebuilt from config, not deep-copied: a deep copy would carry this model's meter hooks.
-        model = type(self._model)(copy.deepcopy(self._model.config))
-        model.load_state_dict(self._model.state_dict())
-        model.to(device=self.device, dtype=next(self._model.parameters()).dtype)
+        model = rebuilt(self._model.config, self._model.state_dict(), device=self.device,
+                        dtype=next(self._model.parameters()).dtype)
         return Policy(name, model, self._tokenizer, self._ledger, trainable, chat=self._chat)
 
     def _state(self) -> dict:

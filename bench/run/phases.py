@@ -41,7 +41,6 @@ states are merged key by key, the later key winning on a clash).
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
 import multiprocessing
@@ -63,6 +62,7 @@ from bench.errors import RunError
 from bench.policy import Policy
 from bench.run.pools import kill_workers
 from bench.run.ray_support import import_ray
+from bench.world.models import rebuilt
 
 EXECUTORS = ("sequential", "processes", "isolated", "ray")
 POLL_S = 0.5  # how often the parent of `processes` children reads their progress
@@ -73,7 +73,6 @@ class PolicySpec:
     """What rebuilds a policy elsewhere: architecture, weights (CPU), tokenizer; never its hooks."""
 
     name: str
-    model_cls: type
     model_config: Any
     weights: dict[str, torch.Tensor]
     tokenizer: Any
@@ -83,15 +82,11 @@ class PolicySpec:
     @classmethod
     def of(cls, policy: Policy) -> PolicySpec:
         weights = {k: v.detach().cpu() for k, v in policy._model.state_dict().items()}
-        return cls(policy.name, type(policy._model), policy._model.config, weights, policy._tokenizer,
-                   policy._chat, policy.device.type)
+        return cls(policy.name, policy._model.config, weights, policy._tokenizer, policy._chat, policy.device.type)
 
     def build(self, ledger: Ledger) -> Policy:
-        model = self.model_cls(copy.deepcopy(self.model_config))
-        model.load_state_dict(self.weights)
         device = "cuda" if self.device == "cuda" and torch.cuda.is_available() else "cpu"
-        dtype = next(iter(self.weights.values())).dtype if self.weights else None
-        model.to(device=device, dtype=dtype)
+        model = rebuilt(self.model_config, self.weights, device=device, dtype=next(iter(self.weights.values())).dtype)
         return Policy(self.name, model, self.tokenizer, ledger=ledger, chat=self.chat)
 
 
