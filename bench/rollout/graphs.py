@@ -33,6 +33,7 @@ charge against the FLOP counter).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
 
@@ -113,6 +114,11 @@ class GraphRollout(TorchRollout):
         self.key_bucket, self.static, self.graphs = key_bucket, static, graphs
         self._buffers: dict[tuple, _Static] = {}  # by `_Static.layout`: a teacher does not evict the student's
         self._captured: dict[tuple, tuple[torch.cuda.CUDAGraph, weakref.ref]] = {}
+
+    def __getstate__(self) -> dict:
+        """A pickled copy (a parallel phase's, a Ray task's) starts with no static caches or graphs:
+        they hold this process's device memory, and CUDA graphs and weak references cannot be pickled."""
+        return {**self.__dict__, "_buffers": {}, "_captured": {}}
 
     def _uses_static(self, model: torch.nn.Module) -> bool:
         wanted = self.static if self.static is not None else model.device.type == "cuda"
@@ -229,12 +235,15 @@ class GraphRollout(TorchRollout):
         the step itself, run eagerly, then its capture for later calls (`_capture`)."""
         key = (_Static.layout(model), id(model), rows, keys, tuple(sorted(options.items())))
         found = self._captured.get(key)
-        if found is not None and found[1]() is model:
-            found[0].replay()
-        else:  # graphs of models since freed (snapshots, experts) go: they are never replayed again
-            self._captured = {k: v for k, v in self._captured.items() if v[1]() is not None}
-            self._captured[key] = (self._capture(lambda: _static_step(model, static, rows, keys, options)),
-                                   weakref.ref(model))
+        # Streams and captures are the current device's: on `cuda:1` a capture made on GPU 0's stream
+        # would record nothing (an empty graph) and its replays would do nothing.
+        with torch.cuda.device(model.device) if model.device.type == "cuda" else contextlib.nullcontext():
+            if found is not None and found[1]() is model:
+                found[0].replay()
+            else:  # graphs of models since freed (snapshots, experts) go: they are never replayed again
+                self._captured = {k: v for k, v in self._captured.items() if v[1]() is not None}
+                self._captured[key] = (self._capture(lambda: _static_step(model, static, rows, keys, options)),
+                                       weakref.ref(model))
 
     def _capture(self, step):
         """Run `step` once eagerly on a side stream, then record it as a CUDA graph; returns the graph.

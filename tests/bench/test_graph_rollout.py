@@ -192,6 +192,20 @@ def test_graphs_of_freed_models_are_dropped(stopper):
     assert engine._captured and all(ref() is stopper for _, ref in engine._captured.values())
 
 
+def test_a_pickled_engine_starts_without_the_originals_buffers_and_graphs(stopper):
+    """A parallel phase gets the run's engine through pickle (`isolated`, Ray): graphs and weak
+    references cannot be pickled, and the static buffers are the parent's device memory."""
+    import pickle
+
+    engine = _CpuCapture(static=True, graphs=True, key_bucket=4)
+    prompts, args = random_prompts(SMALL_VOCAB), dict(n=2, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
+    first = engine.generate(stopper, prompts, **args)
+    assert engine._captured and engine._buffers
+    copied = pickle.loads(pickle.dumps(engine))
+    assert not copied._captured and not copied._buffers and engine._captured and engine._buffers
+    _same(copied.generate(stopper, prompts, **args), first)
+
+
 def test_one_engine_serves_calls_of_growing_size(stopper):
     """The static buffers grow when a call needs more rows or keys, and keep serving smaller calls."""
     engine = GraphRollout(static=True, graphs=False, key_bucket=4)

@@ -177,6 +177,45 @@ def killed_unless_math(ctx: RunContext, key: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.parametrize("args, executor", [
+    ([], "processes"), (["--profile", "gpu-small"], "sequential"),
+    (["--phase-executor", "isolated", "--profile", "gpu-small"], "isolated")])
+def test_bench_runs_default_phase_executor_is_processes_only_for_cpu_torch_runs(args, executor, tmp_path,
+                                                                                monkeypatch):
+    """A world whose models live on a GPU (`gpu-small`, with `--device` left at cpu) runs its phases in
+    order: the processes executor refuses a CUDA student."""
+    chosen = []
+
+    def stop(self):
+        chosen.append(self.config.phase_executor)
+        raise RunError("stopped here")
+
+    monkeypatch.setattr(Runner, "run", stop)
+    out = CliRunner().invoke(app, ["run", "--method", "opd-multi", "--runs", str(tmp_path), *args])
+    assert "stopped here" in (out.stderr or out.output) and chosen == [executor]
+
+
+def test_copies_of_a_bf16_policy_compute_what_it_computes():
+    """A model loaded in bf16 (the hf profile on a GPU) keeps RoPE's `inv_freq` in fp32; a clone (an
+    expert, a self-teacher) and a parallel phase's copy of it must too, or the same weights give
+    other logits (rounded rotary angles, off by 0.5 rad at position 512)."""
+    from bench.accounting.ledger import Ledger
+    from bench.policy import Policy
+    from bench.run.phases import PolicySpec
+    from bench.world.models import load_model
+
+    model, tokenizer = load_model("tiny-llama", dtype=torch.bfloat16)
+    source = Policy("student", model, tokenizer, ledger=Ledger())
+    ids = torch.randint(3, 200, (2, 200), generator=torch.Generator().manual_seed(0))
+    buffers = {name: (b.dtype, b) for name, b in model.named_buffers()}
+    with torch.no_grad():
+        want = model(ids).logits
+        for copied in (source._clone("expert"), PolicySpec.of(source).build(Ledger())):
+            assert {name: b.dtype for name, b in copied._model.named_buffers()} == \
+                {name: dtype for name, (dtype, _) in buffers.items()} == {name: torch.float32 for name in buffers}
+            assert torch.equal(copied._model(ids).logits, want)
+
+
 def test_sweep_with_ray_executor_and_no_ray_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as without Ray
     out = CliRunner().invoke(app, ["sweep", "--methods", "grpo-joint", "--executor", "ray", "--runs", str(tmp_path)])
