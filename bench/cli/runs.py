@@ -131,6 +131,12 @@ def prepare(
 
     if profile not in PROFILES:
         _fail(str(unknown("profile", profile, list(PROFILES))))
+    if PROFILES[profile].task_format == "hf":
+        _fail(f"the {profile} profile builds nothing: its runs take local model folders (bench run --profile "
+              f"{profile} --model DIR); bench prepare builds the worlds whose models it trains")
+    if check and reference.manifest(profile) is None:  # before the rebuild, not after it
+        _fail(f"no shipped reference for profile {profile} to check against; the worlds that ship one: "
+              f"{', '.join(n for n in PROFILES if reference.manifest(n) is not None)}")
     checkpoints = _checkpoints(from_checkpoint, rebuild or check)
     if write_reference and not (rebuild or checkpoints):
         _fail("--write-reference needs --rebuild or --from-checkpoint: the reference is what a build from scratch "
@@ -189,8 +195,6 @@ def _compare_with_shipped(profile: str, ours: dict[str, str]) -> None:
     """`--check`: each model rebuilt here against the shipped one's hash; exit 1 where any differs."""
     from bench.world import reference
 
-    if reference.manifest(profile) is None:
-        _fail(f"no shipped reference for profile {profile} to check against", code=1)
     theirs = reference.shipped_hashes(profile)
     names = [n for n in ("base", "external") if n in ours and n in theirs]  # built here and shipped
     for name in names:

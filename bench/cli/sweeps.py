@@ -305,6 +305,7 @@ def report(
                  "(repeatable; the studies OUT already holds are always shown)"),
 ) -> None:
     """Build the static HTML leaderboard from run records (and the studies beside it)."""
+    from reports.records import load_many
     from reports.site import SiteOverwriteError, build_site
 
     from bench.world.regime import shipped_worlds
@@ -312,6 +313,10 @@ def report(
     missing = [str(r) for r in runs if not r.is_dir()]
     if missing:
         _fail(f"no such runs folder: {', '.join(missing)}")
+    records, skipped = load_many(runs)
+    if not records:  # found before anything is written
+        why = f" ({len(skipped)} files skipped; the first, {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+        _fail(f"no valid run records in {', '.join(map(str, runs))}{why}; nothing written")
     with _one_line():
         studies = _studies(out, study)
     checks = _BoardCheck(studies)
@@ -327,8 +332,6 @@ def report(
         f"leaderboard: {summary.n_records} records, {summary.n_skipped} skipped, "
         f"{len(summary.pages)} pages -> {out / 'index.html'} ({summary.wall_s:.1f} s)"
     )
-    if summary.n_records == 0:
-        _fail("no valid run records found", code=1)
 
 
 @app.command(rich_help_panel=PANEL)

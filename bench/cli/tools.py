@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from bench.cli.common import (
-    _budget, _device, _fail, _one_line, _overrides, _plain, _print_json, app, console,
+    DEFAULT_PROFILE, _budget, _device, _fail, _one_line, _overrides, _plain, _print_json, app, console,
 )
 from bench.errors import USER_ERRORS, unknown
 
@@ -25,26 +25,33 @@ def list_(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="methods: each one's config fields, types and defaults"),
+    profile: str = typer.Option(DEFAULT_PROFILE, help="methods: the defaults a run in this world gets (a world "
+                                "sets some of its own)"),
 ) -> None:
     """List methods (with --verbose, their --set keys), suites or profiles."""
     if what == "methods":
         from bench.registry import get_method, method_names
-        from bench.run.config import config_fields
+        from bench.run.config import config_fields, method_config
+        from bench.world.profiles import PROFILES
 
+        if profile not in PROFILES:
+            _fail(str(unknown("profile", profile, list(PROFILES))))
         rows = []
         for name in method_names():
             row: dict[str, Any] = {"name": name}
             if verbose or as_json:
-                cls = get_method(name)
+                cls, world = get_method(name), dict(PROFILES[profile].defaults_for(name))
                 row["summary"] = (cls.__doc__ or "").strip().partition("\n")[0]
-                row["config"] = config_fields(cls.Config())
+                row["config"] = [{**f, "world_default": f["name"] in world}
+                                 for f in config_fields(method_config(cls, tuple(world.items())))]
             rows.append(row)
         if as_json:
             return _print_json(rows)
         for row in rows:
             print(row["name"] + (f": {row['summary']}" if verbose and row.get("summary") else ""))
             for field in row.get("config", []) if verbose else []:
-                print(f"    --set {field['name']}=...  ({field['type']}, default {field['default']!r})")
+                whose = f", the {profile} world's" if field["world_default"] else ""
+                print(f"    --set {field['name']}=...  ({field['type']}, default {field['default']!r}{whose})")
     elif what == "profiles":
         from bench.world.profiles import PROFILES
 
@@ -181,7 +188,8 @@ def export_lm_eval(
     suite: str = typer.Argument(..., help="suite name"),
     out: Path = typer.Option(..., help="folder for the lm-eval task files"),
     difficulty: str = typer.Option("easy"),
-    fmt: str = typer.Option("hf", "--format", help="prompt format: hf (chat, real models) or tiny"),
+    fmt: str = typer.Option("hf", "--format", help="prompt format: hf (chat, real models), tiny or worked (the "
+                            "tiny worlds' short and worked answers)"),
 ) -> None:
     """Write a suite's held-out split as a self-contained lm-eval task folder (`lm_eval --include_path OUT`)."""
     from bench.registry import get_suite
@@ -239,7 +247,8 @@ def eval_(
 
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from bench.registry import get_suite
-    from bench.run.harness import evaluate, metric_rows, resolve_target, scores_record, uses_chat_template
+    from bench.run.harness import (check_positions, evaluate, metric_rows, resolve_target, scores_record,
+                                   uses_chat_template)
     from bench.store import write_json
     from bench.world.profiles import PROFILES
     from tasks.lm_eval_export import export, task_name
@@ -255,10 +264,12 @@ def eval_(
         if target.profile not in PROFILES:
             raise unknown("profile", target.profile, list(PROFILES))
         chosen = PROFILES[target.profile]
+        cap = max_new_tokens or chosen.eval_max_new_tokens
+        check_positions(target.model, cap, chosen.name)
         problems = get_suite(target.suite, target.difficulty, chosen.task_format)
         group = task_name(problems)
         with tempfile.TemporaryDirectory(prefix="opd-bench-lm-eval-") as tmp:
-            export(problems, tmp, max_gen_toks=max_new_tokens or chosen.eval_max_new_tokens)
+            export(problems, tmp, max_gen_toks=cap)
             output = evaluate(
                 target.model, [group, *task], [Path(tmp), *include_path], limit=limit, device=_device(device),
                 chat=uses_chat_template(target.model, chosen.task_format), batch_size=batch_size,

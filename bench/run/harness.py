@@ -20,7 +20,7 @@ from typing import Any
 
 from bench import store
 from bench.errors import RunError, unknown
-from bench.world.models import resolve_model
+from bench.world.models import TINY_SPECS, resolve_model
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,8 @@ class EvalTarget:
 def resolve_target(path: str, *, suite: str | None, difficulty: str | None, profile: str | None) -> EvalTarget:
     """A run directory (scores its `final/`; suite, difficulty and profile default to the run's), one of
     a run's model folders (`final/`, `milestones/...`: the run's defaults too) or any other model
-    folder / tiny spec name (defaults: math_code, easy, hf). Raises `RunError` for a run that
-    has not finished and `UnknownModelError` for a path that holds no model."""
+    folder / tiny spec name (defaults: math_code, easy, and hf, or tiny for a tiny spec). Raises
+    `RunError` for a run that has not finished and `UnknownModelError` for a path that holds no model."""
     folder = Path(path)
     if (folder / "ledger.jsonl").exists() or (folder / "final").is_dir():
         if not (folder / "final" / "config.json").exists():
@@ -61,7 +61,17 @@ def resolve_target(path: str, *, suite: str | None, difficulty: str | None, prof
         run_id = run.get("run_id") if isinstance(run.get("run_id"), str) else None
         return EvalTarget(model, default(suite, "suite"), default(difficulty, "difficulty"),
                           default(profile, "profile"), run_id=run_id)
-    return EvalTarget(model, suite or "math_code", difficulty or "easy", profile or "hf")
+    default_profile = "tiny" if path in TINY_SPECS else "hf"
+    return EvalTarget(model, suite or "math_code", difficulty or "easy", profile or default_profile)
+
+
+def check_positions(model: Path, max_new_tokens: int, profile: str) -> None:
+    """Refuse, before any work, a cap that leaves a model no positions for its prompt (as `bench run` does)."""
+    positions = store.read_json(Path(model) / "config.json").get("max_position_embeddings")
+    if positions and max_new_tokens >= positions:
+        raise RunError(f"a cap of {max_new_tokens} new tokens (the {profile} profile's, or --max-new-tokens) leaves "
+                       f"no room for a prompt in the model's {positions} positions; use --max-new-tokens "
+                       f"{positions // 2} or less, or a profile with a smaller cap (--profile tiny)")
 
 
 def uses_chat_template(model: Path, task_format: str) -> bool:

@@ -129,6 +129,17 @@ def test_list_methods_and_profiles():
     assert result.exit_code == 0 and "tiny" in result.output
 
 
+@pytest.mark.parametrize("contents", [{}, {"notes.txt": "hello"}, {"broken.json": "{"}])
+def test_report_of_a_folder_without_records_writes_nothing(tmp_path, contents):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name, text in contents.items():
+        (runs / name).write_text(text)
+    result = runner.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
+    assert result.exit_code == 2 and "no valid run records in" in _err(result) and len(_err(result).splitlines()) == 1
+    assert not (tmp_path / "site").exists()
+
+
 def test_report_refuses_to_drop_a_sites_records_unless_forced(tmp_path):
     from tests.reports.factory import make_record, write_runs
 
@@ -219,6 +230,10 @@ def test_version_and_machine_readable_listings():
     assert fields["distill.lr"]["type"] == "float" and fields["expert_fraction"]["default"] == 0.9
     verbose = runner.invoke(app, ["list", "methods", "--verbose"]).output
     assert "    --set distill.steps=...  (int, default 0)" in verbose
+    # a world's own defaults are the ones its runs get, and say so
+    assert "    --set lr=...  (float, default 0.00025, the tiny world's)" in verbose.split("grpo-joint")[1]
+    gpu = runner.invoke(app, ["list", "methods", "-v", "--profile", "gpu-small"]).output
+    assert "    --set lr=...  (float, default 8e-05, the gpu-small world's)" in gpu.split("grpo-joint")[1]
     profiles = json.loads(runner.invoke(app, ["list", "profiles", "--json"]).output)
     assert {p["name"] for p in profiles} >= {"tiny", "direct", "smoke"}
 

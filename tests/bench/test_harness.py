@@ -129,6 +129,8 @@ def test_eval_runs_a_task_the_user_names(run_dir, tmp_path):
     (lambda run, tmp: ["eval", str(run), "--task", "opd_bench_math_code_easy_tin"], "did you mean"),
     (lambda run, tmp: ["eval", str(run), "--suite", "math_cod"], "did you mean"),
     (lambda run, tmp: ["eval", str(run), "--limit", "0"], "--limit"),
+    (lambda run, tmp: ["eval", str(run), "--max-new-tokens", "100000"], "leaves no room for a prompt"),
+    (lambda run, tmp: ["eval", "tiny-llama", "--profile", "hf"], "the hf profile's, or --max-new-tokens"),
 ])
 def test_eval_bad_input_is_one_line_and_exit_2(run_dir, tmp_path, make_args, says):
     result = CliRunner().invoke(app, make_args(run_dir, tmp_path))
@@ -143,6 +145,13 @@ def test_eval_of_an_uncached_lm_eval_task_is_one_line(run_dir):
     assert result.exit_code == 2, result.output
     message = result.stderr or result.output
     assert "not in the local datasets cache" in message and "Traceback" not in message
+
+
+def test_a_tiny_spec_is_scored_in_the_tiny_format_unless_told():
+    from bench.run.harness import resolve_target
+
+    assert resolve_target("tiny-llama", suite=None, difficulty=None, profile=None).profile == "tiny"
+    assert resolve_target("tiny-llama", suite=None, difficulty=None, profile="worked").profile == "worked"
 
 
 def test_eval_refuses_an_unfinished_run(tmp_path):

@@ -814,3 +814,13 @@ def test_killed_at_a_random_step_resumes_to_the_same_record(point, whole_opd_mul
     else:
         resumed = Runner(config, resume=True, progress=False).run()
     assert comparable(resumed) == comparable(whole)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--profile", "hf"], "the hf profile builds nothing"),
+    (["--profile", "smoke", "--check"], "no shipped reference for profile smoke to check against"),
+])
+def test_prepare_refuses_what_it_cannot_do_before_any_work(args, says, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / "cache"))
+    refused(cli.invoke(app, ["prepare", *args]), says)
+    assert not (tmp_path / "cache").exists()
