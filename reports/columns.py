@@ -21,7 +21,8 @@ def tau_label(k: float) -> str:
 
 # every metric a page shows: download name -> (title, unit, what it means); docs/metrics.md defines each
 METRICS: dict[str, tuple[str, str, str]] = {
-    "final_accuracy": ("Final accuracy", "acc", "held-out accuracy at 100% of the budget (carried flat)"),
+    "final_accuracy": ("Final accuracy", "acc", "held-out accuracy at 100% of the budget (read on the curve where "
+                       "the run's last step crossed it, carried flat where the run stopped before)"),
     **{f"accuracy_at_{p}pct": (f"Acc. at {p}%", "acc", f"held-out accuracy at {p}% of the budget, read on the curve "
                                "(linear in log FLOPs; carried flat after a run stops)") for p in (10, 25, 50)},
     **{f"flops_to_target_{gain_name(k)}": (f"FLOPs to {tau_label(k)}", "flops",

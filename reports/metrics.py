@@ -292,11 +292,12 @@ def expert_flops(phases: Mapping[str, float]) -> float:
 def distillation_share(ledger: Iterable[Mapping[str, Any]]) -> float | None:
     """At the stopping rule: counted FLOPs of phase `distill` / those of phases `expert:*` and `stage:*`.
 
-    None for a run with no expert or stage training (the share is undefined, not zero).
+    None for a run with no expert or stage training, or none in phase `distill` (recover's stages,
+    whose distillation arm measures recovery): the share is undefined, not zero.
     """
     phases = phase_flops(ledger)
     experts = expert_flops(phases)
-    if experts <= 0:
+    if experts <= 0 or "distill" not in phases:
         return None
     return phases.get("distill", 0.0) / experts
 

@@ -254,7 +254,7 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
             kept in place.
         board_check: called with the records and the site's command (`bench reproduce ...`) before
             anything is written; it says whether that command, at today's code, plans exactly these
-            records ({"commit", "runs", "differences", "added"}, as a study's `plan`), or None. The
+            records ({"commit", "uncommitted", "runs", "differences", "added"}, as a study's `plan`), or None. The
             engine gives one (`bench report`); the pages show its answer, or that none was given.
     Returns:
         a SiteSummary; invalid records are listed there, in site.json and on the index page.

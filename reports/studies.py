@@ -62,7 +62,8 @@ class Study:
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     # the caller's check that `sweep`, resolved by today's code, plans exactly these records together:
-    # {"commit": str or None, "runs": n planned, "differences": [one line each]}; None: not checked
+    # {"commit": str or None, "uncommitted": code changed since it, "runs": n planned, "differences": [one line
+    # each]}; None: not checked
     plan: dict[str, Any] | None = None
 
     @property

@@ -14,8 +14,20 @@ TABLES = {"tiny": "**Worked-answer world**", "direct": "**Direct-answer world**"
 VERDICTS = {"holds": "holds", "does not hold": "does not hold at this scale", "inconclusive": "inconclusive"}
 
 
-def _pct(est: dict) -> str:
-    return f"{100 * est['value']:.1f}% [{100 * est['low']:.1f}, {100 * est['high']:.1f}]"
+def _percent(x: float, accuracy: bool) -> str:
+    """A share as a percentage with one decimal, as the site rounds it: an accuracy to three places
+    (0.3685, a hair below in binary, is 0.368 there: 36.8%, though 100 × 0.3685 rounds to 36.9),
+    any other share as a percentage."""
+    return f"{100 * round(x, 3) if accuracy else 100 * x:.1f}"
+
+
+def _pct(est: dict, accuracy: bool = False) -> str:
+    low, value, high = (_percent(est[k], accuracy) for k in ("low", "value", "high"))
+    return f"{value}% [{low}, {high}]"
+
+
+def _acc(est: dict) -> str:
+    return _pct(est, accuracy=True)
 
 
 def _table(heading: str) -> list[list[str]]:
@@ -44,8 +56,9 @@ def test_each_results_table_is_the_sites(profile):
                 continue
             label, cells = rows.pop((b["suite"], m["method"]))  # every method of the board is in the README
             metrics = m["metrics"]
-            assert label == b["suite"] or label == f"{b['suite']} (base {100 * metrics['base_accuracy']['value']:.1f}%)"
-            assert cells == [_pct(metrics["final_accuracy"]), _pct(metrics["accuracy_at_25pct"]), _pct(metrics["auc"]),
+            base = _percent(metrics["base_accuracy"]["value"], accuracy=True)
+            assert label == b["suite"] or label == f"{b['suite']} (base {base}%)"
+            assert cells == [_acc(metrics["final_accuracy"]), _acc(metrics["accuracy_at_25pct"]), _acc(metrics["auc"]),
                              f"{metrics['counted_flops']['value']:.1e}".replace("e+", "e"),
                              f"{metrics['mean_length']['value']:.1f}"], (b["suite"], m["method"])
     assert not rows  # and nothing else
@@ -99,7 +112,7 @@ def test_each_claim_1_studys_final_accuracies_and_distillation_cost_are_the_read
         finals = [r for r in claim["rows"] if "final accuracy" in r["measure"] and r["board"].startswith("math_code")]
         assert len(finals) == 2, study["slug"]
         for row in finals:
-            assert _pct(row["estimate"]) in README, (study["slug"], row["measure"])
+            assert _acc(row["estimate"]) in README, (study["slug"], row["measure"])
         paired = any(r["measure"].endswith("seeds paired") for r in claim["rows"])
         assert not paired or study["distillation_cost"], study["slug"]
         for cost in study["distillation_cost"] if paired else []:

@@ -199,7 +199,7 @@ def _studies(out: Path, folders: list[Path]) -> list:
     from reports.studies import StudyError, load_study, site_studies
 
     from bench.run.plan_check import plan_check
-    from bench.run.provenance import git_commit
+    from bench.run.provenance import git_commit, uncommitted_code
 
     chosen: dict[str, Path] = {}
     for folder in [*site_studies(out), *folders]:
@@ -207,7 +207,7 @@ def _studies(out: Path, folders: list[Path]) -> list:
             _fail(f"two studies named {folder.name}: {chosen[folder.name]} and {folder} (a study's name is its "
                   "folder's)")
         chosen[folder.name] = folder
-    studies, commit = [], git_commit()
+    studies, commit = [], {"commit": git_commit(), "uncommitted": uncommitted_code()}
     for folder in chosen.values():
         try:
             study = load_study(folder)
@@ -217,7 +217,7 @@ def _studies(out: Path, folders: list[Path]) -> list:
             _fail(str(exc))
         except USER_ERRORS as exc:  # a sweep command that names an unknown method, key or value
             _fail(f"study {folder}: {exc}")
-        study.plan = {"commit": commit, "runs": len(configs), **check}
+        study.plan = {**commit, "runs": len(configs), **check}
         studies.append(study)
     return studies
 
@@ -242,7 +242,7 @@ class _BoardCheck:
 
     def __call__(self, records: list[dict], command: str) -> dict | None:
         from bench.run.plan_check import plan_check
-        from bench.run.provenance import git_commit
+        from bench.run.provenance import git_commit, uncommitted_code
 
         if not records:
             return None
@@ -255,7 +255,7 @@ class _BoardCheck:
             return None
         if check["differences"]:
             self.lines.append(_differs(f"the site's command `{command}`", check))
-        return {"commit": git_commit(), "runs": len(configs), **check}
+        return {"commit": git_commit(), "uncommitted": uncommitted_code(), "runs": len(configs), **check}
 
     def say(self) -> None:
         for line in self.lines:

@@ -58,5 +58,16 @@ def git_commit() -> str | None:
         return None
 
 
+def uncommitted_code() -> bool:
+    """Whether the checkout's code (engine, methods, tasks, reports and their templates) has changes
+    not yet committed: then `git_commit()` names a commit that did not make what this code makes."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "bench", "methods",
+                              "tasks", "reports"], capture_output=True, text=True, timeout=10, cwd=ROOT)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -150,3 +150,15 @@ def test_expert_tail_share():
     assert expert_tail_share({"expert_tail_flops": 15.0}, ledger) == pytest.approx(0.15)
     assert expert_tail_share({}, ledger) is None and expert_tail_share(None, ledger) is None
     assert expert_tail_share({"expert_tail_flops": 15.0}, [_row("train", 10.0)]) is None
+
+
+def test_distillation_share_is_undefined_without_a_distill_phase():
+    """recover's stages train teachers but its distillation arm is booked `recover:opd`: no share, not 0."""
+    from reports.metrics import distillation_share
+
+    def row(phase: str, flops: float) -> dict:
+        return {"category": "counted", "phase": phase, "flops": flops}
+
+    assert distillation_share([row("stage:1", 1e12), row("recover:opd", 6e10)]) is None
+    assert distillation_share([row("distill", 5e10)]) is None
+    assert distillation_share([row("expert:math", 1e12), row("distill", 5e10)]) == pytest.approx(0.05)

@@ -76,6 +76,11 @@ def test_a_plan_check_is_shown_as_given(tmp_path):
     assert "The command does not make exactly these 8 records." in page and "method_config.lr is 1e-05" in page
     assert "method_config.forget_scale = 1.0" in page
     assert "its command does not make exactly its records" in (tmp_path / "site" / "findings.html").read_text()
+    assert "not yet committed" not in page
+    study.plan["uncommitted"] = True  # built from code that differs from the commit it names
+    build_site([tmp_path / "board"], tmp_path / "site2", studies=[study])
+    page = (tmp_path / "site2" / "studies" / "checked.html").read_text()
+    assert "c0ffee</code>, with changes to the code not yet committed: the commit alone may not make" in page
 
 
 def test_a_site_keeps_its_studies_and_a_rebuild_without_them_refuses(tmp_path):
@@ -156,3 +161,27 @@ def test_a_study_draws_the_figures_of_the_claims_it_reads(tmp_path, claims, figu
         assert [label for label, _ in kwargs["targets"]] == ["τ₀.₅", "τ₀.₇₅", "τ₀.₉"]
         svg = func(**kwargs)
         assert svg.count("<polyline") >= 6 + 3 and "τ₀.₉" in svg
+
+
+def test_uncommitted_code_is_told_from_a_clean_checkout(tmp_path, monkeypatch):
+    """The commit a site names made its pages only if the code had no changes beyond it."""
+    import subprocess
+
+    from bench.run import provenance
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "site.py").write_text("A = 1\n")
+    (tmp_path / "notes.txt").write_text("")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    monkeypatch.setattr(provenance, "ROOT", tmp_path)
+    (tmp_path / "notes.txt").write_text("not code")
+    (tmp_path / "reports" / "new.py").write_text("")  # untracked: not part of what the commit names
+    assert provenance.uncommitted_code() is False
+    (tmp_path / "reports" / "site.py").write_text("A = 2\n")
+    assert provenance.uncommitted_code() is True
