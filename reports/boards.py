@@ -217,6 +217,12 @@ def _method_result(method: str, runs: pd.DataFrame, frames_idx: dict, key: Board
     runs = runs.sort_values(["seed", "run_id"])  # a fixed order whatever the files are called
     ids = runs["run_id"].tolist()
     rng = rng_for(*map(str, vars(key).values()), method)
+
+    def own(metric: str) -> np.random.Generator:
+        """A metric's own bootstrap draws: its interval never moves because another metric's
+        definition (or whether it is defined for these runs) changed."""
+        return rng_for(*map(str, vars(key).values()), method, metric)
+
     cs = curve_set([frames_idx["curves"][r] for r in ids], key.budget_flops)
     same = method == REFERENCE_METHOD
     idx = ref.idx if same and ref is not None else resample_indices(len(ids), rng, CURVE_REPS)
@@ -233,14 +239,14 @@ def _method_result(method: str, runs: pd.DataFrame, frames_idx: dict, key: Board
             relative = Relative(ftt, sav, spend, spend_diff)
     lengths = col("final_mean_length")
     domain_accuracy, flops_by_group = _mean_tables(ids, frames_idx["domains"], frames_idx["groups"])
-    single = {attr: estimate(col(column), rng) for attr, column in _PER_RUN_ESTIMATES.items()}
+    single = {attr: estimate(col(column), own(attr)) for attr, column in _PER_RUN_ESTIMATES.items()}
     base = single["base_accuracy"]
     per_run = {c: col(c) for c in _PER_RUN}
     return MethodResult(
         method=method, is_reference=same, run_ids=ids, seeds=col("seed"),
-        accuracy_at={f: estimate(col(c), rng) for f, c in zip(BUDGET_FRACTIONS, ACCURACY_AT)},
-        relative=relative, mean_length=estimate(lengths, rng),
-        length_ratio=NONE if ref is None else estimate_pair(lengths, ref.lengths, rng, same_runs=same),
+        accuracy_at={f: estimate(col(c), own(c)) for f, c in zip(BUDGET_FRACTIONS, ACCURACY_AT)},
+        relative=relative, mean_length=estimate(lengths, own("mean_length")),
+        length_ratio=NONE if ref is None else estimate_pair(lengths, ref.lengths, own("length_ratio"), same_runs=same),
         curves=cs, curve_mid=mid, band_grid=band_grid, curve_low=low, curve_high=high,
         # fitted to the aggregate at the thinned grid's points: the same curve, a third of the work
         fit=fit_scaling_curve(band_grid, np.interp(band_grid, cs.grid, mid),

@@ -255,3 +255,24 @@ def test_a_board_made_on_two_kinds_of_cpu_says_which_made_how_many():
         "runs were made on 2 kinds of CPU (synthetic: 4, Intel Xeon: 2); a record is rebuilt value for value "
         "only on the kind of CPU it names"]
     assert not board.odd_runs  # another CPU is no other base: nothing on the board is marked as differing
+
+
+def test_a_metrics_interval_does_not_hang_on_whether_another_metric_is_defined():
+    """Each metric draws its own bootstrap samples: opd-multi without a `distill` phase (its share
+    undefined) keeps every other interval, lengths and accuracies at a share of the budget included."""
+    def runs(phase):
+        records = [_run("grpo-joint", s, [0.2, 0.3, 0.4, 0.5 + 0.01 * s]) for s in range(5)]
+        for s in range(5):
+            run = _run("opd-multi", s, [0.2, 0.4, 0.5 + 0.02 * s, 0.6 + 0.01 * s], length=4.0 + 0.3 * s)
+            run["ledger"] = [{**row, "phase": phase if row["phase"] == "distill" else row["phase"]}
+                             for row in run["ledger"]]
+            records.append(run)
+        return _board(records).method("opd-multi")
+
+    with_share, without = runs("distill"), runs("late")
+    assert with_share.distillation_share.value is not None and without.distillation_share.value is None
+    assert with_share.counted_flops == without.counted_flops
+    for name in ("mean_length", "length_ratio", "auc", "final_accuracy"):
+        assert getattr(with_share, name) == getattr(without, name), name
+        assert getattr(without, name).low < getattr(without, name).high, name  # a real interval was drawn
+    assert with_share.accuracy_at == without.accuracy_at
