@@ -9,16 +9,17 @@ charged (docs/design.md, FLOP accounting). The engine uses the `_`-prefixed memb
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from bench.accounting.ledger import Ledger, current_category, current_phase
 from bench.accounting.metering import meter
 from bench.losses import (distinct_symbols, head_recompute_flops, keep_budget, linear_token_logprobs,
                           token_logprobs)
-from bench.world.models import rebuilt
 
 # Architectures whose logits are exactly lm_head(final hidden state): no soft-capping or scaling, so
 # the LM head can be fused with the log-softmax (`Policy.logprobs`).
@@ -57,6 +58,15 @@ def _swapped(module: torch.nn.Module, attr: str, replacement: torch.nn.Module):
         yield original
     finally:
         setattr(module, attr, original)
+
+
+def rebuilt(config: Any, weights: dict[str, torch.Tensor], *, device: Any, dtype: torch.dtype) -> PreTrainedModel:
+    """A new model of `config`'s architecture in `dtype` on `device`, holding `weights` (a state dict):
+    built as `from_pretrained(dtype=...)` builds one, so its non-persistent buffers (RoPE's `inv_freq`)
+    keep their own dtype, where a model cast with `.to(dtype=...)` has them rounded to bf16."""
+    model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)
+    model.load_state_dict(weights)
+    return model.to(device)
 
 
 class Policy:

@@ -59,10 +59,9 @@ import torch
 from bench.accounting.ledger import Ledger, current_phase
 from bench.context import PhaseRunner, RunContext
 from bench.errors import RunError
-from bench.policy import Policy
+from bench.policy import Policy, rebuilt
 from bench.run.pools import kill_workers
 from bench.run.ray_support import import_ray
-from bench.world.models import rebuilt
 
 EXECUTORS = ("sequential", "processes", "isolated", "ray")
 POLL_S = 0.5  # how often the parent of `processes` children reads their progress

@@ -12,7 +12,6 @@ Qwen2 in transformers 5.x). Built models are cached under `$OPD_BENCH_CACHE/mode
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -21,7 +20,6 @@ import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import huggingface_hub
 import torch
@@ -138,15 +136,6 @@ def build_tiny(spec: TinySpec) -> tuple[PreTrainedModel, PreTrainedTokenizerFast
         torch.random.set_rng_state(generator_state)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
-
-
-def rebuilt(config: Any, weights: dict[str, torch.Tensor], *, device: Any, dtype: torch.dtype) -> PreTrainedModel:
-    """A new model of `config`'s architecture in `dtype` on `device`, holding `weights` (a state dict):
-    built as `from_pretrained(dtype=...)` builds one, so its non-persistent buffers (RoPE's `inv_freq`)
-    keep their own dtype, where a model cast with `.to(dtype=...)` has them rounded to bf16."""
-    model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)
-    model.load_state_dict(weights)
-    return model.to(device)
 
 
 def tiny_model_dir(name: str) -> Path:
