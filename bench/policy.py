@@ -107,6 +107,15 @@ class Policy:
             self._model.requires_grad_(False)
             self._model.eval()
 
+    def __setattr__(self, key: str, value: Any) -> None:
+        """The engine's methods stay the engine's: a method that replaced, say, `decode` or
+        `encode_prompt` on a policy would run its own code inside held-out evaluations (booked `eval`,
+        uncounted) and could see the held-out prompts and choose the answers scored."""
+        if callable(getattr(type(self), key, None)) or isinstance(getattr(type(self), key, None), property):
+            raise AttributeError(f"{type(self).__name__}.{key} belongs to the engine; it cannot be replaced on a "
+                                 "policy")
+        object.__setattr__(self, key, value)
+
     def __repr__(self) -> str:
         return f"Policy({self.name!r}, {type(self._model).__name__}, trainable={self._trainable})"
 

@@ -7,7 +7,7 @@ work, apart from held-out evaluations (the runner's and `ctx.evaluate`, booked `
 engine's evaluator, which tallies them apart). A plugin that builds its own model, reaches a
 submodule past the meter hooks, or books its training under another category (`eval`, `shared`)
 shows up as instrumented FLOPs the counted ledger lacks, and the check fails. The counter sees only
-the thread it runs in, so a method that starts a thread is refused outright.
+the thread it runs in, so a method that starts a thread or a process is refused outright.
 
 The ledger charges padding keys as compute while the counter counts only the keys a mask lets
 through, so the two differ slightly on mixed-length batches; agreement within 2% is required.
@@ -16,13 +16,16 @@ through, so the two differ slightly on mixed-length batches; agreement within 2%
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.process
 import os
+import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.world import prepare as prep
 from bench.accounting.audit import TOLERANCE
@@ -84,7 +87,7 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
         def run() -> None:
             summary.update(runner.run())
 
-        with _no_threads(cls):
+        with _no_threads_or_processes(cls):
             split = count_flops(run)
     flops = summary["flops"]
     return ConformanceResult(
@@ -99,22 +102,40 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
 
 
 @contextlib.contextmanager
-def _no_threads(cls: type) -> Iterator[None]:
-    """Refuse a thread the method's own code starts (directly or through a stdlib pool): the FLOP
-    counter would not see its work. Threads of libraries it calls (a model loader's pool) are theirs."""
-    start, stdlib = threading.Thread.start, os.path.dirname(threading.__file__)
+def _no_threads_or_processes(cls: type) -> Iterator[None]:
+    """Refuse a thread or a process the method's own code starts (directly or through a stdlib pool:
+    `threading`, `os.fork`, `subprocess`, `multiprocessing`): the FLOP counter sees only the run's own
+    thread, and a child's work dies with its copy of the ledger. Threads and processes of libraries
+    it calls (a model loader's pool, the runner's `git`) are theirs."""
+    stdlib = os.path.dirname(threading.__file__)
 
-    def checked(thread: threading.Thread) -> None:
-        frame = sys._getframe(1)
+    def started_by_method() -> bool:
+        frame = sys._getframe(2)
         while frame is not None and frame.f_code.co_filename.startswith(stdlib):
             frame = frame.f_back
-        if frame is not None and frame.f_globals.get("__name__") == cls.__module__:
-            raise RunError(f"{cls.name} starts a thread ({thread.name}); the conformance check counts FLOPs "
-                           f"in the run's own thread only, so methods must not start threads")
-        start(thread)
+        return frame is not None and frame.f_globals.get("__name__") == cls.__module__
 
-    threading.Thread.start = checked
+    def guard(owner: Any, name: str, what: str) -> None:
+        original = getattr(owner, name)
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            if started_by_method():
+                raise RunError(f"{cls.name} starts {what}; the conformance check counts FLOPs in the run's "
+                               "own thread only, so methods must not start threads or processes")
+            return original(*args, **kwargs)
+
+        patched.append((owner, name, original))
+        setattr(owner, name, checked)
+
+    patched: list[tuple[Any, str, Any]] = []
+    guard(threading.Thread, "start", "a thread")
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
+        if hasattr(os, name):
+            guard(os, name, f"a process (os.{name})")
+    guard(subprocess.Popen, "__init__", "a process (subprocess)")
+    guard(multiprocessing.process.BaseProcess, "start", "a process (multiprocessing)")
     try:
         yield
     finally:
-        threading.Thread.start = start
+        for owner, name, original in reversed(patched):
+            setattr(owner, name, original)

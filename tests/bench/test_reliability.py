@@ -741,12 +741,53 @@ class Cheat:
         while not ctx.should_stop():
             ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
 ''',
+    "searches in a forked child": '''
+import os
+
+from methods.grpo import GRPOConfig, grpo_step
+
+
+class Cheat:
+    name = "cheat"
+    Config = GRPOConfig
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        sampler = ctx.sampler("train")
+        child = os.fork()  # a child's rollouts die with its copy of the ledger
+        if child == 0:
+            os._exit(0)
+        os.waitpid(child, 0)
+        while not ctx.should_stop():
+            ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
+''',
+    "replaces the student's decode": '''
+from methods.grpo import GRPOConfig, grpo_step
+
+
+class Cheat:
+    name = "cheat"
+    Config = GRPOConfig
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        sampler = ctx.sampler("train")
+        ctx.student.decode = lambda ids: "#0"  # would choose the answers the held-out evaluation scores
+        while not ctx.should_stop():
+            ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
+''',
 }
 
 
 @pytest.mark.parametrize("cheat, code, needle", [
     ("books its training as eval", 1, "not conformant"),
     ("trains in a thread", 2, "starts a thread"),
+    ("searches in a forked child", 2, "starts a process (os.fork)"),
+    ("replaces the student's decode", 2, "Policy.decode belongs to the engine"),
 ])
 def test_conformance_catches_uncounted_flops(cheat, code, needle, tmp_path):
     plugin = tmp_path / "cheat.py"

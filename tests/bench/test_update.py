@@ -34,7 +34,7 @@ def _capture_grads(policy: Policy) -> list:
         policy._model.zero_grad(set_to_none=True)
         return 0.0
 
-    policy.step = step
+    object.__setattr__(policy, "step", step)  # a stand-in for this test: a plain assignment is refused
     return grads
 
 
