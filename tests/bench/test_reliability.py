@@ -701,85 +701,42 @@ def test_duplicate_seeds_count_once(tmp_path):
     assert "one seed counts once" in result.output and "1 records, 1 skipped" in result.output
 
 
+def _cheat(imports: str, before: str, each_step: str = "") -> str:
+    """A plugin's source: GRPO whose `run` does `before` once, and `each_step` before each counted step."""
+    return f"""{imports}
+from methods.grpo import GRPOConfig, grpo_step
+
+
+class Cheat:
+    name = "cheat"
+    Config = GRPOConfig
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        sampler = ctx.sampler("train")
+{before}
+        while not ctx.should_stop():
+{each_step}
+            ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
+"""
+
+
 CHEATS = {
-    "books its training as eval": '''
-from bench.accounting.ledger import ledger_context
-from methods.grpo import GRPOConfig, grpo_step
-
-
-class Cheat:
-    name = "cheat"
-    Config = GRPOConfig
-
-    def __init__(self, config):
-        self.config = config
-
-    def run(self, ctx):
-        sampler = ctx.sampler("train")
-        while not ctx.should_stop():
+    "books its training as eval": _cheat("from bench.accounting.ledger import ledger_context", "", """\
             with ledger_context(category="eval"):  # half the training, booked as evaluation
-                grpo_step(ctx, ctx.student, sampler, self.config)
-            ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
-''',
-    "trains in a thread": '''
-import threading
-
-from methods.grpo import GRPOConfig, grpo_step
-
-
-class Cheat:
-    name = "cheat"
-    Config = GRPOConfig
-
-    def __init__(self, config):
-        self.config = config
-
-    def run(self, ctx):
-        sampler = ctx.sampler("train")
+                grpo_step(ctx, ctx.student, sampler, self.config)"""),
+    "trains in a thread": _cheat("import threading", """\
         worker = threading.Thread(target=lambda: None)
-        worker.start()
-        while not ctx.should_stop():
-            ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
-''',
-    "searches in a forked child": '''
-import os
-
-from methods.grpo import GRPOConfig, grpo_step
-
-
-class Cheat:
-    name = "cheat"
-    Config = GRPOConfig
-
-    def __init__(self, config):
-        self.config = config
-
-    def run(self, ctx):
-        sampler = ctx.sampler("train")
+        worker.start()"""),
+    "searches in a forked child": _cheat("import os", """\
         child = os.fork()  # a child's rollouts die with its copy of the ledger
         if child == 0:
             os._exit(0)
-        os.waitpid(child, 0)
-        while not ctx.should_stop():
-            ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
-''',
-    "replaces the student's decode": '''
-from methods.grpo import GRPOConfig, grpo_step
-
-
-class Cheat:
-    name = "cheat"
-    Config = GRPOConfig
-
-    def __init__(self, config):
-        self.config = config
-
-    def run(self, ctx):
-        sampler = ctx.sampler("train")
-        ctx.student.decode = lambda ids: "#0"  # would choose the answers the held-out evaluation scores
-        while not ctx.should_stop():
-            ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
-''',
+        os.waitpid(child, 0)"""),
+    "replaces the student's decode": _cheat("", """\
+        ctx.student.decode = lambda ids: "#0"  # would choose the answers the held-out evaluation scores"""),
 }
 
 
