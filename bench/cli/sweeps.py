@@ -199,7 +199,6 @@ def _studies(out: Path, folders: list[Path]) -> list:
     from reports.studies import StudyError, load_study, site_studies
 
     from bench.run.plan_check import plan_check
-    from bench.run.provenance import git_commit, uncommitted_code
 
     chosen: dict[str, Path] = {}
     for folder in [*site_studies(out), *folders]:
@@ -207,7 +206,7 @@ def _studies(out: Path, folders: list[Path]) -> list:
             _fail(f"two studies named {folder.name}: {chosen[folder.name]} and {folder} (a study's name is its "
                   "folder's)")
         chosen[folder.name] = folder
-    studies, commit = [], {"commit": git_commit(), "uncommitted": uncommitted_code()}
+    studies, commit = [], _built_at()
     for folder in chosen.values():
         try:
             study = load_study(folder)
@@ -220,6 +219,13 @@ def _studies(out: Path, folders: list[Path]) -> list:
         study.plan = {**commit, "runs": len(configs), **check}
         studies.append(study)
     return studies
+
+
+def _built_at() -> dict:
+    """The commit a site is built at, and whether the code has changes not yet committed beyond it."""
+    from bench.run.provenance import git_commit, uncommitted_code
+
+    return {"commit": git_commit(), "uncommitted": uncommitted_code()}
 
 
 def _differs(where: str, check: dict, plural: bool = False) -> str:
@@ -242,7 +248,6 @@ class _BoardCheck:
 
     def __call__(self, records: list[dict], command: str) -> dict | None:
         from bench.run.plan_check import plan_check
-        from bench.run.provenance import git_commit, uncommitted_code
 
         if not records:
             return None
@@ -255,7 +260,7 @@ class _BoardCheck:
             return None
         if check["differences"]:
             self.lines.append(_differs(f"the site's command `{command}`", check))
-        return {"commit": git_commit(), "uncommitted": uncommitted_code(), "runs": len(configs), **check}
+        return {**_built_at(), "runs": len(configs), **check}
 
     def say(self) -> None:
         for line in self.lines:
