@@ -134,6 +134,11 @@ def _split(counter: FlopCounterMode) -> FlopSplit:
     return FlopSplit(matmul=sum(counts.values()) - attention, attention=attention)
 
 
+def counted_so_far(counter: FlopCounterMode) -> int:
+    """What `counter` has counted up to now (it may still be counting)."""
+    return sum(counter.get_flop_counts().get("Global", {}).values())
+
+
 def count_flops(fn: Callable[[], Any]) -> FlopSplit:
     """Run `fn()` under the audit's FlopCounterMode and return its count, split."""
     mode = counter()

@@ -21,7 +21,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,16 +56,38 @@ def ledger_context(
             var.reset(token)
 
 
+_watchers: list[Callable[[bool], None]] = []  # `watch_evaluations`
+
+
 @contextlib.contextmanager
 def evaluation() -> Iterator[None]:
     """Book the block as a held-out evaluation (`eval`), and tally it in `Ledger.evaluation_flops`:
     the one kind of uncounted work `bench check-adapter` accepts during a run."""
+    watchers = [] if _evaluation.get() else list(_watchers)
     token = _evaluation.set(True)
     try:
-        with ledger_context(category="eval", phase="eval"):
-            yield
+        for watcher in watchers:
+            watcher(True)
+        try:
+            with ledger_context(category="eval", phase="eval"):
+                yield
+        finally:
+            for watcher in watchers:
+                watcher(False)
     finally:
         _evaluation.reset(token)
+
+
+@contextlib.contextmanager
+def watch_evaluations(watcher: Callable[[bool], None]) -> Iterator[None]:
+    """Call `watcher(True)` as each outermost `evaluation()` begins and `watcher(False)` as it ends,
+    inside the block (`bench check-adapter` splits its instrumented count there, and sees who began
+    each evaluation). A watcher that raises on entering stops the evaluation before any work."""
+    _watchers.append(watcher)
+    try:
+        yield
+    finally:
+        _watchers.remove(watcher)
 
 
 def current_phase() -> str:

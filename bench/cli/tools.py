@@ -161,16 +161,18 @@ def check_adapter(
         result = check(plugin, suite=suite, budget_flops=budget_flops, progress=not as_json, overrides=overrides,
                        teachers=teachers)
     if as_json:
-        _print_json({**dataclasses.asdict(result), "rel_diff": result.rel_diff, "ok": result.ok,
-                     "unchecked_kinds": result.unchecked_kinds})
+        _print_json({**dataclasses.asdict(result), "rel_diff": result.rel_diff, "eval_rel_diff": result.eval_rel_diff,
+                     "ok": result.ok, "unchecked_kinds": result.unchecked_kinds})
         if not result.ok:
             raise typer.Exit(1)
         return
     verdict = "[green]PASS[/green]" if result.ok else "[red]FAIL[/red]"
     console.print(
-        f"{verdict} {result.method}: metered {result.metered_flops:.4e} FLOPs, instrumented "
-        f"{result.instrumented_flops:.4e} ({100 * result.rel_diff:+.2f}%), counted {result.steps_flops:.3e} "
-        f"({', '.join(f'{kind} {flops:.2e}' for kind, flops in result.counted_by_kind.items())})"
+        f"{verdict} {result.method}: counted {result.metered_flops:.4e} FLOPs, instrumented "
+        f"{result.instrumented_flops:.4e} ({100 * result.rel_diff:+.2f}%) "
+        f"({', '.join(f'{kind} {flops:.2e}' for kind, flops in result.counted_by_kind.items())}); "
+        f"held-out evaluations charged {result.eval_flops:.4e}, instrumented {result.instrumented_eval_flops:.4e} "
+        f"({100 * result.eval_rel_diff:+.2f}%)"
     )
     phases = ", ".join(f"{phase} {flops:.2e}" for phase, flops in result.counted_by_phase.items())
     console.print(f"phases reached: {phases}", highlight=False)
@@ -178,8 +180,12 @@ def check_adapter(
         console.print(f"[yellow]note[/yellow]: the run took no {' or '.join(result.unchecked_kinds)} step within "
                       f"{result.budget_flops:.1e} FLOPs, so the check says nothing of that code; a larger --budget, "
                       "or --set/--teacher that reach it (a teacher that finishes answers, say), would")
+    if result.heldout_reads:
+        console.print(f"[yellow]note[/yellow]: the method read held-out accuracy {result.heldout_reads} times "
+                      "(ctx.evaluate, split heldout): fine for a measurement (a recovery target) or a report, but a "
+                      "method that chooses what it delivers by it chooses on the test set")
     if not result.ok:
-        why = "it spent no counted FLOPs" if result.steps_flops <= 0 else "compute outside the ledger"
+        why = "it spent no counted FLOPs" if result.metered_flops <= 0 else "compute outside the ledger"
         _fail(f"{result.method} is not conformant: {why}", code=1)
 
 

@@ -2,15 +2,19 @@
 
 The method runs through the real runner on the `smoke` profile (the tiny models with a 30-step
 warm-up and a small budget) under `torch.utils.flop_counter.FlopCounterMode` (with the audit's
-causal SDPA formulas). Whatever the counter sees during the run must be on the ledger as counted
-work, apart from held-out evaluations (the runner's and `ctx.evaluate`, booked `eval` by the
-engine's evaluator, which tallies them apart). A plugin that builds its own model, reaches a
-submodule past the meter hooks, or books its training under another category (`eval`, `shared`)
-shows up as instrumented FLOPs the counted ledger lacks, and the check fails. The counter sees only
-the thread it runs in, so a method that starts a thread or a process is refused outright.
+causal SDPA formulas). The count is split at the ledger's held-out evaluations (the runner's and
+`ctx.evaluate`, booked `eval` by the engine's evaluator): what the counter sees outside them must be
+on the ledger as counted work, what it sees inside them must be what the evaluations charged, each
+within 2%. A plugin that builds its own model, reaches a submodule past the meter hooks, or books
+its training under another category (`eval`, `shared`) shows up as instrumented FLOPs the counted
+ledger lacks, and the check fails; so does work run inside an evaluation without being charged
+there. Evaluations are the engine's: a method that begins one itself (the ledger's `evaluation()`,
+or an `Evaluator` of its own) is refused, since its work would be booked `eval`, uncounted. The
+counter sees only the thread it runs in, so a method that starts a thread or a process is refused
+too.
 
 The ledger charges padding keys as compute while the counter counts only the keys a mask lets
-through, so the two differ slightly on mixed-length batches; agreement within 2% is required.
+through, so the two differ slightly on mixed-length batches; hence the 2%.
 """
 
 from __future__ import annotations
@@ -22,14 +26,19 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import bench.context
+import bench.evaluation
+import bench.run.runner
 from bench.world import prepare as prep
+from bench.accounting import ledger as ledger_module
 from bench.accounting.audit import TOLERANCE
-from bench.accounting.counting import count_flops
+from bench.accounting.counting import counted_so_far, counter
+from bench.accounting.ledger import watch_evaluations
 from bench.errors import RunError
 from bench.world.profiles import PROFILES, Profile
 from bench.registry import get_method
@@ -45,10 +54,12 @@ def smoke_profile() -> Profile:
 @dataclass
 class ConformanceResult:
     method: str
-    metered_flops: float  # counted charges of the run, plus its held-out evaluations (runner's and ctx.evaluate)
-    instrumented_flops: float  # what FlopCounterMode saw during the run
+    metered_flops: float  # counted charges of the run: the method's own work
+    instrumented_flops: float  # what FlopCounterMode saw during the run, outside held-out evaluations
     budget_flops: float
-    steps_flops: float  # counted FLOPs (the method's own work)
+    eval_flops: float = 0.0  # charged inside the held-out evaluations (the runner's and ctx.evaluate)
+    instrumented_eval_flops: float = 0.0  # what the counter saw inside them
+    heldout_reads: int = 0  # the method's own evaluations of the held-out split (ctx.evaluate)
     counted_by_kind: dict[str, float] = field(default_factory=dict)  # rollout, score, update
     counted_by_phase: dict[str, float] = field(default_factory=dict)  # the method's phases the run reached
 
@@ -63,8 +74,12 @@ class ConformanceResult:
         return (self.instrumented_flops - self.metered_flops) / max(self.metered_flops, 1.0)
 
     @property
+    def eval_rel_diff(self) -> float:
+        return (self.instrumented_eval_flops - self.eval_flops) / max(self.eval_flops, 1.0)
+
+    @property
     def ok(self) -> bool:
-        return self.steps_flops > 0 and abs(self.rel_diff) <= TOLERANCE
+        return self.metered_flops > 0 and abs(self.rel_diff) <= TOLERANCE and abs(self.eval_rel_diff) <= TOLERANCE
 
 
 def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | None = None,
@@ -82,23 +97,53 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
             runs_dir=Path(tmp), eval_every=0.5, overrides=tuple(overrides), teachers=tuple(teachers),
         )
         runner = Runner(config, progress=progress)
-        summary: dict = {}
-
-        def run() -> None:
-            summary.update(runner.run())
-
-        with _no_threads_or_processes(cls):
-            split = count_flops(run)
-    flops = summary["flops"]
+        mode, evaluations = counter(), _Evaluations(cls)
+        with _no_threads_or_processes(cls), watch_evaluations(evaluations.watcher(mode)), mode:
+            summary = runner.run()
     return ConformanceResult(
         method=cls.name,
-        metered_flops=flops["counted"] + runner.ledger.evaluation_flops,
-        instrumented_flops=float(split.total),
+        metered_flops=summary["flops"]["counted"],
+        instrumented_flops=float(counted_so_far(mode) - evaluations.flops),
         budget_flops=config.budget,
-        steps_flops=flops["counted"],
+        eval_flops=runner.ledger.evaluation_flops,
+        instrumented_eval_flops=float(evaluations.flops),
+        heldout_reads=evaluations.heldout_reads,
         counted_by_kind=runner.ledger.by_kind("counted"),
         counted_by_phase=runner.ledger.by_phase("counted"),
     )
+
+
+class _Evaluations:
+    """The counter's count inside the run's held-out evaluations, each of which must have been begun
+    by the engine: the runner or `ctx.evaluate` (`bench.context`), through `bench.evaluation`."""
+
+    ENGINE = frozenset(module.__file__ for module in (bench.context, bench.run.runner))
+    BETWEEN = frozenset(module.__file__ for module in (bench.evaluation, ledger_module, contextlib,
+                                                        sys.modules[__name__]))
+
+    def __init__(self, cls: type) -> None:
+        self.cls, self.flops, self.heldout_reads, self._began = cls, 0, 0, 0
+
+    def watcher(self, mode: Any) -> Callable[[bool], None]:
+        def watch(entering: bool) -> None:
+            if entering:
+                self._refuse_if_not_the_engine()
+                self._began = counted_so_far(mode)
+            else:
+                self.flops += counted_so_far(mode) - self._began
+
+        return watch
+
+    def _refuse_if_not_the_engine(self) -> None:
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename in self.BETWEEN:
+            frame = frame.f_back
+        if frame is None or frame.f_code.co_filename not in self.ENGINE:
+            where = f" ({frame.f_code.co_filename}:{frame.f_lineno})" if frame else ""
+            raise RunError(f"{self.cls.name} begins a held-out evaluation itself{where}; its work would be booked "
+                           "eval, outside the budget. Evaluations are the engine's: use ctx.evaluate")
+        if frame.f_code is bench.context.RunContext.evaluate.__code__ and frame.f_locals.get("split") == "heldout":
+            self.heldout_reads += 1
 
 
 @contextlib.contextmanager

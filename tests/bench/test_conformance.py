@@ -62,8 +62,8 @@ def test_builtin_methods_are_fully_metered(method):
     # sft learns only from finished teacher answers: without a teacher that finishes, it never updates
     options = dict(teachers=finishing_teacher(), overrides=(("teacher", "finisher"),)) if method == "sft" else {}
     result = check_adapter(method, **options)
-    assert result.steps_flops > 0
-    assert result.ok, f"{method}: instrumented {result.instrumented_flops:.4e} vs metered {result.metered_flops:.4e}"
+    assert result.metered_flops > 0 and result.eval_flops > 0  # it trained, and the runner evaluated it
+    assert result.ok, f"{method}: {result}"
     assert result.unchecked_kinds == [], f"{method} never reached: {result.unchecked_kinds}"  # rollouts and updates
     if method in DISTILLS:  # their distillation, not only the GRPO or sampling before it
         assert result.counted_by_phase.get("distill", 0) > 0, f"{method}: phases {result.counted_by_phase}"

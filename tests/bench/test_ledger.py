@@ -14,7 +14,9 @@ from bench.accounting.ledger import (
     current_category,
     current_kind,
     current_phase,
+    evaluation,
     ledger_context,
+    watch_evaluations,
 )
 
 
@@ -67,6 +69,26 @@ def test_context_nesting_restores_outer_values():
             raise RuntimeError("a failing block")
         assert current_phase() == "distill"  # reset even when the block raised
     assert (current_phase(), current_kind("score")) == ("train", "score")
+
+
+def test_watchers_see_each_outermost_evaluation_begin_and_end():
+    seen: list = []
+
+    def refuse_the_second(entering: bool) -> None:
+        seen.append((entering, current_category()))
+        if entering and len(seen) > 2:
+            raise RuntimeError("refused")
+
+    with watch_evaluations(refuse_the_second):
+        with evaluation():
+            with evaluation():  # nested: one evaluation, watched once
+                assert current_category() == "eval"
+        with pytest.raises(RuntimeError, match="refused"), evaluation():
+            raise AssertionError("a refused evaluation runs nothing")
+        assert current_category() == "counted"
+    with evaluation():  # no longer watched
+        pass
+    assert seen == [(True, "counted"), (False, "counted"), (True, "counted")]  # around the booking
 
 
 def test_unknown_kind_and_category_are_errors():

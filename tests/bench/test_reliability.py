@@ -737,6 +737,18 @@ CHEATS = {
         os.waitpid(child, 0)"""),
     "replaces the student's decode": _cheat("", """\
         ctx.student.decode = lambda ids: "#0"  # would choose the answers the held-out evaluation scores"""),
+    "books its rollouts as an evaluation": _cheat("from bench.accounting.ledger import evaluation", "", """\
+            with evaluation():  # a second batch of rollouts, tallied with the held-out evaluations
+                ctx.score(ctx.student, ctx.rollout(ctx.student, sampler.next(16), n=8))"""),
+    "scores with an evaluator of its own": _cheat("from bench.evaluation import Evaluator", "", """\
+            own = Evaluator(ctx._suite, 64, 16, split="validation")  # its greedy answers, booked eval
+            own.evaluate(ctx.student, samples_per_domain=64)"""),
+    "hides a little work among many evaluations": _cheat("import torch", """\
+        shadow = type(ctx.student._model)(ctx.student._model.config)  # never metered""", """\
+            for _ in range(4):  # evaluating twice what it trains: 2% of everything is 6% of its training
+                ctx.evaluate(ctx.student, size=200)
+            with torch.no_grad():
+                shadow(input_ids=torch.randint(3, 100, (48, 48)))"""),
 }
 
 
@@ -745,6 +757,9 @@ CHEATS = {
     ("trains in a thread", 2, "starts a thread"),
     ("searches in a forked child", 2, "starts a process (os.fork)"),
     ("replaces the student's decode", 2, "Policy.decode belongs to the engine"),
+    ("books its rollouts as an evaluation", 2, "begins a held-out evaluation itself"),
+    ("scores with an evaluator of its own", 2, "begins a held-out evaluation itself"),
+    ("hides a little work among many evaluations", 1, "not conformant"),
 ])
 def test_conformance_catches_uncounted_flops(cheat, code, needle, tmp_path):
     plugin = tmp_path / "cheat.py"
