@@ -196,6 +196,10 @@ class Runner:
             method = self.method_cls(self.method_config)
             self._run_method(method, ctx)
             ctx._finish()
+            self._within_budget(ctx.spent_flops)
+            if ctx.spent_flops > 0 and not self._trace["rows"]:
+                raise RunError(f"method {self.method_cls.name} spent {ctx.spent_flops:.3e} counted FLOPs without calling "
+                               "ctx.step_done(): the runner evaluates, checkpoints and stops a run at its steps")
             if self.curve[-1]["flops"] < ctx.spent_flops:
                 self._evaluate(ctx, "final")
         self.ledger.flush()
@@ -279,6 +283,7 @@ class Runner:
     # -- milestones -----------------------------------------------------------------------------
     def _after_step(self, ctx: RunContext, stats: dict) -> None:
         spent = ctx.spent_flops
+        self._within_budget(spent)
         phase = current_phase()
         self._trace_step(spent, phase, stats)
         self.bar.update(spent, self.curve[-1]["accuracy"] if self.curve else None)
@@ -293,6 +298,15 @@ class Runner:
             self._evaluate(ctx, "distill")
         if due and not ctx.should_stop():  # at each milestone, and every few minutes whatever the budget
             self._save_checkpoint(ctx)
+
+    def _within_budget(self, spent: float) -> None:
+        """A step may end past the budget, none may begin there: refuse counted work after a step that
+        ended with the budget spent (a method that does not stop at `ctx.should_stop()`)."""
+        last = self._trace["last_flops"]
+        if last >= self.config.budget and spent > last:
+            raise RunError(f"method {self.method_cls.name} went on past its budget: {spent - last:.3e} counted FLOPs "
+                           f"after a step that ended at {last:.3e} of {self.config.budget:.3e}; a method stops when "
+                           "ctx.should_stop() is True")
 
     def _phase_progress(self, spent: float, line: str | None) -> None:
         """Parallel phases' progress: the bar, and a line in the log when one of them ends."""

@@ -329,6 +329,39 @@ def test_a_plugin_that_takes_a_built_in_methods_name_is_refused(tmp_path):
     assert not runs.exists() or not any(runs.iterdir())
 
 
+_STEPS = """from methods.grpo import GRPOConfig, grpo_step
+
+
+class Steps:
+    name = "steps"
+    Config = GRPOConfig
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        sampler = ctx.sampler("train")
+        while True:  # never asks ctx.should_stop()
+            stats = grpo_step(ctx, ctx.student, sampler, self.config)
+            {after}
+"""
+
+
+@pytest.mark.parametrize("after, said", [
+    ("ctx.step_done(**stats)", "went on past its budget"),
+    ("if ctx.should_stop(): return  # one step past the budget, never a step_done",
+     "without calling ctx.step_done()"),
+])
+def test_a_plugin_that_does_not_stop_or_report_its_steps_is_stopped(after, said, tmp_path):
+    plugin = tmp_path / "steps.py"
+    plugin.write_text(_STEPS.format(after=after))
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["run", "--method", f"{plugin}:Steps", "--profile", PROFILE, "--budget", "2e10",
+                              "--no-progress", "--runs", str(runs)])
+    refused(result, said)
+    assert not list(runs.glob("*/summary.json"))  # no record of a run that broke the rules
+
+
 # -- a failed start leaves nothing that blocks the corrected command -----------------------------------------
 def test_a_failed_start_leaves_no_directory(tmp_path):
     runs = tmp_path / "runs"
