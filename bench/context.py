@@ -36,6 +36,7 @@ class Sampler:
     """A named, deterministic stream of training problems; its position survives a resume."""
 
     def __init__(self, suite: Any, seed: int, name: str, domains: Sequence[str] | None, skip: int = 0) -> None:
+        self.domains = tuple(domains) if domains else None
         digest = hashlib.sha256(f"{seed}:{name}:{','.join(domains or [])}".encode()).digest()
         self._it: Iterator[Any] = suite.train_sampler(int.from_bytes(digest[:4], "little"), domains)
         self.drawn = 0
@@ -117,12 +118,17 @@ class RunContext:
         return self._max_new_tokens
 
     def sampler(self, name: str = "train", domains: Sequence[str] | None = None) -> Sampler:
-        """A deterministic training-problem stream (uniform over `domains`, default all)."""
+        """A deterministic training-problem stream (uniform over `domains`, default all); the same
+        name gives the same stream, so it must be asked for with the same domains."""
         if name not in self._samplers:
             self._samplers[name] = Sampler(
                 self._suite, self._seed, name, domains, skip=self._restored_positions.get(name, 0)
             )
-        return self._samplers[name]
+        made = self._samplers[name]
+        if made.domains != (tuple(domains) if domains else None):
+            raise ValueError(f"sampler {name!r} draws from {', '.join(made.domains or ('every domain',))}, not "
+                             f"{', '.join(domains or ('every domain',))}: name another sampler for other domains")
+        return made
 
     # -- policies -------------------------------------------------------------------------------
     @property

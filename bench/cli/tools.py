@@ -13,7 +13,7 @@ from rich.table import Table
 from bench.cli.common import (
     DEFAULT_PROFILE, _budget, _device, _fail, _one_line, _overrides, _plain, _print_json, app, console,
 )
-from bench.errors import USER_ERRORS, unknown
+from bench.errors import USER_ERRORS, AdapterError, RunError, unknown
 
 
 PANEL = "Look up, check, export"  # the heading these commands are listed under in `bench --help`
@@ -40,14 +40,20 @@ def list_(
         for name in method_names():
             row: dict[str, Any] = {"name": name}
             if verbose or as_json:
-                cls, world = get_method(name), dict(PROFILES[profile].defaults_for(name))
-                row["summary"] = (cls.__doc__ or "").strip().partition("\n")[0]
-                row["config"] = [{**f, "world_default": f["name"] in world}
-                                 for f in config_fields(method_config(cls, tuple(world.items())))]
+                try:  # an installed plugin that fails to load is listed with its error, the others as ever
+                    cls, world = get_method(name), dict(PROFILES[profile].defaults_for(name))
+                    row["config"] = [{**f, "world_default": f["name"] in world}
+                                     for f in config_fields(method_config(cls, tuple(world.items())))]
+                    row["summary"] = (cls.__doc__ or "").strip().partition("\n")[0]
+                except (AdapterError, RunError) as exc:
+                    row["error"] = str(exc)
             rows.append(row)
         if as_json:
             return _print_json(rows)
         for row in rows:
+            if verbose and "error" in row:
+                print(f"{row['name']}: cannot be used: {row['error']}")
+                continue
             print(row["name"] + (f": {row['summary']}" if verbose and row.get("summary") else ""))
             for field in row.get("config", []) if verbose else []:
                 whose = f", the {profile} world's" if field["world_default"] else ""

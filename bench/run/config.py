@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,20 +136,27 @@ def method_config(cls: type, overrides: tuple[tuple[str, str], ...]) -> Any:
     """The method's frozen config with `key=value` overrides checked against its fields.
 
     A config may nest others (`OPDMultiConfig.distill` is a `DistillConfig`): their settings are
-    set with dotted keys, `distill.lr=1e-3`. A value is parsed as the type of the field's default;
+    set with dotted keys, `distill.lr=1e-3`. A value is parsed as the field's declared type;
     an unknown key gets the list of known ones and a did-you-mean; a bad value the config's own error.
     """
     try:
         default = cls.Config()
-    except (TypeError, ValueError) as exc:
-        raise RunError(f"invalid {cls.name} config: {exc}") from exc
+    except Exception as exc:  # a config's own check, whatever it raises (a plugin's assert)
+        raise RunError(f"invalid {cls.name} config: {_reason(exc)}") from exc
     changes: dict[str, Any] = {}
     for key, raw in overrides:
         _set(changes, default, key, raw, cls.name)
     try:
         return _replace(default, changes)
-    except (TypeError, ValueError) as exc:
-        raise RunError(f"invalid {cls.name} config: {exc}") from exc
+    except Exception as exc:
+        raise RunError(f"invalid {cls.name} config: {_reason(exc)}") from exc
+
+
+def _reason(exc: Exception) -> str:
+    """A config's error as its message; an unexpected kind of error (an assert) named too."""
+    if isinstance(exc, (TypeError, ValueError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def config_fields(config: Any, prefix: str = "") -> list[dict[str, Any]]:
@@ -197,7 +206,7 @@ def _set(changes: dict[str, Any], default: Any, key: str, raw: str, method: str)
             inner = ", ".join(f"{key}.{k}" for k in config_keys(value))
             raise RunError(f"{key} is a group of settings; set one of them: {inner}")
         if last:
-            target[part] = _coerce(key, raw, value)
+            target[part] = _coerce(key, raw, value, _field_type(node, part))
         elif dataclasses.is_dataclass(value):
             node, target = value, target.setdefault(part, {})
         else:
@@ -218,21 +227,40 @@ def _replace(config: Any, changes: dict[str, Any]) -> Any:
     return dataclasses.replace(config, **values)
 
 
-def _coerce(key: str, raw: str, default: Any) -> Any:
+def _field_type(node: Any, name: str) -> Any:
+    """The declared type of a config field (annotations resolved), or None where they cannot be."""
     try:
-        if isinstance(default, bool):
+        return typing.get_type_hints(type(node)).get(name)
+    except Exception:  # an annotation naming what the config's module cannot resolve
+        return None
+
+
+def _coerce(key: str, raw: str, default: Any, declared: Any = None) -> Any:
+    """`raw` parsed as the field's declared type (`Optional[float]`, `tuple[int, ...]`, ...), or as
+    its default's type where the type is not declared in a form read here."""
+    origin, args = typing.get_origin(declared), typing.get_args(declared)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        if raw.lower() == "none":
+            return None
+        rest = [a for a in args if a is not type(None)]
+        return _coerce(key, raw, default, rest[0] if len(rest) == 1 else None)
+    if origin is tuple and (len(args) == 2 and args[1] is Ellipsis or not args):
+        return tuple(_coerce(key, x, None, args[0] if args else str) for x in raw.split(",") if x)
+    kind = declared if declared in (bool, int, float, str) else type(default)
+    try:
+        if kind is bool:
             if raw.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(raw)
             return raw.lower() in ("true", "1")
-        if isinstance(default, int):
+        if kind is int:
             return int(raw)
-        if isinstance(default, float):
+        if kind is float:
             value = float(raw)
             if not math.isfinite(value):
                 raise RunError(f"{key}={raw!r}: expected a finite number")
             return value
-        if isinstance(default, tuple):
+        if kind is tuple:
             return tuple(x for x in raw.split(",") if x)
         return raw
     except ValueError:
-        raise RunError(f"{key}={raw!r}: expected {type(default).__name__}") from None
+        raise RunError(f"{key}={raw!r}: expected {kind.__name__}") from None

@@ -60,6 +60,7 @@ from bench.accounting.ledger import Ledger, current_phase
 from bench.context import PhaseRunner, RunContext
 from bench.errors import RunError
 from bench.policy import Policy, rebuilt
+from bench.registry import file_plugins, load_file_plugins
 from bench.run.pools import kill_workers
 from bench.run.ray_support import import_ray
 
@@ -201,10 +202,18 @@ def _remote_child(spec: ChildSpec, key: str) -> ChildResult:
 _PROGRESS: Any = None  # in a `processes` worker: the queue that takes (key, own counted FLOPs) per step
 
 
-def _init_worker(progress: Any) -> None:
+def _init_worker(progress: Any, plugins: dict[str, str]) -> None:
     global _PROGRESS
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
     _PROGRESS = progress
+    load_file_plugins(plugins)  # before a child's spec, which may refer to them, is unpickled
+
+
+def _ray_child(plugins: dict[str, str], spec: ChildSpec | bytes, key: str) -> ChildResult:
+    """A Ray task's child. Where the parent loaded file plugins, they are loaded here first and the
+    spec, which may refer to them, comes pickled by the parent, to be unpickled after them."""
+    load_file_plugins(plugins)
+    return _remote_child(pickle.loads(spec) if isinstance(spec, bytes) else spec, key)
 
 
 def _no_teacher(name: str) -> Policy:
@@ -236,10 +245,11 @@ def run_children(spec: ChildSpec, keys: Sequence[str], executor: str,
     ray = import_ray()
     from ray.exceptions import RayTaskError
 
-    task = ray.remote(num_cpus=1, num_gpus=_child_gpus(ray, spec), max_retries=0)(_remote_child)
-    shared = ray.put(spec)  # one copy of the weights in the object store, whatever the number of keys
+    task = ray.remote(num_cpus=1, num_gpus=_child_gpus(ray, spec), max_retries=0)(_ray_child)
+    plugins = file_plugins()
+    shared = ray.put(pickle.dumps(spec) if plugins else spec)  # one copy of the weights, whatever the keys
     try:
-        return ray.get([task.remote(shared, key) for key in keys])
+        return ray.get([task.remote(plugins, shared, key) for key in keys])
     except RayTaskError as exc:
         raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
 
@@ -255,7 +265,7 @@ def _in_processes(spec: ChildSpec, keys: list[str], progress: Progress) -> list[
     mp = multiprocessing.get_context("spawn")  # a forked child would inherit the parent's torch threads
     updates, own = mp.Queue(), dict.fromkeys(keys, 0.0)
     pool = ProcessPoolExecutor(max(1, min(len(keys), os.cpu_count() or 1)), mp_context=mp,
-                               initializer=_init_worker, initargs=(updates,))
+                               initializer=_init_worker, initargs=(updates, file_plugins()))
     ended = False
     try:
         pending = {key: pool.submit(_remote_child, spec, key) for key in keys}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import platform
 import subprocess
+import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +29,19 @@ def code_hash() -> str:
         for f in sorted((ROOT / pkg).rglob("*.py")):
             h.update(str(f.relative_to(ROOT)).encode())
             h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def method_code(cls: type) -> str:
+    """Hash of a plugin method's sources: its file (`path/to/file.py:Class`), or every module of the
+    installed package that defines it."""
+    top = sys.modules[cls.__module__.partition(".")[0]]
+    path = Path(inspect.getfile(top))
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(path.parent)).encode())
+        h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 

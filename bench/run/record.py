@@ -15,12 +15,15 @@ from bench.world.profiles import Profile
 SCHEMA_VERSION = 1
 
 
-def fingerprint(method: str, method_config: Any, config: RunConfig, suite: Any) -> dict:
+def fingerprint(method: str, method_config: Any, config: RunConfig, suite: Any,
+                method_code: str | None = None) -> dict:
     """What makes a run, the part of `config.json` a resumed run must match. It is built as it reads back
     from disk (a config's tuple, such as a plugin's list of rates, as a list), so a run compares equal
-    to its own config.json."""
+    to its own config.json. `method_code`: a plugin's source hash (`provenance.method_code`), so that a
+    plugin changed under the same name makes another run; a built-in's code is the project's."""
     return json.loads(json.dumps({
         "method": method,
+        **({"method_code": method_code} if method_code else {}),
         "method_config": dataclasses.asdict(method_config),
         "suite": config.suite,
         "difficulty": config.difficulty,
@@ -61,15 +64,15 @@ def record_damage(summary: Any, run_id: str) -> str | None:
 
 
 def config_record(run_id: str, method: str, method_config: Any, config: RunConfig, profile: Profile,
-                  suite: Any) -> dict:
+                  suite: Any, method_code: str | None = None) -> dict:
     """`config.json`: the fingerprint a resumed run must match, then the suite version and provenance."""
-    made = fingerprint(method, method_config, config, suite)
+    made = fingerprint(method, method_config, config, suite, method_code)
     return {
         "run_id": run_id,
         "fingerprint": made,
         **made,
         "suite_version": suite.version,
-        "provenance": provenance(suite, profile),
+        "provenance": {**provenance(suite, profile), **({"method_code": method_code} if method_code else {})},
     }
 
 

@@ -31,6 +31,7 @@ from bench.registry import builtin_methods, get_method, get_suite
 from bench.run.tracking import make_tracker
 from bench.rollout.engines import make_backend
 from bench.run import checkpoint, record
+from bench.run import provenance as prov
 from bench.run.config import ABSENT, RunConfig, dotted, method_config
 from bench.run.phases import phase_runner
 from bench.world import prepare
@@ -54,6 +55,7 @@ class Runner:
                                            self.profile.defaults_for(self.method_cls.name) + config.overrides)
         self.suite = get_suite(config.suite, config.difficulty, self.profile.task_format)
         self.run_id = self.run_id_for(config, self.method_cls.name)
+        self._method_code = None if config.method in builtin_methods() else prov.method_code(self.method_cls)
         self.dir = Path(config.runs_dir) / self.run_id
         self.resume = resume
         self.show_progress = progress
@@ -193,13 +195,12 @@ class Runner:
             self.bar = bar
             if not self.curve:
                 self._evaluate(ctx, "start")
-            method = self.method_cls(self.method_config)
-            self._run_method(method, ctx)
+            self._run_method(ctx)
             ctx._finish()
             self._within_budget(ctx.spent_flops)
             if ctx.spent_flops > 0 and not self._trace["rows"]:
-                raise RunError(f"method {self.method_cls.name} spent {ctx.spent_flops:.3e} counted FLOPs without calling "
-                               "ctx.step_done(): the runner evaluates, checkpoints and stops a run at its steps")
+                raise RunError(f"method {self.method_cls.name} spent {ctx.spent_flops:.3e} counted FLOPs without "
+                               "calling ctx.step_done(): the runner evaluates, checkpoints and stops a run at its steps")
             if self.curve[-1]["flops"] < ctx.spent_flops:
                 self._evaluate(ctx, "final")
         self.ledger.flush()
@@ -209,13 +210,14 @@ class Runner:
         self.tracker.close(summary)
         return summary
 
-    def _run_method(self, method: Any, ctx: RunContext) -> None:
-        """A plugin's exception is the plugin's fault: one line naming it; a built-in's keeps its traceback."""
+    def _run_method(self, ctx: RunContext) -> None:
+        """Make the method and run it. A plugin's exception (in `__init__` or `run`) is the plugin's
+        fault: one line naming it; a built-in's keeps its traceback."""
         if self.config.method in builtin_methods():
-            method.run(ctx)
+            self.method_cls(self.method_config).run(ctx)
             return
         try:
-            method.run(ctx)
+            self.method_cls(self.method_config).run(ctx)
         except (RunError, KeyboardInterrupt):
             raise
         except Exception as exc:
@@ -268,11 +270,11 @@ class Runner:
     def fingerprint(self) -> dict:
         """What makes this run (config.json's fingerprint): its method and resolved config, suite and its
         hash, profile, seed, budget and evaluation settings. Nothing is built or written."""
-        return record.fingerprint(self.method_cls.name, self.method_config, self.config, self.suite)
+        return record.fingerprint(self.method_cls.name, self.method_config, self.config, self.suite, self._method_code)
 
     def _config_record(self) -> dict:
         return record.config_record(self.run_id, self.method_cls.name, self.method_config, self.config,
-                                    self.profile, self.suite)
+                                    self.profile, self.suite, self._method_code)
 
     def _book_preparation(self, prepared: Any) -> None:
         """Copy the shared base's and external teacher's training costs in: recorded, not counted."""

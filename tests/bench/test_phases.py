@@ -239,3 +239,66 @@ def test_sweep_executor_options_are_checked_before_any_run(tmp_path, args, error
     assert out.exit_code == 2
     assert error in (out.stderr or out.output).lower()
     assert not any(tmp_path.iterdir())
+
+
+def test_a_sampler_is_asked_for_with_the_domains_it_was_made_for():
+    ctx = make_context("sequential", [])
+    math = ctx.sampler("experts", ["math"])
+    assert ctx.sampler("experts", ["math"]) is math and {p.domain for p in math.next(8)} == {"math"}
+    with pytest.raises(ValueError, match="sampler 'experts' draws from math, not code: name another sampler"):
+        ctx.sampler("experts", ["code"])  # was: the math stream, silently
+    ctx.sampler("train")
+    with pytest.raises(ValueError, match="draws from every domain, not math"):
+        ctx.sampler("train", ["math"])
+
+
+EXPERTS_PLUGIN = '''
+from dataclasses import dataclass
+from functools import partial
+
+from bench.api import group_advantages
+
+
+@dataclass(frozen=True)
+class Cfg:
+    samples: int = 4
+
+
+def train_expert(config, ctx, domain):  # module-level, in the plugin's own file
+    expert = ctx.clone(ctx.student, f"expert:{domain}")
+    sampler = ctx.sampler(f"expert:{domain}", [domain])
+    with ctx.phase(f"expert:{domain}"):
+        batch = ctx.rollout(expert, sampler.next(4), n=config.samples)
+        ctx.step_done(**ctx.pg_step(expert, batch, group_advantages(batch.rewards, config.samples), lr=1e-3))
+    return domain
+
+
+class Experts:
+    name = "file-experts"
+    Config = Cfg
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        ctx.report("experts", sorted(ctx.map_phases(partial(train_expert, self.config), list(ctx.domains))))
+'''
+
+
+@pytest.mark.parametrize("executor", ["isolated", "processes"])
+def test_a_file_plugins_phases_run_in_child_contexts(executor, tmp_path):
+    """What a file plugin's `map_phases` ships to a worker refers to the plugin's module, which the
+    worker loads from the file first (it failed to unpickle there: no module of that name)."""
+    import json
+
+    plugin = tmp_path / "experts.py"
+    plugin.write_text(EXPERTS_PLUGIN)
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["run", "--method", f"{plugin}:Experts", "--profile", "direct-smoke",
+                                      "--budget", "4e11", "--phase-executor", executor, "--no-progress",
+                                      "--runs", str(runs)])
+    assert result.exit_code == 0, result.output
+    (summary,) = runs.glob("*/summary.json")
+    record = json.loads(summary.read_text())
+    assert record["method_metrics"]["experts"] == ["code", "math"]
+    assert {"expert:math", "expert:code"} <= {row["phase"] for row in record["ledger"] if row["category"] == "counted"}

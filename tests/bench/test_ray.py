@@ -110,6 +110,18 @@ def test_ray_phases_book_exactly_what_sequential_phases_book(ray_instance):
     assert len(steps) == 1
 
 
+def test_a_file_plugins_phases_run_as_ray_tasks(ray_instance, tmp_path):
+    """The task loads the plugin's file before it unpickles what the phase refers to in it."""
+    from tests.bench.test_phases import EXPERTS_PLUGIN
+
+    plugin = tmp_path / "experts.py"
+    plugin.write_text(EXPERTS_PLUGIN)
+    config = RunConfig(method=f"{plugin}:Experts", suite="math_code", profile="smoke", budget_flops=BUDGET,
+                       runs_dir=tmp_path / "runs", phase_executor="ray")
+    summary = Runner(config, progress=False).run()
+    assert summary["method_metrics"]["experts"] == ["code", "math"]
+
+
 def test_phases_on_cuda_without_room_for_their_gpus_are_refused_not_left_waiting(ray_instance):
     from types import SimpleNamespace
 

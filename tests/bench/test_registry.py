@@ -133,3 +133,84 @@ def test_the_worked_worlds_distillation_stops_by_its_calibrated_rules(tmp_path):
             run = Runner(RunConfig(method=method, profile=profile, runs_dir=tmp_path), progress=False)
             distill = run.method_config.distill
             assert (distill.kl_threshold, distill.use_reward_rule) == expected, (method, profile)
+
+
+TYPED_PLUGIN = '''
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+@dataclass(frozen=True)
+class Cfg:
+    clip: Optional[float] = None
+    scale: float = 1
+    ids: tuple[int, ...] = (0,)
+    names: tuple[str, ...] = ()
+    cap: int | None = 4
+
+class Typed:
+    name = "typed"
+    Config = Cfg
+    def __init__(self, config): self.config = config
+    def run(self, ctx): return None
+'''
+
+
+def test_overrides_are_parsed_as_the_fields_declared_types(tmp_path):
+    from bench.errors import RunError
+    from bench.run.config import method_config
+
+    path = tmp_path / "typed.py"
+    path.write_text(TYPED_PLUGIN)
+    cls = get_method(f"{path}:Typed")
+    config = method_config(cls, (("clip", "0.5"), ("scale", "0.5"), ("ids", "1,2"), ("names", "a,b"), ("cap", "none")))
+    assert (config.clip, config.scale, config.ids, config.names, config.cap) == (0.5, 0.5, (1, 2), ("a", "b"), None)
+    assert method_config(cls, (("clip", "None"), ("cap", "8"))).cap == 8  # was: clip '0.5' a string, scale refused
+    for key, raw, said in [("ids", "1,x", "ids='x': expected int"), ("clip", "big", "clip='big': expected float")]:
+        with pytest.raises(RunError, match=said):
+            method_config(cls, ((key, raw),))
+
+
+def _installed(site, entry_points: dict[str, str], source: str, module: str = "mine") -> None:
+    """A package `module` installed in `site` (a folder on sys.path) with these method entry points."""
+    (site / f"{module}.py").write_text(source)
+    info = site / f"{module}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    lines = "".join(f"{name} = {ref}\n" for name, ref in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[opd_bench.methods]\n{lines}")
+
+
+def test_an_installed_method_is_named_as_its_entry_point(tmp_path, monkeypatch):
+    """Runs are named by the class's `name`: a plugin installed as `other` calling itself `noop` would
+    share `noop`'s runs (another package's, say), whose record `bench run` would hand back."""
+    _installed(tmp_path, {"noop": "mine:Noop", "other": "mine:Noop"}, GOOD_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert get_method("noop").name == "noop"
+    with pytest.raises(AdapterError, match="plugin 'other' .mine:Noop. calls itself 'noop'; an installed method's"):
+        get_method("other")
+    # its own file is the installed method (an editable install), not another method of that name
+    assert get_method(f"{tmp_path / 'mine.py'}:Noop").name == "noop"
+    copy = tmp_path / "copy" / "mine.py"
+    copy.parent.mkdir()
+    copy.write_text(GOOD_PLUGIN)  # another file calling itself noop is refused, as before
+    with pytest.raises(AdapterError, match="calls itself 'noop', the name of another method"):
+        get_method(f"{copy}:Noop")
+
+
+def test_a_broken_installed_plugin_is_listed_with_its_error_beside_the_others(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    _installed(tmp_path, {"broken": "broken_mine:Noop"}, "import not_a_module_anywhere\n", "broken_mine")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = CliRunner().invoke(app, ["list", "methods", "-v"])
+    assert out.exit_code == 0, out.output
+    assert "broken: cannot be used: method plugin 'broken' failed to load: ModuleNotFoundError" in out.output
+    assert "grpo-joint: " in out.output and "--set lr=..." in out.output  # was: a traceback, nothing listed
+    rows = {row["name"]: row for row in json.loads(CliRunner().invoke(app, ["list", "methods", "--json"]).stdout)}
+    assert "failed to load" in rows["broken"]["error"] and rows["grpo"]["config"]

@@ -319,6 +319,44 @@ def test_a_plugin_that_raises_is_one_line_naming_it(tmp_path):
     assert not any(runs.iterdir())  # a failed start leaves nothing behind
 
 
+_FAULTY = """from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cfg:
+    lr: float = 1e-3
+
+    def __post_init__(self):
+        assert self.lr > 0, "lr must be positive"
+
+
+class Faulty:
+    name = "faulty"
+    Config = Cfg
+
+    def __init__(self, config):
+        self.table = {{"a": 1}}[{key!r}]
+
+    def run(self, ctx):
+        pass
+"""
+
+
+@pytest.mark.parametrize("key, setting, said", [
+    ("a", "lr=-1", "invalid faulty config: AssertionError: lr must be positive"),
+    ("b", "lr=1", "method faulty ("),
+])
+def test_a_plugin_whose_config_or_constructor_fails_is_one_line(key, setting, said, tmp_path):
+    plugin = tmp_path / "faulty.py"
+    plugin.write_text(_FAULTY.format(key=key))
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["run", "--method", f"{plugin}:Faulty", "--profile", PROFILE, "--no-progress",
+                              "--runs", str(runs), "--set", setting])
+    message = refused(result, said)
+    assert key == "a" or "failed: KeyError: 'b'" in message
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 def test_a_plugin_that_takes_a_built_in_methods_name_is_refused(tmp_path):
     plugin = tmp_path / "mine.py"
     plugin.write_text("from methods.grpo import GRPOJoint\n\n\nclass Mine(GRPOJoint):\n    name = 'grpo-joint'\n")
@@ -360,6 +398,29 @@ def test_a_plugin_that_does_not_stop_or_report_its_steps_is_stopped(after, said,
                               "--no-progress", "--runs", str(runs)])
     refused(result, said)
     assert not list(runs.glob("*/summary.json"))  # no record of a run that broke the rules
+
+
+def test_a_plugin_changed_under_its_name_is_another_run(tmp_path):
+    """A run is keyed by its method's name and config; a plugin's own source is part of what makes it,
+    so an edited plugin does not get the record its earlier code made."""
+    plugin = tmp_path / "steps.py"
+    plugin.write_text(_STEPS.format(after="ctx.step_done(**stats)\n            if ctx.should_stop(): return"))
+    runs = tmp_path / "runs"
+    args = ["run", "--method", f"{plugin}:Steps", "--profile", PROFILE, "--budget", "2e10", "--no-progress",
+            "--runs", str(runs)]
+    assert cli.invoke(app, args).exit_code == 0
+    (record,) = runs.glob("*/summary.json")
+    made = json.loads(record.read_text())
+    code = made["provenance"]["method_code"]  # the record says what made it
+    assert code == json.loads((record.parent / "config.json").read_text())["fingerprint"]["method_code"]
+    again = cli.invoke(app, args)
+    assert again.exit_code == 0 and "already complete" in again.output  # the same code: its record
+    plugin.write_text(plugin.read_text() + "\n# a bug fixed\n")
+    before = snapshot(runs)
+    refused(cli.invoke(app, args), f"is a complete run of another configuration (method_code is {code} there,")
+    assert snapshot(runs) == before
+    site = cli.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
+    assert site.exit_code == 0 and "1 records, 0 skipped" in site.output, site.output
 
 
 # -- a failed start leaves nothing that blocks the corrected command -----------------------------------------
