@@ -92,7 +92,9 @@ def run_command(record: dict[str, Any]) -> dict[str, Any]:
     # the torch thread count the run had: a CPU's sums add up in another order at another count
     threads = ((record.get("provenance") or {}).get("hardware") or {}).get("torch_threads")
     env = f"OMP_NUM_THREADS={int(threads)} " if isinstance(threads, int) and threads > 0 else ""
-    parts = [f"{env}bench run --method {q(record['method'])} --suite {q(record['suite'])} "
+    # a plugin as the run named it (path/to/file.py:Class, or its entry point); a built-in by its name
+    method = (record.get("provenance") or {}).get("method_source") or record["method"]
+    parts = [f"{env}bench run --method {q(str(method))} --suite {q(record['suite'])} "
              f"--difficulty {q(record['difficulty'])}",
              f"--profile {q(record['profile'])} --seed {int(record['seed'])} "
              f"--budget {budget_text(float(record['budget_flops']))}"]

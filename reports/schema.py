@@ -120,6 +120,8 @@ _PROVENANCE = {
         "hardware": {"type": "object"},
         "created": {"type": "string", "maxLength": MAX_NAME_CHARS},
         "git_commit": {"type": ["string", "null"], "maxLength": MAX_NAME_CHARS},
+        "method_code": {"type": "string", "maxLength": MAX_NAME_CHARS},  # a plugin's source hash
+        "method_source": {"type": "string", "maxLength": 4096},  # how the run named a plugin (path:Class)
     },
 }
 

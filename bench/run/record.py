@@ -72,7 +72,9 @@ def config_record(run_id: str, method: str, method_config: Any, config: RunConfi
         "fingerprint": made,
         **made,
         "suite_version": suite.version,
-        "provenance": {**provenance(suite, profile), **({"method_code": method_code} if method_code else {})},
+        # a plugin's source hash, and how it was named (a file's path:Class), for the command that reruns it
+        "provenance": {**provenance(suite, profile),
+                       **({"method_code": method_code, "method_source": config.method} if method_code else {})},
     }
 
 

@@ -411,7 +411,8 @@ def test_a_plugin_changed_under_its_name_is_another_run(tmp_path):
     assert cli.invoke(app, args).exit_code == 0
     (record,) = runs.glob("*/summary.json")
     made = json.loads(record.read_text())
-    code = made["provenance"]["method_code"]  # the record says what made it
+    code = made["provenance"]["method_code"]  # the record says what made it, and how to name it again
+    assert made["provenance"]["method_source"] == f"{plugin}:Steps"
     assert code == json.loads((record.parent / "config.json").read_text())["fingerprint"]["method_code"]
     again = cli.invoke(app, args)
     assert again.exit_code == 0 and "already complete" in again.output  # the same code: its record

@@ -196,6 +196,10 @@ def test_run_command_quotes_and_reads_back():
     args = shlex.split(run_command({**record, "provenance": {**provenance, "phase_executor": "sequential"}})["text"]
                        .replace("\\\n", " "))
     assert args[args.index("--phase-executor") + 1] == "sequential"
+    # a plugin run from a file reruns from that file, not by a name nothing has registered
+    plugin = {**record, "provenance": {**provenance, "method_source": "path/to/my method.py:Mine"}}
+    args = shlex.split(run_command(plugin)["text"].replace("\\\n", " "))
+    assert args[args.index("--method") + 1] == "path/to/my method.py:Mine"
 
 
 def test_samples_are_on_the_method_page_escaped(site):
