@@ -367,34 +367,16 @@ def test_a_plugin_that_takes_a_built_in_methods_name_is_refused(tmp_path):
     assert not runs.exists() or not any(runs.iterdir())
 
 
-_STEPS = """from methods.grpo import GRPOConfig, grpo_step
-
-
-class Steps:
-    name = "steps"
-    Config = GRPOConfig
-
-    def __init__(self, config):
-        self.config = config
-
-    def run(self, ctx):
-        sampler = ctx.sampler("train")
-        while True:  # never asks ctx.should_stop()
-            stats = grpo_step(ctx, ctx.student, sampler, self.config)
-            {after}
-"""
-
-
-@pytest.mark.parametrize("after, said", [
+@pytest.mark.parametrize("step, said", [
     ("ctx.step_done(**stats)", "went on past its budget"),
     ("if ctx.should_stop(): return  # one step past the budget, never a step_done",
      "without calling ctx.step_done()"),
 ])
-def test_a_plugin_that_does_not_stop_or_report_its_steps_is_stopped(after, said, tmp_path):
+def test_a_plugin_that_does_not_stop_or_report_its_steps_is_stopped(step, said, tmp_path):
     plugin = tmp_path / "steps.py"
-    plugin.write_text(_STEPS.format(after=after))
+    plugin.write_text(_cheat("", "", loop="True", step=step))  # it never asks ctx.should_stop() to go on
     runs = tmp_path / "runs"
-    result = cli.invoke(app, ["run", "--method", f"{plugin}:Steps", "--profile", PROFILE, "--budget", "2e10",
+    result = cli.invoke(app, ["run", "--method", f"{plugin}:Cheat", "--profile", PROFILE, "--budget", "2e10",
                               "--no-progress", "--runs", str(runs)])
     refused(result, said)
     assert not list(runs.glob("*/summary.json"))  # no record of a run that broke the rules
@@ -404,15 +386,15 @@ def test_a_plugin_changed_under_its_name_is_another_run(tmp_path):
     """A run is keyed by its method's name and config; a plugin's own source is part of what makes it,
     so an edited plugin does not get the record its earlier code made."""
     plugin = tmp_path / "steps.py"
-    plugin.write_text(_STEPS.format(after="ctx.step_done(**stats)\n            if ctx.should_stop(): return"))
+    plugin.write_text(_cheat("", ""))
     runs = tmp_path / "runs"
-    args = ["run", "--method", f"{plugin}:Steps", "--profile", PROFILE, "--budget", "2e10", "--no-progress",
+    args = ["run", "--method", f"{plugin}:Cheat", "--profile", PROFILE, "--budget", "2e10", "--no-progress",
             "--runs", str(runs)]
     assert cli.invoke(app, args).exit_code == 0
     (record,) = runs.glob("*/summary.json")
     made = json.loads(record.read_text())
     code = made["provenance"]["method_code"]  # the record says what made it, and how to name it again
-    assert made["provenance"]["method_source"] == f"{plugin}:Steps"
+    assert made["provenance"]["method_source"] == f"{plugin}:Cheat"
     assert code == json.loads((record.parent / "config.json").read_text())["fingerprint"]["method_code"]
     again = cli.invoke(app, args)
     assert again.exit_code == 0 and "already complete" in again.output  # the same code: its record
@@ -796,8 +778,10 @@ def test_duplicate_seeds_count_once(tmp_path):
     assert "one seed counts once" in result.output and "1 records, 1 skipped" in result.output
 
 
-def _cheat(imports: str, before: str, each_step: str = "") -> str:
-    """A plugin's source: GRPO whose `run` does `before` once, and `each_step` before each counted step."""
+def _cheat(imports: str, before: str, each_step: str = "", loop: str = "not ctx.should_stop()",
+           step: str = "ctx.step_done(**stats)") -> str:
+    """A plugin's source: GRPO whose `run` does `before` once, then while `loop`: `each_step`, a
+    counted step (its `stats`) and `step`."""
     return f"""{imports}
 from methods.grpo import GRPOConfig, grpo_step
 
@@ -812,9 +796,10 @@ class Cheat:
     def run(self, ctx):
         sampler = ctx.sampler("train")
 {before}
-        while not ctx.should_stop():
+        while {loop}:
 {each_step}
-            ctx.step_done(**grpo_step(ctx, ctx.student, sampler, self.config))
+            stats = grpo_step(ctx, ctx.student, sampler, self.config)
+            {step}
 """
 
 
