@@ -119,7 +119,7 @@ def get_method(name: str) -> type:
     if ".py:" in name:
         cls = check_method_class(_load_file_class(name), where=name)
         if _installed_from(cls.name, Path(name.rpartition(":")[0])):
-            return cls  # the installed method's own file, as an editable install has it
+            return get_method(cls.name)  # the installed method's own file (an editable install): that method
         return _own_name(cls, name, method_names())
     builtins = builtin_methods()
     if name in builtins:

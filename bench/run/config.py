@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -228,24 +229,41 @@ def _replace(config: Any, changes: dict[str, Any]) -> Any:
 
 
 def _field_type(node: Any, name: str) -> Any:
-    """The declared type of a config field (annotations resolved), or None where they cannot be."""
+    """The declared type of a config field (its annotation resolved), or None where it cannot be."""
     try:
         return typing.get_type_hints(type(node)).get(name)
-    except Exception:  # an annotation naming what the config's module cannot resolve
-        return None
+    except Exception:  # another field's annotation names what its module cannot resolve: this one alone
+        field = next(f for f in dataclasses.fields(node) if f.name == name)
+        if not isinstance(field.type, str):
+            return field.type
+        try:
+            return eval(field.type, vars(sys.modules[type(node).__module__]))  # as get_type_hints would
+        except Exception:
+            return None
 
 
 def _coerce(key: str, raw: str, default: Any, declared: Any = None) -> Any:
-    """`raw` parsed as the field's declared type (`Optional[float]`, `tuple[int, ...]`, ...), or as
-    its default's type where the type is not declared in a form read here."""
+    """`raw` parsed as the field's declared type (`float`, `Optional[float]`, `int | float`,
+    `tuple[int, ...]`, `tuple[float, float]`, `list[int]`), or as its default's type where the type
+    is not declared in a form read here."""
     origin, args = typing.get_origin(declared), typing.get_args(declared)
-    if origin in (typing.Union, types.UnionType) and type(None) in args:
-        if raw.lower() == "none":
+    if origin in (typing.Union, types.UnionType):
+        if raw.lower() == "none" and type(None) in args:
             return None
-        rest = [a for a in args if a is not type(None)]
-        return _coerce(key, raw, default, rest[0] if len(rest) == 1 else None)
-    if origin is tuple and (len(args) == 2 and args[1] is Ellipsis or not args):
-        return tuple(_coerce(key, x, None, args[0] if args else str) for x in raw.split(",") if x)
+        for option in (a for a in args if a is not type(None)):  # the first that reads it
+            try:
+                return _coerce(key, raw, default, option)
+            except RunError:
+                continue
+        raise RunError(f"{key}={raw!r}: expected {' or '.join(getattr(a, '__name__', str(a)) for a in args)}")
+    if origin in (tuple, list):
+        items = [x for x in raw.split(",") if x]
+        if origin is tuple and args and args[-1] is not Ellipsis:  # fixed length, a type per place
+            if len(items) != len(args):
+                raise RunError(f"{key}={raw!r}: expected {len(args)} comma-separated values")
+            return tuple(_coerce(key, x, None, kind) for x, kind in zip(items, args))
+        parsed = [_coerce(key, x, None, args[0] if args else str) for x in items]
+        return tuple(parsed) if origin is tuple else parsed
     kind = declared if declared in (bool, int, float, str) else type(default)
     try:
         if kind is bool:

@@ -98,8 +98,11 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
         )
         runner = Runner(config, progress=progress)
         mode, evaluations = counter(), _Evaluations(cls)
-        with _no_threads_or_processes(cls), watch_evaluations(evaluations.watcher(mode)), mode:
+        refused: list[str] = []  # kept: a method may catch a refusal and go on, as a run unchecked would not
+        with _no_threads_or_processes(cls, refused), watch_evaluations(evaluations.watcher(mode, refused)), mode:
             summary = runner.run()
+    if refused:
+        raise RunError(refused[0])
     return ConformanceResult(
         method=cls.name,
         metered_flops=summary["flops"]["counted"],
@@ -124,30 +127,31 @@ class _Evaluations:
     def __init__(self, cls: type) -> None:
         self.cls, self.flops, self.heldout_reads, self._began = cls, 0, 0, 0
 
-    def watcher(self, mode: Any) -> Callable[[bool], None]:
+    def watcher(self, mode: Any, refused: list[str]) -> Callable[[bool], None]:
         def watch(entering: bool) -> None:
             if entering:
-                self._refuse_if_not_the_engine()
+                self._refuse_if_not_the_engine(refused)
                 self._began = counted_so_far(mode)
             else:
                 self.flops += counted_so_far(mode) - self._began
 
         return watch
 
-    def _refuse_if_not_the_engine(self) -> None:
+    def _refuse_if_not_the_engine(self, refused: list[str]) -> None:
         frame = sys._getframe(2)
         while frame is not None and frame.f_code.co_filename in self.BETWEEN:
             frame = frame.f_back
         if frame is None or frame.f_code.co_filename not in self.ENGINE:
             where = f" ({frame.f_code.co_filename}:{frame.f_lineno})" if frame else ""
-            raise RunError(f"{self.cls.name} begins a held-out evaluation itself{where}; its work would be booked "
+            refused.append(f"{self.cls.name} begins a held-out evaluation itself{where}; its work would be booked "
                            "eval, outside the budget. Evaluations are the engine's: use ctx.evaluate")
+            raise RunError(refused[-1])
         if frame.f_code is bench.context.RunContext.evaluate.__code__ and frame.f_locals.get("split") == "heldout":
             self.heldout_reads += 1
 
 
 @contextlib.contextmanager
-def _no_threads_or_processes(cls: type) -> Iterator[None]:
+def _no_threads_or_processes(cls: type, refused: list[str]) -> Iterator[None]:
     """Refuse a thread or a process the method's own code starts (directly or through a stdlib pool:
     `threading`, `os.fork`, `subprocess`, `multiprocessing`): the FLOP counter sees only the run's own
     thread, and a child's work dies with its copy of the ledger. Threads and processes of libraries
@@ -165,8 +169,9 @@ def _no_threads_or_processes(cls: type) -> Iterator[None]:
 
         def checked(*args: Any, **kwargs: Any) -> Any:
             if started_by_method():
-                raise RunError(f"{cls.name} starts {what}; the conformance check counts FLOPs in the run's "
-                               "own thread only, so methods must not start threads or processes")
+                refused.append(f"{cls.name} starts {what}; the conformance check counts FLOPs in the run's own "
+                               "thread only, so methods must not start threads or processes")
+                raise RunError(refused[-1])
             return original(*args, **kwargs)
 
         patched.append((owner, name, original))

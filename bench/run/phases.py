@@ -156,6 +156,15 @@ def counted_flops(rows: Sequence[dict]) -> float:
     return sum(r["flops"] for r in rows if r["category"] == "counted")
 
 
+def refuse_past_budget(what: str, spent: float, last: float, budget: float) -> None:
+    """A step may end past the budget, none may begin there: counted work (`spent` now) after a step
+    that ended (at `last`) with the budget spent is refused (a method or phase that does not stop at
+    `ctx.should_stop()`)."""
+    if last >= budget and spent > last:
+        raise RunError(f"{what} went on past its budget: {spent - last:.3e} counted FLOPs after a step that "
+                       f"ended at {last:.3e} of {budget:.3e}; a method stops when ctx.should_stop() is True")
+
+
 def child_seed(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:phase:{key}".encode()).digest()[:8], "little") % 2**63
 
@@ -168,9 +177,11 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
     seed = child_seed(spec.seed, key)
     steps: list[tuple[float, str, dict]] = []
     start = ledger.total("counted")
+    what = f"phase {key!r}"
 
     def on_step(stats: dict) -> None:
         own = ledger.total("counted") - start
+        refuse_past_budget(what, start + own, start + (steps[-1][0] if steps else 0.0), spec.budget_flops)
         steps.append((own, current_phase(), dict(stats)))
         if _PROGRESS is not None:
             _PROGRESS.put((key, own))
@@ -185,6 +196,7 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
             generator=torch.Generator().manual_seed(seed), eval_max_new_tokens=spec.eval_max_new_tokens,
         )
         value = spec.fn(ctx, key)
+    refuse_past_budget(what, ledger.total("counted"), start + (steps[-1][0] if steps else 0.0), spec.budget_flops)
     created = {name: p._state() for name, p in ctx._policies.items() if name != spec.student.name}
     for state in created.values():
         state["model"] = {k: v.detach().cpu() for k, v in state["model"].items()}

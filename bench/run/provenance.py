@@ -34,10 +34,10 @@ def code_hash() -> str:
 
 def method_code(cls: type) -> str:
     """Hash of a plugin method's sources: its file (`path/to/file.py:Class`), or every module of the
-    installed package that defines it."""
-    top = sys.modules[cls.__module__.partition(".")[0]]
-    path = Path(inspect.getfile(top))
-    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    installed package that defines it (of the folder that defines it, in a namespace package)."""
+    top = getattr(sys.modules.get(cls.__module__.partition(".")[0]), "__file__", None)
+    path = Path(top or inspect.getfile(cls))
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" or not top else [path]
     h = hashlib.sha256()
     for f in files:
         h.update(str(f.relative_to(path.parent)).encode())

@@ -15,15 +15,12 @@ from bench.world.profiles import Profile
 SCHEMA_VERSION = 1
 
 
-def fingerprint(method: str, method_config: Any, config: RunConfig, suite: Any,
-                method_code: str | None = None) -> dict:
+def fingerprint(method: str, method_config: Any, config: RunConfig, suite: Any) -> dict:
     """What makes a run, the part of `config.json` a resumed run must match. It is built as it reads back
     from disk (a config's tuple, such as a plugin's list of rates, as a list), so a run compares equal
-    to its own config.json. `method_code`: a plugin's source hash (`provenance.method_code`), so that a
-    plugin changed under the same name makes another run; a built-in's code is the project's."""
+    to its own config.json."""
     return json.loads(json.dumps({
         "method": method,
-        **({"method_code": method_code} if method_code else {}),
         "method_config": dataclasses.asdict(method_config),
         "suite": config.suite,
         "difficulty": config.difficulty,
@@ -66,7 +63,7 @@ def record_damage(summary: Any, run_id: str) -> str | None:
 def config_record(run_id: str, method: str, method_config: Any, config: RunConfig, profile: Profile,
                   suite: Any, method_code: str | None = None) -> dict:
     """`config.json`: the fingerprint a resumed run must match, then the suite version and provenance."""
-    made = fingerprint(method, method_config, config, suite, method_code)
+    made = fingerprint(method, method_config, config, suite)
     return {
         "run_id": run_id,
         "fingerprint": made,
@@ -76,6 +73,16 @@ def config_record(run_id: str, method: str, method_config: Any, config: RunConfi
         "provenance": {**provenance(suite, profile),
                        **({"method_code": method_code, "method_source": config.method} if method_code else {})},
     }
+
+
+def code_difference(written: Any, method_code: str | None) -> str | None:
+    """How the plugin code a complete run's record names (`provenance.method_code`) differs from the
+    plugin's now, or None (the same, a built-in method, or a record that names none)."""
+    made = written.get("provenance") if isinstance(written, dict) else None
+    recorded = made.get("method_code") if isinstance(made, dict) else None
+    if not (isinstance(recorded, str) and method_code) or recorded == method_code:
+        return None
+    return f"provenance.method_code is {recorded} there, {method_code} here"
 
 
 def models_difference(written: Any, now: dict[str, str]) -> str | None:

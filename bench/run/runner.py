@@ -33,7 +33,7 @@ from bench.rollout.engines import make_backend
 from bench.run import checkpoint, record
 from bench.run import provenance as prov
 from bench.run.config import ABSENT, RunConfig, dotted, method_config
-from bench.run.phases import phase_runner
+from bench.run.phases import phase_runner, refuse_past_budget
 from bench.world import prepare
 from bench.world.hf import local_models
 from bench.world.models import resolve_model, save_model, state_digest
@@ -55,7 +55,7 @@ class Runner:
                                            self.profile.defaults_for(self.method_cls.name) + config.overrides)
         self.suite = get_suite(config.suite, config.difficulty, self.profile.task_format)
         self.run_id = self.run_id_for(config, self.method_cls.name)
-        self._method_code = None if config.method in builtin_methods() else prov.method_code(self.method_cls)
+        self.method_code = None if config.method in builtin_methods() else prov.method_code(self.method_cls)
         self.dir = Path(config.runs_dir) / self.run_id
         self.resume = resume
         self.show_progress = progress
@@ -120,6 +120,9 @@ class Runner:
         if why := record.models_difference(summary, self.models().model_hashes()):
             raise RunError(f"{self.dir} is a complete run made from other models ({why}); choose another --out "
                            "(or --seed), or move it away")
+        if why := record.code_difference(summary, self.method_code):
+            raise RunError(f"{self.dir} is a complete run made by other code of the plugin ({why}); choose another "
+                           "--out (or --seed), or move it away")
         return summary
 
     def difference(self, written: Any) -> str | None:
@@ -200,7 +203,8 @@ class Runner:
             self._within_budget(ctx.spent_flops)
             if ctx.spent_flops > 0 and not self._trace["rows"]:
                 raise RunError(f"method {self.method_cls.name} spent {ctx.spent_flops:.3e} counted FLOPs without "
-                               "calling ctx.step_done(): the runner evaluates, checkpoints and stops a run at its steps")
+                               "calling ctx.step_done(): the runner evaluates, checkpoints and stops a run at its "
+                               "steps")
             if self.curve[-1]["flops"] < ctx.spent_flops:
                 self._evaluate(ctx, "final")
         self.ledger.flush()
@@ -261,6 +265,11 @@ class Runner:
                 raise RunError(f"{self.dir} was started with a different configuration ({why}); not resuming")
             if why := record.models_difference(written, hashes):
                 raise RunError(f"{self.dir} was started from other models ({why}); not resuming")
+            if why := record.code_difference(written, self.method_code):  # a plugin fixed before resuming
+                made = written["provenance"]
+                made.setdefault("method_code_at_start", made["method_code"])
+                made["method_code"] = self.method_code  # the code that finishes the run, and the code it began with
+                store.write_json(config_path, written)
             return
         written = self._config_record()
         written["provenance"]["model_hashes"] = hashes
@@ -270,11 +279,11 @@ class Runner:
     def fingerprint(self) -> dict:
         """What makes this run (config.json's fingerprint): its method and resolved config, suite and its
         hash, profile, seed, budget and evaluation settings. Nothing is built or written."""
-        return record.fingerprint(self.method_cls.name, self.method_config, self.config, self.suite, self._method_code)
+        return record.fingerprint(self.method_cls.name, self.method_config, self.config, self.suite)
 
     def _config_record(self) -> dict:
         return record.config_record(self.run_id, self.method_cls.name, self.method_config, self.config,
-                                    self.profile, self.suite, self._method_code)
+                                    self.profile, self.suite, self.method_code)
 
     def _book_preparation(self, prepared: Any) -> None:
         """Copy the shared base's and external teacher's training costs in: recorded, not counted."""
@@ -302,13 +311,8 @@ class Runner:
             self._save_checkpoint(ctx)
 
     def _within_budget(self, spent: float) -> None:
-        """A step may end past the budget, none may begin there: refuse counted work after a step that
-        ended with the budget spent (a method that does not stop at `ctx.should_stop()`)."""
-        last = self._trace["last_flops"]
-        if last >= self.config.budget and spent > last:
-            raise RunError(f"method {self.method_cls.name} went on past its budget: {spent - last:.3e} counted FLOPs "
-                           f"after a step that ended at {last:.3e} of {self.config.budget:.3e}; a method stops when "
-                           "ctx.should_stop() is True")
+        """A step may end past the budget, none may begin there (`refuse_past_budget`)."""
+        refuse_past_budget(f"method {self.method_cls.name}", spent, self._trace["last_flops"], self.config.budget)
 
     def _phase_progress(self, spent: float, line: str | None) -> None:
         """Parallel phases' progress: the bar, and a line in the log when one of them ends."""

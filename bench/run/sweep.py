@@ -30,7 +30,7 @@ from bench.progress import clock, news_line
 from bench.registry import reproduce_protocol
 from bench.run.config import RunConfig
 from bench.run.executors import LocalExecutor, SweepExecutor
-from bench.run.record import models_difference, record_damage
+from bench.run.record import code_difference, models_difference, record_damage
 from bench.run.runner import Runner
 from bench.world import prepare, reference
 from bench.world.profiles import PROFILES
@@ -144,6 +144,9 @@ def _state(config: RunConfig, hashes: dict[tuple, dict[str, str]]) -> tuple[str,
     if why := models_difference(made, hashes[world]):
         raise RunError(f"{run_dir} holds a run made from other models ({why}); choose another --runs folder, or "
                        "move it away")
+    if complete and (why := code_difference(made, runner.method_code)):
+        raise RunError(f"{run_dir} holds a run made by other code of the plugin ({why}); choose another --runs "
+                       "folder, or move it away")
     return ("complete" if complete else "resume"), run_dir
 
 

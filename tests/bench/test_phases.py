@@ -9,6 +9,7 @@ Ray; `processes`, local worker processes). The Ray variant of the same check is 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -302,3 +303,19 @@ def test_a_file_plugins_phases_run_in_child_contexts(executor, tmp_path):
     record = json.loads(summary.read_text())
     assert record["method_metrics"]["experts"] == ["code", "math"]
     assert {"expert:math", "expert:code"} <= {row["phase"] for row in record["ledger"] if row["category"] == "counted"}
+
+
+@pytest.mark.parametrize("executor", ["isolated", "processes"])
+def test_a_phase_that_does_not_stop_at_its_share_is_stopped(executor, tmp_path):
+    """A child context holds its phase to its share of the budget as the run holds a method to its
+    budget (the run's own check sees a child's steps only replayed, after the merge)."""
+    plugin = tmp_path / "experts.py"
+    plugin.write_text(EXPERTS_PLUGIN.replace("    with ctx.phase(f\"expert:{domain}\"):\n",
+                                             "    while True:  # never asks ctx.should_stop()\n"))
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["run", "--method", f"{plugin}:Experts", "--profile", "direct-smoke",
+                                      "--budget", "1e11", "--phase-executor", executor, "--no-progress",
+                                      "--runs", str(runs)])
+    message = (result.stderr or result.output).strip().splitlines()[-1]
+    assert result.exit_code == 2 and re.search(r"phase '(math|code)' went on past its budget", message), result.output
+    assert not list(runs.glob("*/summary.json"))

@@ -138,8 +138,11 @@ def test_the_worked_worlds_distillation_stops_by_its_calibrated_rules(tmp_path):
 TYPED_PLUGIN = '''
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from a_module_only_a_type_checker_has import Thing
 
 @dataclass(frozen=True)
 class Cfg:
@@ -148,6 +151,10 @@ class Cfg:
     ids: tuple[int, ...] = (0,)
     names: tuple[str, ...] = ()
     cap: int | None = 4
+    pair: tuple[float, float] = (0.1, 0.2)
+    ks: list[int] = field(default_factory=list)
+    mix: int | float = 3
+    thing: Thing | None = None  # unresolvable: the other fields are still read by their own types
 
 class Typed:
     name = "typed"
@@ -167,7 +174,12 @@ def test_overrides_are_parsed_as_the_fields_declared_types(tmp_path):
     config = method_config(cls, (("clip", "0.5"), ("scale", "0.5"), ("ids", "1,2"), ("names", "a,b"), ("cap", "none")))
     assert (config.clip, config.scale, config.ids, config.names, config.cap) == (0.5, 0.5, (1, 2), ("a", "b"), None)
     assert method_config(cls, (("clip", "None"), ("cap", "8"))).cap == 8  # was: clip '0.5' a string, scale refused
-    for key, raw, said in [("ids", "1,x", "ids='x': expected int"), ("clip", "big", "clip='big': expected float")]:
+    config = method_config(cls, (("pair", "0.3,0.4"), ("ks", "5,6"), ("mix", "2.5")))
+    assert (config.pair, config.ks, config.mix) == ((0.3, 0.4), [5, 6], 2.5)
+    assert method_config(cls, (("mix", "2"),)).mix == 2 and type(method_config(cls, (("mix", "2"),)).mix) is int
+    for key, raw, said in [("ids", "1,x", "ids='x': expected int"), ("clip", "big", "clip='big': expected float"),
+                           ("pair", "1", "pair='1': expected 2 comma-separated values"),
+                           ("mix", "x", "mix='x': expected int or float")]:
         with pytest.raises(RunError, match=said):
             method_config(cls, ((key, raw),))
 
@@ -191,7 +203,7 @@ def test_an_installed_method_is_named_as_its_entry_point(tmp_path, monkeypatch):
     with pytest.raises(AdapterError, match="plugin 'other' .mine:Noop. calls itself 'noop'; an installed method's"):
         get_method("other")
     # its own file is the installed method (an editable install), not another method of that name
-    assert get_method(f"{tmp_path / 'mine.py'}:Noop").name == "noop"
+    assert get_method(f"{tmp_path / 'mine.py'}:Noop") is get_method("noop")  # one method, one code hash
     copy = tmp_path / "copy" / "mine.py"
     copy.parent.mkdir()
     copy.write_text(GOOD_PLUGIN)  # another file calling itself noop is refused, as before
@@ -214,3 +226,21 @@ def test_a_broken_installed_plugin_is_listed_with_its_error_beside_the_others(tm
     assert "grpo-joint: " in out.output and "--set lr=..." in out.output  # was: a traceback, nothing listed
     rows = {row["name"]: row for row in json.loads(CliRunner().invoke(app, ["list", "methods", "--json"]).stdout)}
     assert "failed to load" in rows["broken"]["error"] and rows["grpo"]["config"]
+
+
+def test_a_plugins_code_hash_covers_its_package_or_its_namespace_folder(tmp_path, monkeypatch):
+    import importlib
+
+    from bench.run.provenance import method_code
+
+    folder = tmp_path / "acme_ns" / "tools"  # a namespace package (no __init__.py), then a package
+    folder.mkdir(parents=True)
+    (tmp_path / "acme_ns" / "plug.py").write_text(GOOD_PLUGIN)
+    (folder / "__init__.py").write_text("")
+    (folder / "plug.py").write_text(GOOD_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    in_namespace = importlib.import_module("acme_ns.plug").Noop
+    in_package = importlib.import_module("acme_ns.tools.plug").Noop
+    before = method_code(in_namespace), method_code(in_package)  # was: a TypeError for the namespace
+    (folder / "helpers.py").write_text("X = 1\n")  # a module of the package, beside the method's
+    assert method_code(in_package) != before[1] and method_code(in_namespace) != before[0]

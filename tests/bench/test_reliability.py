@@ -395,15 +395,33 @@ def test_a_plugin_changed_under_its_name_is_another_run(tmp_path):
     made = json.loads(record.read_text())
     code = made["provenance"]["method_code"]  # the record says what made it, and how to name it again
     assert made["provenance"]["method_source"] == f"{plugin}:Cheat"
-    assert code == json.loads((record.parent / "config.json").read_text())["fingerprint"]["method_code"]
+    assert code == json.loads((record.parent / "config.json").read_text())["provenance"]["method_code"]
     again = cli.invoke(app, args)
     assert again.exit_code == 0 and "already complete" in again.output  # the same code: its record
     plugin.write_text(plugin.read_text() + "\n# a bug fixed\n")
     before = snapshot(runs)
-    refused(cli.invoke(app, args), f"is a complete run of another configuration (method_code is {code} there,")
+    refused(cli.invoke(app, args), f"made by other code of the plugin (provenance.method_code is {code} there,")
     assert snapshot(runs) == before
     site = cli.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
     assert site.exit_code == 0 and "1 records, 0 skipped" in site.output, site.output
+
+
+def test_a_plugin_fixed_after_a_failure_resumes_and_its_record_says_so(tmp_path):
+    """Its code is not what makes the run (as the project's own is not): a run stopped by a bug goes on
+    with the fix from its last checkpoint, and its record names the code it began with too."""
+    plugin = tmp_path / "tail.py"
+    plugin.write_text(_cheat("", "", step="ctx.step_done(**stats)\n"
+                             "            if ctx.should_stop(): ctx.rollout(ctx.student, sampler.next(2), n=2)"))
+    runs = tmp_path / "runs"
+    args = [*RUN_ARGS[:2], f"{plugin}:Cheat", *RUN_ARGS[3:], "--runs", str(runs)]
+    refused(cli.invoke(app, args), "went on past its budget")  # a diagnostic rollout after the last step
+    (config,) = runs.glob("*/config.json")
+    began = json.loads(config.read_text())["provenance"]["method_code"]
+    plugin.write_text(_cheat("", ""))
+    result = cli.invoke(app, [*args, "--resume"])
+    assert result.exit_code == 0, result.output
+    made = json.loads((config.parent / "summary.json").read_text())["provenance"]
+    assert made["method_code_at_start"] == began != made["method_code"]
 
 
 # -- a failed start leaves nothing that blocks the corrected command -----------------------------------------
@@ -823,6 +841,17 @@ CHEATS = {
     "scores with an evaluator of its own": _cheat("from bench.evaluation import Evaluator", "", """\
             own = Evaluator(ctx._suite, 64, 16, split="validation")  # its greedy answers, booked eval
             own.evaluate(ctx.student, samples_per_domain=64)"""),
+    "catches the refusal of its own evaluation": _cheat("from bench.accounting.ledger import evaluation", "", """\
+            try:  # refused under the check, and caught: in a run unchecked, rollouts booked eval
+                with evaluation():
+                    ctx.score(ctx.student, ctx.rollout(ctx.student, sampler.next(16), n=8))
+            except Exception:
+                pass"""),
+    "catches the refusal of its thread": _cheat("import threading", """\
+        try:
+            threading.Thread(target=lambda: None).start()
+        except Exception:
+            pass"""),
     "hides a little work among many evaluations": _cheat("import torch", """\
         shadow = type(ctx.student._model)(ctx.student._model.config)  # never metered""", """\
             for _ in range(4):  # evaluating twice what it trains: 2% of everything is 6% of its training
@@ -839,6 +868,8 @@ CHEATS = {
     ("replaces the student's decode", 2, "Policy.decode belongs to the engine"),
     ("books its rollouts as an evaluation", 2, "begins a held-out evaluation itself"),
     ("scores with an evaluator of its own", 2, "begins a held-out evaluation itself"),
+    ("catches the refusal of its own evaluation", 2, "begins a held-out evaluation itself"),
+    ("catches the refusal of its thread", 2, "starts a thread"),
     ("hides a little work among many evaluations", 1, "not conformant"),
 ])
 def test_conformance_catches_uncounted_flops(cheat, code, needle, tmp_path):
