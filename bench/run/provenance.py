@@ -22,14 +22,19 @@ PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "reasoning-gym", 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (or site-packages) holding bench/, methods/, tasks/
 
 
+def _sources_hash(files: list[Path], root: Path) -> str:
+    """Hash of source files: each one's path under `root`, then its bytes, in the order given."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def code_hash() -> str:
     """Hash of the engine, methods and tasks sources (what produced a result)."""
-    h = hashlib.sha256()
-    for pkg in ("bench", "methods", "tasks"):
-        for f in sorted((ROOT / pkg).rglob("*.py")):
-            h.update(str(f.relative_to(ROOT)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
+    return _sources_hash([f for pkg in ("bench", "methods", "tasks") for f in sorted((ROOT / pkg).rglob("*.py"))],
+                         ROOT)
 
 
 def method_code(cls: type) -> str:
@@ -38,11 +43,7 @@ def method_code(cls: type) -> str:
     top = getattr(sys.modules.get(cls.__module__.partition(".")[0]), "__file__", None)
     path = Path(top or inspect.getfile(cls))
     files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" or not top else [path]
-    h = hashlib.sha256()
-    for f in files:
-        h.update(str(f.relative_to(path.parent)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
+    return _sources_hash(files, path.parent)
 
 
 def package_versions() -> dict[str, str]:
