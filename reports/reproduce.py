@@ -57,8 +57,10 @@ def budget_text(flops: float) -> str:
 
 
 def _set_value(value: Any) -> str | None:
-    """A config value as `bench run --set` parses it (bool, int, float, comma-separated tuple, str); None
-    for a value it cannot express (null, a mapping, a nested list)."""
+    """A config value as `bench run --set` parses it (bool, int, float, comma-separated tuple, str, `none`
+    for null); None for a value it cannot express (a mapping, a nested list)."""
+    if value is None:
+        return "none"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float, str)):

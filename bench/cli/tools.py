@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from bench.cli.common import (
-    DEFAULT_PROFILE, _budget, _device, _fail, _one_line, _overrides, _plain, _print_json, app, console,
+    DEFAULT_PROFILE, _budget, _device, _fail, _names, _one_line, _overrides, _plain, _print_json, app, console,
 )
 from bench.errors import USER_ERRORS, AdapterError, RunError, unknown
 
@@ -22,6 +22,8 @@ PANEL = "Look up, check, export"  # the heading these commands are listed under 
 @app.command("list", rich_help_panel=PANEL)
 def list_(
     what: str = typer.Argument(..., help="methods, suites or profiles"),
+    names: Optional[list[str]] = typer.Argument(
+        None, help="methods: only these (a name, an entry point or path/to/file.py:Class)", show_default=False),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="methods: each one's config fields, types and defaults"),
@@ -29,6 +31,8 @@ def list_(
                                 "sets some of its own)"),
 ) -> None:
     """List methods (with --verbose, their --set keys), suites or profiles."""
+    if names and what != "methods":
+        _fail(f"bench list {what} takes no names (only bench list methods does)")
     if what == "methods":
         from bench.registry import get_method, method_names
         from bench.run.config import config_fields, method_config
@@ -36,8 +40,11 @@ def list_(
 
         if profile not in PROFILES:
             _fail(str(unknown("profile", profile, list(PROFILES))))
+        for name in names or []:  # asked for by name: one that cannot be loaded is an error, not a row
+            with _one_line():
+                get_method(name)
         rows = []
-        for name in method_names():
+        for name in names or method_names():
             row: dict[str, Any] = {"name": name}
             if verbose or as_json:
                 try:  # an installed plugin that fails to load is listed with its error, the others as ever
@@ -158,9 +165,13 @@ def check_adapter(
     as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress)"),
 ) -> None:
     """Run a method briefly under the instrumented FLOP counter; fail if any compute went unmetered."""
+    from bench.registry import get_method
     from bench.run.conformance import check_adapter as check
 
     budget_flops, overrides, teachers = _budget(budget), _overrides(set_), _overrides(teacher)
+    _names([plugin], [suite], "easy", "smoke")
+    with _one_line():
+        get_method(plugin)  # a plugin that cannot be loaded is refused before the check is announced
     if not as_json:
         console.print(f"checking {plugin}: a short run on the smoke world under torch's FLOP counter", highlight=False)
     with _one_line():

@@ -169,7 +169,8 @@ def config_fields(config: Any, prefix: str = "") -> list[dict[str, Any]]:
         if dataclasses.is_dataclass(value):
             fields += config_fields(value, f"{prefix}{f.name}.")
         else:
-            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            kind = f.type if isinstance(f.type, str) else (  # a class by its name, a generic as written
+                f.type.__name__ if isinstance(f.type, type) else str(f.type).replace("typing.", ""))
             fields.append({"name": prefix + f.name, "type": kind, "default": value})
     return fields
 
@@ -206,8 +207,9 @@ def _set(changes: dict[str, Any], default: Any, key: str, raw: str, method: str)
         if last and dataclasses.is_dataclass(value):
             inner = ", ".join(f"{key}.{k}" for k in config_keys(value))
             raise RunError(f"{key} is a group of settings; set one of them: {inner}")
-        if last:
-            target[part] = _coerce(key, raw, value, _field_type(node, part))
+        if last:  # `none` sets None where the type allows it (Optional) or the default is None
+            none = raw.lower() == "none" and value is None
+            target[part] = None if none else _coerce(key, raw, value, _field_type(node, part))
         elif dataclasses.is_dataclass(value):
             node, target = value, target.setdefault(part, {})
         else:

@@ -107,15 +107,20 @@ def test_cli_reports_failure(tmp_path):
     assert outcome["ok"] is False and outcome["instrumented_flops"] > outcome["metered_flops"] * 1.02
 
 
-@pytest.mark.parametrize("budget", ["lots", "-1e11", "inf"])
-def test_a_bad_budget_is_one_line_before_any_run(budget):
+@pytest.mark.parametrize("args, said", [(["grpo", "--budget", "lots"], "--budget must be"),
+                                        (["grpo", "--budget", "-1e11"], "--budget must be"),
+                                        (["grpo", "--budget", "inf"], "--budget must be"),
+                                        (["nosuch"], "unknown method 'nosuch'"),
+                                        (["grpo", "--suite", "nosuch"], "unknown suite 'nosuch'"),
+                                        (["no/such/file.py:Method"], "method plugin file not found")])
+def test_bad_input_is_one_line_before_any_run(args, said):
     from typer.testing import CliRunner
 
     from bench.cli import app
 
-    out = CliRunner().invoke(app, ["check-adapter", "grpo", "--budget", budget])
+    out = CliRunner().invoke(app, ["check-adapter", *args])
     assert out.exit_code == 2
-    assert "--budget must be" in (out.stderr or out.output) and "checking" not in out.output
+    assert said in (out.stderr or out.output) and "checking" not in out.output
 
 
 @pytest.mark.parametrize("args, said", [(["--set", "lr"], "expected key=value, got 'lr'"),

@@ -155,6 +155,7 @@ class Cfg:
     ks: list[int] = field(default_factory=list)
     mix: int | float = 3
     thing: Thing | None = None  # unresolvable: the other fields are still read by their own types
+    loose: float = None  # annotated without Optional, its default None
 
 class Typed:
     name = "typed"
@@ -182,6 +183,45 @@ def test_overrides_are_parsed_as_the_fields_declared_types(tmp_path):
                            ("mix", "x", "mix='x': expected int or float")]:
         with pytest.raises(RunError, match=said):
             method_config(cls, ((key, raw),))
+
+
+def test_a_records_rerun_command_sets_its_config_back(tmp_path):
+    """The site's command that reruns a record (`reports.reproduce.run_command`), read by `--set`, gives
+    the run's config back: None values (`none`), tuples, lists and nested keys included."""
+    import dataclasses
+    import json
+    import shlex
+
+    from bench.run.config import method_config
+    from reports.reproduce import run_command
+
+    path = tmp_path / "typed.py"
+    path.write_text(TYPED_PLUGIN)
+    cls = get_method(f"{path}:Typed")
+    config = method_config(cls, (("cap", "none"), ("clip", "0.5"), ("ks", "5,6"), ("pair", "0.3,0.4")))
+    record = {"method": "typed", "suite": "math", "difficulty": "easy", "profile": "smoke", "seed": 0,
+              "budget_flops": 1e11, "method_config": json.loads(json.dumps(dataclasses.asdict(config)))}
+    command = run_command(record)
+    args = shlex.split(command["text"].replace("\\\n", " "))
+    sets = tuple(tuple(args[i + 1].split("=", 1)) for i, arg in enumerate(args) if arg == "--set")
+    assert command["unset"] == [] and len(sets) == len(dataclasses.fields(config))
+    assert method_config(cls, sets) == config
+    assert (config.cap, config.thing, config.loose) == (None, None, None)
+
+
+def test_list_methods_shows_a_file_plugins_settings(tmp_path):
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    path = tmp_path / "typed.py"
+    path.write_text(TYPED_PLUGIN)
+    out = CliRunner().invoke(app, ["list", "methods", "-v", f"{path}:Typed", "sft"])
+    assert out.exit_code == 0, out.output
+    assert "    --set clip=...  (Optional[float], default None)" in out.output and "sft: " in out.output
+    assert "grpo" not in out.output  # only the methods named
+    missing = CliRunner().invoke(app, ["list", "methods", f"{tmp_path / 'absent.py'}:Typed"])
+    assert missing.exit_code == 2 and "method plugin file not found" in missing.output
 
 
 def _installed(site, entry_points: dict[str, str], source: str, module: str = "mine") -> None:

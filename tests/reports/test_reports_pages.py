@@ -19,7 +19,7 @@ from reports.site import build_site
 from tests.reports.factory import GIT_COMMIT, make_record, make_sweep, write_runs
 
 CONFIG = {"lr": 0.0005, "use_reward_rule": True, "tags": ["a", "b"], "nested": {"x": 1}, "evil": "$(rm -rf ~)",
-          "note": "it's", "teacher": None}
+          "note": "it's", "teacher": None, "mixes": [[0.5, 0.5]]}
 HOSTILE_PROMPT = "<script>alert(3)</script>"
 HOSTILE_COMPLETION = "</pre><img src=x onerror=alert(4)> #42"
 WORLDS = [{"profile": "tiny", "description": "worked answers: a ~1.3M student <b>", "rows": []},
@@ -149,8 +149,9 @@ def test_each_run_has_its_command_commit_and_record(site):
             options["--seed"]) == ("opd-multi", "math_code", "easy", "tiny", "0")
     assert float(options["--budget"]) == record["budget_flops"] and options["--eval-size"] == "1000"
     sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
-    assert sets == ["evil=$(rm -rf ~)", "lr=0.0005", "nested.x=1", "note=it's", "tags=a,b", "use_reward_rule=true"]
-    assert "Not expressible with <code>--set</code> (see the configuration above): teacher." in page
+    assert sets == ["evil=$(rm -rf ~)", "lr=0.0005", "nested.x=1", "note=it's", "tags=a,b", "teacher=none",
+                    "use_reward_rule=true"]
+    assert "Not expressible with <code>--set</code> (see the configuration above): mixes." in page
     # the other seeds' configuration is every field the record resolved, too
     other = shlex.split(_command(page, make_record("opd-multi", seed=1)["run_id"]).replace("\\\n", " "))
     assert [other[i + 1] for i, a in enumerate(other) if a == "--set"] == ["group_size=8", "lr=1e-05", "note=synthetic"]
