@@ -187,7 +187,8 @@ def test_overrides_are_parsed_as_the_fields_declared_types(tmp_path):
 
 def test_a_records_rerun_command_sets_its_config_back(tmp_path):
     """The site's command that reruns a record (`reports.reproduce.run_command`), read by `--set`, gives
-    the run's config back: None values (`none`), tuples, lists and nested keys included."""
+    the run's config back: None values (`none`), tuples and lists included (nested keys: the site's
+    tests)."""
     import dataclasses
     import json
     import shlex
