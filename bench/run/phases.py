@@ -177,11 +177,14 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
     seed = child_seed(spec.seed, key)
     steps: list[tuple[float, str, dict]] = []
     start = ledger.total("counted")
-    what = f"phase {key!r}"
+
+    def within_share() -> None:  # no counted work after a step that ended with the share spent
+        spent = ledger.total("counted")
+        refuse_past_budget(f"phase {key!r}", spent, start + (steps[-1][0] if steps else 0.0), spec.budget_flops)
 
     def on_step(stats: dict) -> None:
+        within_share()
         own = ledger.total("counted") - start
-        refuse_past_budget(what, start + own, start + (steps[-1][0] if steps else 0.0), spec.budget_flops)
         steps.append((own, current_phase(), dict(stats)))
         if _PROGRESS is not None:
             _PROGRESS.put((key, own))
@@ -196,7 +199,7 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
             generator=torch.Generator().manual_seed(seed), eval_max_new_tokens=spec.eval_max_new_tokens,
         )
         value = spec.fn(ctx, key)
-    refuse_past_budget(what, ledger.total("counted"), start + (steps[-1][0] if steps else 0.0), spec.budget_flops)
+    within_share()
     created = {name: p._state() for name, p in ctx._policies.items() if name != spec.student.name}
     for state in created.values():
         state["model"] = {k: v.detach().cpu() for k, v in state["model"].items()}
