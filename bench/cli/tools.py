@@ -40,15 +40,17 @@ def list_(
 
         if profile not in PROFILES:
             _fail(str(unknown("profile", profile, list(PROFILES))))
-        for name in names or []:  # asked for by name: one that cannot be loaded is an error, not a row
+        loaded = {}  # asked for by name: one that cannot be loaded is an error, not a row; each loaded once
+        for name in names or []:
             with _one_line():
-                get_method(name)
+                loaded[name] = get_method(name)
         rows = []
         for name in names or method_names():
             row: dict[str, Any] = {"name": name}
             if verbose or as_json:
                 try:  # an installed plugin that fails to load is listed with its error, the others as ever
-                    cls, world = get_method(name), dict(PROFILES[profile].defaults_for(name))
+                    cls = loaded[name] if name in loaded else get_method(name)
+                    world = dict(PROFILES[profile].defaults_for(name))
                     row["config"] = [{**f, "world_default": f["name"] in world}
                                      for f in config_fields(method_config(cls, tuple(world.items())))]
                     row["summary"] = (cls.__doc__ or "").strip().partition("\n")[0]

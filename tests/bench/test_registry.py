@@ -216,10 +216,12 @@ def test_list_methods_shows_a_file_plugins_settings(tmp_path):
     from bench.cli import app
 
     path = tmp_path / "typed.py"
-    path.write_text(TYPED_PLUGIN)
+    loads = tmp_path / "loads.txt"  # the plugin's module code runs once per load
+    path.write_text(TYPED_PLUGIN + f"\nopen({str(loads)!r}, 'a').write('load ')\n")
     out = CliRunner().invoke(app, ["list", "methods", "-v", f"{path}:Typed", "sft"])
     assert out.exit_code == 0, out.output
     assert "    --set clip=...  (Optional[float], default None)" in out.output and "sft: " in out.output
+    assert loads.read_text() == "load "  # loaded once: checked, then listed from the same class
     assert "grpo" not in out.output  # only the methods named
     missing = CliRunner().invoke(app, ["list", "methods", f"{tmp_path / 'absent.py'}:Typed"])
     assert missing.exit_code == 2 and "method plugin file not found" in missing.output
