@@ -288,7 +288,8 @@ class RunContext:
         The first epoch's log-probs (detached) are the old policy: with one epoch the ratio is 1 and
         the loss is plain REINFORCE with group baselines; more epochs clip the ratio at `clip_eps`.
         `loss_type` (`LOSS_TYPES`) is the normalisation; with `ref` and `kl_coef`, a k3 KL term to
-        `ref` (scored here, kind `score`). Returns {"loss", "clip_frac", "grad_norm"}.
+        `ref` (scored here, kind `score`). Returns {"loss", "clip_frac", "clip_region", "grad_norm"}
+        (`bench.losses.policy_gradient_loss` defines the two clip shares).
         """
         ref_logprobs = self.score(ref, rollouts) if ref is not None and kl_coef else None
         return pg_update(policy, rollouts, advantages, lr=lr, loss_type=loss_type, epochs=epochs,

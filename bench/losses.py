@@ -305,6 +305,11 @@ def policy_gradient_loss(
     `grpo` mean per sequence then over sequences; `dr_grpo` divide by B x max_completion_tokens;
     `dapo` divide by the number of completion tokens in the batch. KL to a reference uses the k3
     estimator exp(ref - logp) - (ref - logp) - 1.
+
+    Statistics, as shares of the completion tokens: `clip_frac`, those whose ratio lies outside
+    [1 - clip_eps, 1 + clip_eps] (PPO's clipfrac as OpenAI Baselines logs it); `clip_region`, those
+    whose gradient the clip removed, outside on the side the advantage pushes towards (TRL's
+    `clip_ratio/region_mean`). With one epoch the ratio is 1 and both are 0.
     """
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"unknown loss_type {loss_type!r}; allowed: {', '.join(LOSS_TYPES)}")
@@ -326,7 +331,10 @@ def policy_gradient_loss(
         loss = (per_token * mask).sum() / (mask.shape[0] * max(width, 1))
     else:
         loss = (per_token * mask).sum() / mask.sum().clamp(min=1)
-    stats["clip_frac"] = float(masked_mean(((ratio - clipped).abs() > 0).float().detach(), mask))
+    outside = (ratio - clipped).abs() > 0
+    active = ((ratio > 1 + clip_eps) & (adv > 0)) | ((ratio < 1 - clip_eps) & (adv < 0))
+    stats["clip_frac"] = float(masked_mean(outside.float().detach(), mask))
+    stats["clip_region"] = float(masked_mean(active.float().detach(), mask))
     return loss, stats
 
 

@@ -201,7 +201,7 @@ def pg_update(
     The first epoch's log-probs (detached) are the old policy: with one epoch the ratio is 1 and the
     loss is plain REINFORCE with group baselines; more epochs clip the ratio at `clip_eps`.
     `ref_logprobs` [B, T] (with `kl_coef`) add the k3 KL term to a reference. Returns
-    {"loss", "clip_frac", "grad_norm"}.
+    {"loss", "clip_frac", "clip_region", "grad_norm"} (`policy_gradient_loss` defines the two clip shares).
     """
     device = policy.device
     advantages = advantages.to(device)
@@ -224,7 +224,7 @@ def pg_update(
             kl_coef=kl_coef,
             max_completion_tokens=max_completion_tokens,
         )
-        return loss, {"clip_frac": part["clip_frac"]}
+        return loss, {"clip_frac": part["clip_frac"], "clip_region": part["clip_region"]}
 
     return run_update(policy, rollouts, loss_fn, lr=lr, epochs=epochs, warmup_updates=warmup_updates,
                       weighting="tokens" if loss_type == "dapo" else "rows")

@@ -23,7 +23,8 @@ from reports.records import final_accuracy_of
 from reports.reproduce import git_commit, run_command
 from reports.samples import samples_view
 
-STEP_STATS = ("reward", "zero_adv_share", "reverse_kl", "loss", "grad_norm", "clip_frac", "mean_length")
+STEP_STATS = ("reward", "zero_adv_share", "reverse_kl", "loss", "grad_norm", "clip_frac", "clip_region",
+              "mean_length")
 MAX_STEP_PANELS = 9  # statistics beyond these (a plugin may log dozens) are left out of the figure
 MAX_STEP_POINTS = 400  # per run; the figure is ~600 px wide, more points would only add bytes
 MAX_SAMPLE_RUNS = 3  # runs whose sample completions a page shows (the first seeds); the rest are in their records

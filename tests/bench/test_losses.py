@@ -66,9 +66,24 @@ def test_policy_gradient_clips_the_ratio():
     logp = torch.full((1, 2), math.log(2.0), requires_grad=True)  # ratio 2
     loss, stats = policy_gradient_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2), clip_eps=0.2)
     assert loss.item() == pytest.approx(-1.2)
-    assert stats["clip_frac"] == 1.0
+    assert stats["clip_frac"] == stats["clip_region"] == 1.0
     loss.backward()
     assert torch.all(logp.grad == 0)  # clipped: no gradient
+
+
+def test_clip_region_counts_only_tokens_whose_gradient_the_clip_removed():
+    """Outside the trust region on the side the advantage pushes away from, the unclipped term is the
+    minimum and the gradient flows: `clip_frac` counts such a token (PPO's clipfrac), `clip_region`
+    does not (TRL's `clip_ratio/region_mean`)."""
+    old = torch.zeros(2, 2)
+    logp = torch.tensor([[math.log(2.0), math.log(0.5)], [math.log(2.0), 0.0]], requires_grad=True)
+    advantages = torch.tensor([-1.0, 1.0])  # row 0: ratios 2 and 0.5 pushed down; row 1: ratio 2 pushed up
+    loss, stats = policy_gradient_loss(logp, old, advantages, torch.ones(2, 2), clip_eps=0.2)
+    assert stats["clip_frac"] == pytest.approx(3 / 4)
+    assert stats["clip_region"] == pytest.approx(2 / 4)  # row 0's ratio 0.5 and row 1's ratio 2
+    loss.backward()
+    assert logp.grad[0, 0] != 0 and logp.grad[1, 1] != 0  # the gradient flows where the clip is idle
+    assert logp.grad[0, 1] == 0 and logp.grad[1, 0] == 0
 
 
 def test_kl_penalty_is_zero_at_the_reference():

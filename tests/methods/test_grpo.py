@@ -34,7 +34,7 @@ def test_steps_are_traced_with_their_flops(fast_profile, tmp_path):
     for s in steps:
         assert s["phase"] == "train"
         assert 0 <= s["reward"] <= 1 and 0 <= s["zero_adv_share"] <= 1 and s["mean_length"] > 0
-        assert {"loss", "grad_norm", "clip_frac"} <= set(s)
+        assert {"loss", "grad_norm", "clip_frac", "clip_region"} <= set(s)
     # overshoot is at most one step
     assert summary["flops"]["counted"] <= summary["budget_flops"] + summary["max_step_flops"]
     check_curve(summary)
