@@ -106,6 +106,8 @@ class ChildSpec:
     policy_states: dict[str, dict]  # checkpointed policies the parent has not re-created yet
     sampler_positions: dict[str, int]
     eval_max_new_tokens: int | None = None
+    # the parent's fp32 matmul precision (`gpu-small`'s TF32), which a fresh process would not have
+    matmul_precision: str = "highest"
 
 
 @dataclass
@@ -208,9 +210,11 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
 
 
 def _remote_child(spec: ChildSpec, key: str) -> ChildResult:
-    """A child in a worker process or a Ray task: one CPU each, as a sweep's runs."""
+    """A child in a worker process or a Ray task: one CPU each, as a sweep's runs; its fp32 matmuls as
+    precise as the parent's."""
     if not torch.cuda.is_available():
         torch.set_num_threads(1)
+    torch.set_float32_matmul_precision(spec.matmul_precision)
     return run_child(spec, key)
 
 
@@ -241,7 +245,7 @@ def child_spec(ctx: RunContext, fn: Callable[[Any, str], Any], n_keys: int) -> C
     return ChildSpec(
         fn, ctx._suite, ctx._seed, ctx.spent_flops + ctx.remaining_flops / max(1, n_keys), ctx._ledger.rows(),
         PolicySpec.of(ctx.student), ctx._backend, ctx.max_new_tokens, ctx.state, dict(ctx._policy_states),
-        ctx._sampler_positions(), ctx._eval_max_new_tokens,
+        ctx._sampler_positions(), ctx._eval_max_new_tokens, torch.get_float32_matmul_precision(),
     )
 
 

@@ -46,6 +46,22 @@ def test_phases_in_processes_book_exactly_what_sequential_phases_book():
     assert news[-1][0] == ctx._ledger.counted_flops  # the bar ends where the merged ledger starts
 
 
+def precision_phase(ctx: RunContext, domain: str) -> str:
+    return torch.get_float32_matmul_precision()
+
+
+def test_phases_in_processes_multiply_as_precisely_as_the_parent():
+    """A world that trains with TF32 matmuls (`gpu-small`) sets it in the parent's process; a phase in
+    a fresh worker process computes with the same precision, not torch's default."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        ctx = make_context("processes", [])
+        assert ctx.map_phases(precision_phase, ctx.domains) == {"math": "high", "code": "high"}
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def stepping_expert(ctx: RunContext, domain: str) -> None:
     """Supervised steps that tell the runner of each one, as a GRPO expert does."""
     expert = ctx.clone(ctx.student, f"expert:{domain}")
