@@ -226,7 +226,12 @@ class Policy:
         With a mask of any padding, sdpa gets the [B, 1, T, T] mask, cannot take its causal kernels
         and repeats the grouped keys and values for every query head (a decoder compiled whole builds
         that mask even when it is all ones). Padding's own positions then see each other, which
-        nothing reads. On the CPU the mask stays, and with it every reference result."""
+        nothing reads. That is in bf16 or fp16, where sdpa's flash kernel takes the grouped keys and
+        values as they are. In fp32 (`gpu-small`) no fused kernel of sdpa takes grouped-query attention
+        on CUDA, so without the mask it runs its math kernel, scores materialised; with the mask the
+        memory-efficient kernel would run on repeated keys and values. Which is faster at that world's
+        ~150-token rows, where attention is a few percent of a layer's FLOPs, is not measured. On the
+        CPU the mask stays, and with it every reference result."""
         return self.drop_padding_mask if self.drop_padding_mask is not None else self.device.type == "cuda"
 
     @property
