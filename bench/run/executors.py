@@ -8,9 +8,9 @@ result line, or the exception that ended the run. Both executors run the same `r
     RayExecutor(address="10.0.0.1:6379")       # one Ray task per run on an existing cluster
     RayExecutor()                              # a local Ray instance, started and stopped here
 
-Under Ray each run is a task with 1 CPU and `gpus_per_run` GPUs, and its `phase_executor` is set to
-`ray`, so that a method's independent phases (opd-multi's experts) become parallel Ray tasks too
-(`bench.run.phases`).
+Under Ray each run is a task with 1 CPU and `gpus_per_run` GPUs, and on a CPU its `phase_executor` is
+set to `ray`, so that a method's independent phases (opd-multi's experts) become parallel Ray tasks
+too (`bench.run.phases`); on a GPU they run in the run's own task (`task_config`).
 """
 
 from __future__ import annotations
@@ -103,6 +103,15 @@ class LocalExecutor:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+def task_config(config: RunConfig) -> RunConfig:
+    """A run's config as a Ray task runs it: its runs folder absolute (a task's working directory is
+    the worker's, not this shell's) and its phases Ray tasks too on a CPU. On a GPU they run one after
+    another in the run's own task (`isolated`, the same numbers): a run's task keeps its GPUs while
+    it waits for its children, and with every run of a sweep holding GPUs no child could get one."""
+    return replace(config, phase_executor="isolated" if config.on_gpu else "ray",
+                   runs_dir=Path(config.runs_dir).resolve())
+
+
 def _worker_signals() -> None:
     """A sweep's worker leaves Ctrl-C to the sweep, which then stops it, and dies of SIGTERM (a forked
     worker would otherwise inherit the command's handler that turns SIGTERM into Ctrl-C)."""
@@ -158,8 +167,7 @@ class RayExecutor:
         env = _task_env()
         refs = {}
         for config, resume in todo:
-            # Absolute paths: a task's working directory is the worker's, not this shell's.
-            config = replace(config, phase_executor="ray", runs_dir=Path(config.runs_dir).resolve())
+            config = task_config(config)
             refs[task.remote(config, resume, env)] = config
         return refs
 

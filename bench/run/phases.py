@@ -323,21 +323,16 @@ def _result(job: Future, unfinished: list[str]) -> ChildResult:
 
 
 def _child_gpus(ray: Any, spec: ChildSpec) -> float:
-    """GPUs per child task: none on CPU; on CUDA the share the run's own task holds (so that
-    `--gpus-per-run 0.5` lets a run and its experts share GPUs), or 1 when the run is no Ray task.
-
-    A run's task keeps its GPUs while it waits for its children (Ray frees only a waiting task's
-    CPUs), so a cluster without room for the run and one child would wait forever: refused here.
-    """
+    """GPUs per child task: none on CPU, one on CUDA. A run that is itself a Ray task holding GPUs is
+    refused: it keeps them while it waits for its children, and where every run of a sweep holds GPUs
+    no child can get one (a sweep's runs on a GPU run their phases `isolated` instead)."""
     if spec.student.device != "cuda":
         return 0.0
     in_task = ray.get_runtime_context().worker.mode == ray.WORKER_MODE
-    held = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)) if in_task else 0.0
-    gpus = held or 1.0
-    total = float(ray.cluster_resources().get("GPU", 0.0))
-    if held + gpus > total:
-        raise RuntimeError(
-            f"parallel phases need {gpus:g} GPU each beside the {held:g} this run holds, and the Ray cluster "
-            f"has {total:g}: they would wait forever; use a fractional --gpus-per-run (e.g. 0.5) or more GPUs"
-        )
-    return gpus
+    if in_task and ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0):
+        raise RuntimeError("a Ray task that holds GPUs cannot wait for phases that need GPUs of their own (they "
+                           "could wait forever): run its phases with --phase-executor isolated or sequential")
+    if float(ray.cluster_resources().get("GPU", 0.0)) < 1.0:
+        raise RuntimeError("parallel phases on CUDA need a GPU each, and the Ray cluster has none: they would "
+                           "wait forever")
+    return 1.0

@@ -134,6 +134,18 @@ def test_phases_on_cuda_without_room_for_their_gpus_are_refused_not_left_waiting
         _child_gpus(ray, cuda)  # this instance has no GPU at all
 
 
+def test_a_sweeps_runs_on_a_gpu_run_their_phases_in_their_own_task(tmp_path, monkeypatch):
+    """A run's task keeps its GPUs while it waits for its phases, so phases that asked for GPUs of
+    their own would wait forever once every GPU is held by a run: on a GPU they run `isolated`."""
+    from bench.run.executors import task_config
+
+    monkeypatch.chdir(tmp_path)
+    cpu = task_config(RunConfig(method="opd-multi", suite="math_code", profile="smoke", runs_dir=Path("runs")))
+    gpu = task_config(RunConfig(method="opd-multi", suite="math_code", profile="gpu-small", runs_dir=Path("runs")))
+    assert (cpu.phase_executor, gpu.phase_executor) == ("ray", "isolated")
+    assert cpu.runs_dir == gpu.runs_dir == tmp_path / "runs"
+
+
 def test_a_sweep_stopped_early_cancels_its_runs_on_the_cluster(ray_instance, tmp_path, monkeypatch):
     """Ctrl-C while a sweep waits on a cluster it did not start (here the module's instance, which
     stays up): its runs' tasks are cancelled, not left training and holding their run locks; each
