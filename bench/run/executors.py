@@ -79,11 +79,8 @@ class LocalExecutor:
         """Each run in a worker process. If the sweep stops before every run has ended (Ctrl-C,
         SIGTERM, an error), the workers are killed with their runs, which keep their last checkpoints:
         nothing goes on writing to the runs folder, or holding a run's lock, after the sweep is gone."""
-        jobs = self.workers(len(todo))
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        start = self.start_method or ("spawn" if any(config.on_gpu for config, _ in todo) else None)
-        pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_signals,
-                                   mp_context=multiprocessing.get_context(start))
+        pool = self._pool(todo)
         ended = False
         try:
             futures = {pool.submit(run_one, config, resume): config for config, resume in todo}
@@ -102,14 +99,16 @@ class LocalExecutor:
             # to a pipe the thread has just closed and print a traceback after the command's one line.
             pool.shutdown(wait=True, cancel_futures=True)
 
-
-def task_config(config: RunConfig) -> RunConfig:
-    """A run's config as a Ray task runs it: its runs folder absolute (a task's working directory is
-    the worker's, not this shell's) and its phases Ray tasks too on a CPU. On a GPU they run one after
-    another in the run's own task (`isolated`, the same numbers): a run's task keeps its GPUs while
-    it waits for its children, and with every run of a sweep holding GPUs no child could get one."""
-    return replace(config, phase_executor="isolated" if config.on_gpu else "ray",
-                   runs_dir=Path(config.runs_dir).resolve())
+    def _pool(self, todo: list[tuple[RunConfig, bool]]) -> ProcessPoolExecutor:
+        """The workers. On a GPU each run gets a fresh one: a worker that ran one run before would
+        still hold its tensors on the device (its models, optimiser state, graph pools) until its
+        garbage collector happened to free them, so the next run would see less free memory, keep
+        fewer of the fused head's logits, and count other FLOPs than it does alone."""
+        gpu = any(config.on_gpu for config, _ in todo)
+        start = self.start_method or ("spawn" if gpu else None)
+        return ProcessPoolExecutor(max_workers=self.workers(len(todo)), initializer=_worker_signals,
+                                   mp_context=multiprocessing.get_context(start),
+                                   max_tasks_per_child=1 if gpu else None)
 
 
 def _worker_signals() -> None:
@@ -118,6 +117,14 @@ def _worker_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
+
+def task_config(config: RunConfig) -> RunConfig:
+    """A run's config as a Ray task runs it: its runs folder absolute (a task's working directory is
+    the worker's, not this shell's) and its phases Ray tasks too on a CPU. On a GPU they run one after
+    another in the run's own task (`isolated`, the same numbers): a run's task keeps its GPUs while
+    it waits for its children, and with every run of a sweep holding GPUs no child could get one."""
+    return replace(config, phase_executor="isolated" if config.on_gpu else "ray",
+                   runs_dir=Path(config.runs_dir).resolve())
 
 
 class RayExecutor:

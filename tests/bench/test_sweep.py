@@ -116,6 +116,21 @@ def test_spawned_sweep_workers_make_the_records_forked_ones_do(tmp_path):
     assert [row["flops"] for row in spawn["ledger"]] == [row["flops"] for row in fork["ledger"]]
 
 
+def test_a_sweep_on_a_gpu_gives_each_run_a_fresh_spawned_worker(tmp_path):
+    """A worker that ran a run on a GPU would still hold its tensors there when the next one starts."""
+    from bench.run.config import RunConfig
+    from bench.run.executors import LocalExecutor
+
+    def pool(profile: str):
+        config = RunConfig(method="grpo-joint", suite="math_code", profile=profile, runs_dir=tmp_path)
+        made = LocalExecutor(jobs=2)._pool([(config, False)])
+        made.shutdown()
+        return made._mp_context.get_start_method(), made._max_tasks_per_child
+
+    assert pool("gpu-small") == ("spawn", 1)
+    assert pool("smoke") == ("fork", None)  # on a CPU, long-lived forked workers
+
+
 def test_a_bad_override_stops_a_sweep_before_any_run(tmp_path):
     args = ["sweep", "--methods", "grpo,opd-multi", "--suites", "math", "--seeds", "1", "--set", "lr=0.001",
             "--profile", smoke_profile().name, "--runs", str(tmp_path)]
