@@ -90,6 +90,12 @@ class RunConfig:
             raise RunError(f"distill_eval_every must be >= 0, got {self.distill_eval_every!r}")
         if self.phase_executor not in EXECUTORS:
             raise unknown("phase executor", self.phase_executor, list(EXECUTORS))
+        world = PROFILES[self.profile]
+        if world.task_format != "hf" and self.device not in ("cpu", world.device):
+            raise RunError(f"the {self.profile} world's models run on {world.device}, not --device {self.device} "
+                           "(--device is for --profile hf)")
+        if self.phase_executor == "processes" and self.on_gpu:
+            raise RunError("the processes phase executor runs on CPU; on a GPU use sequential, isolated or ray")
         if self.rollout not in ROLLOUT_BACKENDS:
             raise unknown("rollout backend", self.rollout, list(ROLLOUT_BACKENDS))
         for name in self.report_to:

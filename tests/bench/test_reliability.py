@@ -142,6 +142,21 @@ def test_nonsense_input_is_refused_before_any_work(args, needle, tmp_path):
     assert not any(tmp_path.iterdir())  # no run directory
 
 
+def test_a_device_a_world_does_not_run_on_is_refused_before_any_work():
+    """A CPU world's models run on the CPU whatever `--device` says: taken as a GPU run, it would have
+    trained there with a GPU's phase executor and sweep settings, other numbers than without it."""
+    from bench.errors import RunError
+    from bench.run.config import RunConfig
+
+    with pytest.raises(RunError, match="tiny world's models run on cpu, not --device cuda"):
+        RunConfig(method="opd-multi", suite="math_code", profile="tiny", device="cuda")
+    with pytest.raises(RunError, match="gpu-small world's models run on cuda, not --device cuda:1"):
+        RunConfig(method="opd-multi", suite="math_code", profile="gpu-small", device="cuda:1")
+    with pytest.raises(RunError, match="processes phase executor runs on CPU"):  # before it trains, not after
+        RunConfig(method="opd-multi", suite="math_code", profile="gpu-small", phase_executor="processes")
+    assert RunConfig(method="opd-multi", suite="math_code", profile="gpu-small", device="cuda").on_gpu
+
+
 def test_generation_whose_kv_cache_would_not_fit_in_memory_is_refused(tmp_path, monkeypatch):
     from bench.run import runner
 
