@@ -117,7 +117,9 @@ def load(run_dir: Path) -> Checkpoint | None:
     meta = store.read_json(path / "state.json")
     _verify(Path(run_dir), meta)
     try:
-        policies = torch.load(path / "policies.pt", weights_only=False)
+        # on the CPU: each policy's state is copied into its re-created model on the run's device, and a
+        # GPU need not hold every saved state beside the models being loaded
+        policies = torch.load(path / "policies.pt", weights_only=False, map_location="cpu")
         rng = torch.load(path / "rng.pt", weights_only=False)
         generator = torch.Generator()
         generator.set_state(rng["generator"])
