@@ -98,6 +98,7 @@ class RunContext:
         self._evaluators: dict[tuple, Any] = {}
         self._reports: dict[str, Any] = reports if reports is not None else {}
         self._policy_states = policy_states or {}  # checkpointed policies not re-created yet
+        self._teachers: set[str] = set()  # policies loaded by `teacher`: made outside, never checkpointed
         self._restored_positions = sampler_positions or {}  # until their sampler is re-created
         self._samplers: dict[str, Sampler] = {}
         self._student_name = student_name  # the deliverable, when the method chose another (set_student)
@@ -162,6 +163,7 @@ class RunContext:
         """A frozen teacher prepared outside the run (its own training is not counted; its use is)."""
         if name not in self._policies:
             self._policies[name] = self._teacher_loader(name)
+            self._teachers.add(name)
         return self._policies[name]
 
     def _made_here(self, policy: Any, what: str) -> None:
@@ -402,9 +404,10 @@ class RunContext:
     def _checkpoint(self) -> dict[str, Any]:
         """What a checkpoint saves of this context (`bench.run.checkpoint`)."""
         return {
-            # with the restored states of policies the method has not re-created yet (a resumed run's)
+            # with the restored states of policies the method has not re-created yet (a resumed run's); not
+            # the teachers, which a resumed run loads again as they were (a named hf teacher may be 7B)
             "policies": {**self._policy_states,
-                         **{name: p._state() for name, p in self._policies.items() if name != "external"}},
+                         **{name: p._state() for name, p in self._policies.items() if name not in self._teachers}},
             "generator": self._generator.get_state(),
             "state": self.state,
             "samplers": self._sampler_positions(),

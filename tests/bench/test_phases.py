@@ -21,8 +21,10 @@ from typer.testing import CliRunner
 from bench.cli import app
 from bench.context import RunContext
 from bench.errors import RunError
+from bench.policy import Policy
 from bench.run.config import RunConfig
 from bench.run.runner import Runner
+from bench.world.models import TINY_SPECS, build_tiny
 from tests.bench.phases_support import assert_same_phases, make_context, run_phases, sft_expert, without_seconds
 
 
@@ -44,6 +46,17 @@ def test_phases_in_processes_book_exactly_what_sequential_phases_book():
     assert sorted(done) == sorted(f"{d}: done, 0 steps, {ctx.phase_flops(f'expert:{d}'):.2e} counted FLOPs"
                                   for d in ctx.domains)
     assert news[-1][0] == ctx._ledger.counted_flops  # the bar ends where the merged ledger starts
+
+
+def test_a_checkpoint_holds_the_policies_the_run_made_not_its_teachers():
+    """A teacher (the external one, or a named hf teacher, perhaps of billions of weights) is loaded
+    again as it was when a run resumes: a checkpoint that saved it would only copy it every time."""
+    ctx = make_context("sequential", [])
+    teacher = Policy("math", *build_tiny(TINY_SPECS["tiny-llama"]), ledger=ctx._ledger, trainable=False)
+    ctx._teacher_loader = {"math": teacher}.__getitem__
+    assert ctx.teacher("math") is teacher
+    ctx.clone(ctx.student, "expert:math")
+    assert set(ctx._checkpoint()["policies"]) == {"student", "expert:math"}
 
 
 def precision_phase(ctx: RunContext, domain: str) -> str:
