@@ -272,10 +272,11 @@ def eval_(
 
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from bench.registry import get_suite
-    from bench.run.harness import (check_positions, evaluate, metric_rows, resolve_target, scores_record,
-                                   uses_chat_template)
+    from bench.run.harness import (check_positions, eval_dtype, evaluate, metric_rows, resolve_target,
+                                   scores_record, uses_chat_template)
     from bench.store import write_json
     from bench.world.profiles import PROFILES
+    from bench.world.warmup import matmul_precision
     from tasks.lm_eval_export import export, task_name
 
     if limit is not None and limit < 1:
@@ -293,10 +294,13 @@ def eval_(
         check_positions(target.model, cap, chosen.name)
         problems = get_suite(target.suite, target.difficulty, chosen.task_format)
         group = task_name(problems)
+        device = _device(device)
+        matmul_precision(chosen)  # gpu-small's TF32, as its runs evaluate
         with tempfile.TemporaryDirectory(prefix="opd-bench-lm-eval-") as tmp:
             export(problems, tmp, max_gen_toks=cap)
             output = evaluate(
-                target.model, [group, *task], [Path(tmp), *include_path], limit=limit, device=_device(device),
+                target.model, [group, *task], [Path(tmp), *include_path], limit=limit, device=device,
+                dtype=eval_dtype(device, chosen.task_format),
                 chat=uses_chat_template(target.model, chosen.task_format), batch_size=batch_size,
                 include_defaults=any(not p.startswith("opd_bench_") for p in task),
             )

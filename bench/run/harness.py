@@ -83,9 +83,16 @@ def uses_chat_template(model: Path, task_format: str) -> bool:
     return bool(getattr(AutoTokenizer.from_pretrained(model, local_files_only=True), "chat_template", None))
 
 
+def eval_dtype(device: str, task_format: str) -> str:
+    """The dtype a run of this world used for its model, which its evaluation here uses too: bf16 on
+    CUDA for real models (`--profile hf`, as `bench.world.hf` loads them), fp32 elsewhere (every world
+    this project builds, `gpu-small` on CUDA included)."""
+    return "bfloat16" if device.startswith("cuda") and task_format == "hf" else "float32"
+
+
 def evaluate(
     model: Path, task_names: list[str], include_paths: list[Path], *, chat: bool, limit: int | None,
-    device: str = "cpu", batch_size: int = 16, include_defaults: bool = False,
+    device: str = "cpu", dtype: str = "float32", batch_size: int = 16, include_defaults: bool = False,
 ) -> dict[str, Any]:
     """`lm_eval.simple_evaluate` on the hf backend; returns its output (`results`, `samples`, ...).
 
@@ -107,8 +114,7 @@ def evaluate(
     try:
         return lm_eval.simple_evaluate(
             model="hf",
-            model_args={"pretrained": str(model), "dtype": "bfloat16" if device.startswith("cuda") else "float32",
-                        "add_bos_token": False},
+            model_args={"pretrained": str(model), "dtype": dtype, "add_bos_token": False},
             tasks=task_names,
             task_manager=manager,
             device=device,

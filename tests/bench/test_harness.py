@@ -16,7 +16,7 @@ from bench.cli import app
 from bench.evaluation import Evaluator
 from bench.policy import Policy
 from bench.registry import get_suite
-from bench.run.harness import metric_rows
+from bench.run.harness import eval_dtype, metric_rows
 from bench.update import sft_step
 from bench.world.models import load_model, save_model, tiny_model_dir
 from tests.methods.support import run_method
@@ -199,3 +199,14 @@ def test_save_milestones_keeps_the_student_behind_every_curve_point(fast_profile
 
 def test_milestones_are_off_by_default(run_dir):
     assert (run_dir / "final").is_dir() and not (run_dir / "milestones").exists()
+
+
+def test_a_model_is_scored_in_the_dtype_its_runs_used():
+    """bf16 only for real models on CUDA (`bench.world.hf`); the worlds this project builds train and
+    evaluate in fp32 on a GPU too (`gpu-small`), and scored in bf16 their answers would differ."""
+    from bench.world.hf import _dtype
+    from bench.world.profiles import PROFILES
+
+    for device in ("cpu", "cuda", "cuda:1"):
+        assert eval_dtype(device, "hf") == str(_dtype(device)).removeprefix("torch.")
+    assert eval_dtype("cuda", PROFILES["gpu-small"].task_format) == eval_dtype("cuda", "tiny") == "float32"
