@@ -138,10 +138,12 @@ class FlopSpec:
         return total
 
 
-# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets, by a substring of
-# `torch.cuda.get_device_name()`. Longest match wins ("H100 PCIe" before "H100").
+# Dense bf16 tensor-core peaks (FLOP/s, no sparsity: half the data sheets' sparse figures) by a substring
+# of `torch.cuda.get_device_name()`. Longest match wins ("H100 PCIe" before "H100"): the PCIe and NVL
+# cards of a Hopper die run at lower clocks than its SXM module.
 DEVICE_PEAK_BF16: dict[str, float] = {
-    "H200": 989e12, "H100 PCIe": 756e12, "H100": 989e12, "H800": 989e12, "GH200": 989e12,
+    "H200": 989e12, "H200 NVL": 835e12, "H100 PCIe": 756e12, "H100 NVL": 835e12, "H100": 989e12,
+    "H800 PCIe": 756e12, "H800": 989e12, "GH200": 989e12,
     "B200": 2250e12, "A100": 312e12, "A800": 312e12, "L40S": 362e12, "L40": 181e12, "L4": 121e12,
     "A10G": 70e12, "A10": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12,
 }
