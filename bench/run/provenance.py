@@ -56,9 +56,12 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def hardware() -> dict[str, Any]:
+def hardware(device: str = "cpu") -> dict[str, Any]:
+    """The machine a run on `device` ran on: its CPU and, where CUDA is available, the run's GPU
+    (`cuda:N`'s, which on a machine of mixed cards has its own peak), else the first."""
     cpu = cpu_model() or platform.processor() or platform.machine()
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    index = (torch.device(device).index or 0) if device.startswith("cuda") else 0
+    gpu = torch.cuda.get_device_name(index) if torch.cuda.is_available() else None
     return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "gpu_peak_bf16_flops": device_peak_flops(gpu),
             "torch_threads": torch.get_num_threads()}
 

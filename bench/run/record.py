@@ -70,7 +70,7 @@ def config_record(run_id: str, method: str, method_config: Any, config: RunConfi
         **made,
         "suite_version": suite.version,
         # a plugin's source hash, and how it was named (a file's path:Class), for the command that reruns it
-        "provenance": {**provenance(suite, profile),
+        "provenance": {**provenance(suite, profile, config.device if config.device != "cpu" else profile.device),
                        **({"method_code": method_code, "method_source": config.method} if method_code else {})},
     }
 
@@ -99,14 +99,14 @@ def models_difference(written: Any, now: dict[str, str]) -> str | None:
     return None if name is None else f"model_hashes.{name} is {recorded[name]} there, {now[name]} here"
 
 
-def provenance(suite: Any, profile: Profile) -> dict:
+def provenance(suite: Any, profile: Profile, device: str = "cpu") -> dict:
     return {
         "code_hash": prov.code_hash(),
         "git_commit": prov.git_commit(),
         "suite_hash": suite.content_hash,
         "world_version": profile.world_version,
         "packages": prov.package_versions(),
-        "hardware": prov.hardware(),
+        "hardware": prov.hardware(device),
         "created": prov.now_iso(),
     }
 

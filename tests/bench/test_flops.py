@@ -325,3 +325,14 @@ def test_each_gpu_gets_its_own_cards_peak():
              "NVIDIA GH200 480GB": 989e12, "NVIDIA A100-SXM4-80GB": 312e12, "NVIDIA L40S": 362e12,
              "NVIDIA L40": 181e12, "Tesla T4": None, None: None}
     assert {name: device_peak_flops(name) for name in names} == names
+
+
+def test_a_run_on_a_gpu_records_its_own_card(monkeypatch):
+    """On a machine of mixed cards, a `cuda:1` run's record names GPU 1 and its peak, not GPU 0's."""
+    from bench.run import provenance
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cards = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]
+    monkeypatch.setattr(torch.cuda, "get_device_name", cards.__getitem__)
+    peaks = [provenance.hardware(device)["gpu_peak_bf16_flops"] for device in ("cpu", "cuda", "cuda:1")]
+    assert peaks == [989e12, 989e12, 312e12]
