@@ -51,7 +51,7 @@ import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -82,10 +82,11 @@ class PolicySpec:
     @classmethod
     def of(cls, policy: Policy) -> PolicySpec:
         weights = {k: v.detach().cpu() for k, v in policy._model.state_dict().items()}
-        return cls(policy.name, policy._model.config, weights, policy._tokenizer, policy._chat, policy.device.type)
+        return cls(policy.name, policy._model.config, weights, policy._tokenizer, policy._chat, str(policy.device))
 
     def build(self, ledger: Ledger) -> Policy:
-        device = "cuda" if self.device == "cuda" and torch.cuda.is_available() else "cpu"
+        # on the policy's own device (a run on `cuda:1` keeps its phases there), where this process has CUDA
+        device = self.device if self.device.startswith("cuda") and torch.cuda.is_available() else "cpu"
         model = rebuilt(self.model_config, self.weights, device=device, dtype=next(iter(self.weights.values())).dtype)
         return Policy(self.name, model, self.tokenizer, ledger=ledger, chat=self.chat)
 
@@ -211,10 +212,12 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
 
 def _remote_child(spec: ChildSpec, key: str) -> ChildResult:
     """A child in a worker process or a Ray task: one CPU each, as a sweep's runs; its fp32 matmuls as
-    precise as the parent's."""
+    precise as the parent's; on CUDA, on the GPU it was given (a Ray task sees it as its first)."""
     if not torch.cuda.is_available():
         torch.set_num_threads(1)
     torch.set_float32_matmul_precision(spec.matmul_precision)
+    if spec.student.device.startswith("cuda"):
+        spec = replace(spec, student=replace(spec.student, device="cuda"))
     return run_child(spec, key)
 
 
@@ -279,7 +282,7 @@ def _in_processes(spec: ChildSpec, keys: list[str], progress: Progress) -> list[
     A child's exception is raised here, and a worker that dies (killed, e.g. for memory) fails the
     call at once; on any exception (Ctrl-C included) the workers are killed.
     """
-    if spec.student.device == "cuda":
+    if spec.student.device.startswith("cuda"):
         raise RuntimeError("the processes phase executor runs on CPU; on a GPU use sequential or ray")
     mp = multiprocessing.get_context("spawn")  # a forked child would inherit the parent's torch threads
     updates, own = mp.Queue(), dict.fromkeys(keys, 0.0)
@@ -326,7 +329,7 @@ def _child_gpus(ray: Any, spec: ChildSpec) -> float:
     """GPUs per child task: none on CPU, one on CUDA. A run that is itself a Ray task holding GPUs is
     refused: it keeps them while it waits for its children, and where every run of a sweep holds GPUs
     no child can get one (a sweep's runs on a GPU run their phases `isolated` instead)."""
-    if spec.student.device != "cuda":
+    if not spec.student.device.startswith("cuda"):
         return 0.0
     in_task = ray.get_runtime_context().worker.mode == ray.WORKER_MODE
     if in_task and ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0):

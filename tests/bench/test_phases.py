@@ -59,6 +59,22 @@ def test_a_checkpoint_holds_the_policies_the_run_made_not_its_teachers():
     assert set(ctx._checkpoint()["policies"]) == {"student", "expert:math"}
 
 
+def test_a_phase_runs_on_its_runs_gpu_in_process_and_on_its_own_gpu_remotely(monkeypatch):
+    """A run on `cuda:1` keeps its `isolated` phases on cuda:1; a Ray task sees the GPU it was given
+    as its first, so a remote child builds on `cuda`."""
+    from bench.run import phases
+
+    ctx = make_context("sequential", [])
+    monkeypatch.setattr(Policy, "device", property(lambda self: torch.device("cuda", 1)))
+    spec = phases.child_spec(ctx, sft_expert, 2)
+    assert spec.student.device == "cuda:1"
+    seen = []
+    monkeypatch.setattr(phases, "run_child", lambda spec, key: seen.append(spec.student.device))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # this process's threads stay as they are
+    phases._remote_child(spec, "math")
+    assert seen == ["cuda"] and spec.student.device == "cuda:1"
+
+
 def precision_phase(ctx: RunContext, domain: str) -> str:
     return torch.get_float32_matmul_precision()
 
