@@ -153,12 +153,14 @@ def _folder(model: torch.nn.Module) -> str:
 
 
 def _build(settings: dict[str, Any]) -> _Engine:
-    """A vLLM engine in this process; torch's thread setting survives it."""
+    """A vLLM engine in this process; torch's thread and fp32 matmul settings survive it."""
     # In-process engine core: weights are handed over by reference, not serialised.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
 
     set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op, process-wide
+    # and its worker sets fp32 matmuls' precision process-wide (to "highest"): gpu-small trains with TF32
+    precision = torch.get_float32_matmul_precision()
     try:
         llm = LLM(
             **settings,
@@ -168,6 +170,7 @@ def _build(settings: dict[str, Any]) -> _Engine:
         )
     finally:
         torch.set_num_threads = set_num_threads
+        torch.set_float32_matmul_precision(precision)
     return _Engine(llm, llm.llm_engine.model_config.max_model_len)
 
 

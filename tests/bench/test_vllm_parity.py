@@ -160,6 +160,20 @@ def test_engine_start_up_runs_no_forward_on_a_cpu(folder):
 
 
 @needs_vllm
+def test_an_engine_leaves_the_trainers_matmul_precision_as_it_was(folder):
+    """vLLM's worker sets fp32 matmuls' precision process-wide (to "highest"); the engine shares the
+    trainer's process, and gpu-small trains with TF32 ("high")."""
+    model, _ = load_model(folder)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        VLLMRollout(kv_cache_gib=0.25)._engine(model)  # other settings than the module's: a new engine
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+@needs_vllm
 def test_sampled_flops_share_one_prefill_per_prompt(folder, vllm, prompts):
     """n samples: one prefill per prompt (last logit only), then one single-token step per token fed."""
     model, _ = load_model(folder)
