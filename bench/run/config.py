@@ -51,9 +51,10 @@ class RunConfig:
     # be resumed under another executor and its ledger stays whole; the record says which one finished it.
     phase_executor: str = "sequential"
     # The rollout engine of methods and evaluations: torch | vllm (bench.rollout.engines).
-    # Not part of the fingerprint either: both sample the same distribution and charge the same
-    # analytic FLOPs for the same tokens (torch adds its padded keys, under 1%); the record says which
-    # one finished the run.
+    # Not part of the fingerprint either: both sample the same distribution and, on a CPU, charge the
+    # same analytic FLOPs for the same tokens (torch adds its padded keys, under 1%; on CUDA its graph
+    # engine charges its padded rows too); the record says which one finished the run, and a board
+    # marks a run whose engine is not its majority's.
     rollout: str = "torch"
     # Trackers that mirror the run while it trains (bench.run.tracking): () or ("tensorboard",). Not part
     # of the fingerprint: what is watched does not change what is trained.
@@ -101,6 +102,9 @@ class RunConfig:
         for name in self.report_to:
             if name not in TRACKERS:
                 raise unknown("tracker", name, list(TRACKERS))
+        if self.rollout == "vllm" and self.device.startswith("cuda:") and self.device != "cuda:0":
+            raise RunError(f"--rollout vllm builds its engine on the first visible GPU, not on --device {self.device}: "
+                           f"run with CUDA_VISIBLE_DEVICES={self.device.removeprefix('cuda:')} and --device cuda")
         if self.rollout == "vllm" and (missing := vllm_missing()):
             raise RunError(missing)
 

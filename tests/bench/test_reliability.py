@@ -155,6 +155,9 @@ def test_a_device_a_world_does_not_run_on_is_refused_before_any_work():
     with pytest.raises(RunError, match="processes phase executor runs on CPU"):  # before it trains, not after
         RunConfig(method="opd-multi", suite="math_code", profile="gpu-small", phase_executor="processes")
     assert RunConfig(method="opd-multi", suite="math_code", profile="gpu-small", device="cuda").on_gpu
+    # vLLM takes no device: its engine would land on GPU 0 beside a run on GPU 1
+    with pytest.raises(RunError, match="CUDA_VISIBLE_DEVICES=1 and --device cuda"):
+        RunConfig(method="sft", suite="math_code", profile="hf", model="m", device="cuda:1", rollout="vllm")
 
 
 def test_generation_whose_kv_cache_would_not_fit_in_memory_is_refused(tmp_path, monkeypatch):
