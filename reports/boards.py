@@ -328,9 +328,13 @@ def _board_order(key: BoardKey) -> tuple:
 
 
 def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:
-    """Runs whose base model (weights hash) or world version differs from the board's majority: a
-    changed base is detected here, never discovered by accident. Marked on the board and method pages."""
-    for column, what in (("base_hash", "base model (weights hash)"), ("world_version", "world version")):
+    """Runs whose base model (weights hash), world version or rollout engine differs from the board's
+    majority: a changed base is detected here, never discovered by accident; on a GPU the engines
+    charge the same tokens differently (the torch engine its padding). Marked on the board and method
+    pages."""
+    for column, what in (("base_hash", "started from another base model (weights hash)"),
+                         ("world_version", "started from another world version"),
+                         ("rollout", "sampled with another rollout engine")):
         known = runs[runs[column].notna()]
         if known.empty:
             continue
@@ -339,9 +343,8 @@ def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:
         odd = known[known[column] != majority]
         if not odd.empty:
             board.odd_runs.update(odd["run_id"])
-            board.warnings.append(
-                f"{len(odd)} run(s) started from another {what} than the board's majority ({majority}): "
-                + ", ".join(sorted(odd["run_id"])))
+            board.warnings.append(f"{len(odd)} run(s) {what} than the board's majority ({majority}): "
+                                  + ", ".join(sorted(odd["run_id"])))
 
 
 def _note_cpus(board: Board, runs: pd.DataFrame) -> None:

@@ -137,7 +137,7 @@ RUN_COLUMNS = [
     "counted_flops", "shared_flops", "external_flops", "eval_flops", "gain_per_pflop_spent", "distillation_share",
     "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction", "check_size",
     "recovery_forgetting", "recovery_noise", "base_hash",
-    "world_version", "cpu", "wall_s", "source",
+    "world_version", "rollout", "cpu", "wall_s", "source",
 ]
 
 
@@ -216,6 +216,7 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
         "recovery_forgetting": forgetting, "recovery_noise": noise,
         "base_hash": _provenance_str(r, "model_hashes", "base"),
         "world_version": _provenance_str(r, "world_version"),
+        "rollout": _provenance_str(r, "rollout"),
         "cpu": _provenance_str(r, "hardware", "cpu"),
         "wall_s": r.get("wall_s"), "source": r.get(SOURCE_KEY),
     }

@@ -234,15 +234,20 @@ def test_a_run_from_another_base_or_world_is_marked(tmp_path):
         r["provenance"]["world_version"] = "worked-1"
     records[4]["provenance"]["model_hashes"] = {"base": "0ther" * 4}
     records[5]["provenance"]["world_version"] = "worked-0"
+    for r in records[:5]:
+        r["provenance"]["rollout"] = "torch"
+    records[3]["provenance"]["rollout"] = "vllm"  # the last record names none, as older records do
     board = build_boards(to_frames(records))[0]
-    assert board.odd_runs == {records[4]["run_id"], records[5]["run_id"]}
+    assert board.odd_runs == {records[3]["run_id"], records[4]["run_id"], records[5]["run_id"]}
     assert any("another base model" in w and records[4]["run_id"] in w for w in board.warnings)
     assert any("another world version" in w and records[5]["run_id"] in w for w in board.warnings)
-    clean = build_boards(to_frames(records[:4]))[0]
+    assert any("another rollout engine than the board's majority (torch)" in w and records[3]["run_id"] in w
+               for w in board.warnings)
+    clean = build_boards(to_frames(records[:3]))[0]
     assert not clean.odd_runs and not any("another" in w for w in clean.warnings)
     summary = build_site([write_runs(records, tmp_path / "runs")], tmp_path / "site")
     page = next(p for p in summary.pages if "opd-multi" in p)
-    assert (tmp_path / "site" / page).read_text().count("differs from the board</span>") == 2
+    assert (tmp_path / "site" / page).read_text().count("differs from the board</span>") == 3
 
 
 def test_a_board_made_on_two_kinds_of_cpu_says_which_made_how_many():
