@@ -73,8 +73,8 @@ _ENGINES: dict[tuple, _Engine] = {}  # per process, by engine settings: an engin
 class VLLMRollout:
     """`RolloutBackend` on an in-process vLLM engine; picklable (engines stay in their process).
 
-    `gpu_memory_utilization` is the engine's share of the GPU (weights, activations, KV cache): the
-    trainer keeps the rest. `kv_cache_gib` fixes the KV cache instead (None: 1 GiB of RAM on a CPU,
+    `gpu_memory_utilization` is each engine's share of the GPU (weights, activations, KV cache; one
+    engine per model folder that samples): the trainer keeps the rest. `kv_cache_gib` fixes the KV cache instead (None: 1 GiB of RAM on a CPU,
     on a GPU what the share leaves). `max_model_len` caps prompt + completion tokens (None: the
     model config's limit, or less where the KV cache holds less).
     `last_stats["synced"]` is 1 when the latest call loaded weights into the engine.
