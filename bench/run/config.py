@@ -91,7 +91,7 @@ class RunConfig:
             raise RunError(f"distill_eval_every must be >= 0, got {self.distill_eval_every!r}")
         if self.phase_executor not in EXECUTORS:
             raise unknown("phase executor", self.phase_executor, list(EXECUTORS))
-        world = PROFILES[self.profile]
+        world = self.resolved_profile
         if world.task_format != "hf" and self.device not in ("cpu", world.device):
             raise RunError(f"the {self.profile} world's models run on {world.device}, not --device {self.device} "
                            "(--device is for --profile hf)")

@@ -87,7 +87,9 @@ def eval_dtype(device: str, task_format: str) -> str:
     """The dtype a run of this world used for its model, which its evaluation here uses too: bf16 on
     CUDA for real models (`--profile hf`, as `bench.world.hf` loads them), fp32 elsewhere (every world
     this project builds, `gpu-small` on CUDA included)."""
-    return "bfloat16" if device.startswith("cuda") and task_format == "hf" else "float32"
+    from bench.world.hf import _dtype
+
+    return str(_dtype(device)).removeprefix("torch.") if task_format == "hf" else "float32"
 
 
 def evaluate(
