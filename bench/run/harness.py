@@ -20,6 +20,7 @@ from typing import Any
 
 from bench import store
 from bench.errors import RunError, unknown
+from bench.world.hf import _dtype
 from bench.world.models import TINY_SPECS, resolve_model
 
 
@@ -87,8 +88,6 @@ def eval_dtype(device: str, task_format: str) -> str:
     """The dtype a run of this world used for its model, which its evaluation here uses too: bf16 on
     CUDA for real models (`--profile hf`, as `bench.world.hf` loads them), fp32 elsewhere (every world
     this project builds, `gpu-small` on CUDA included)."""
-    from bench.world.hf import _dtype
-
     return str(_dtype(device)).removeprefix("torch.") if task_format == "hf" else "float32"
 
 
