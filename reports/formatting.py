@@ -78,14 +78,22 @@ def fmt_estimate(est: Estimate, unit: str, missing: str = "—") -> dict[str, st
     """An estimate as {"text", "interval", "sort", "tip"} for a table cell.
 
     interval is "[low, high]" or "" (single seed or undefined); sort is the raw value for the table's
-    column sorting ("" sorts last); tip is a tooltip saying which statistic it is.
+    column sorting ("" sorts last); tip is a tooltip saying which statistic it is. An undefined point
+    with an interval (a target the aggregate curve never reaches, though some replicates do) shows
+    `missing` and the interval, which a verdict then reads.
     """
-    if est.value is None:
-        return {"text": missing, "interval": "", "sort": "", "tip": "not defined for these runs"}
+    def end(x: float) -> str:
+        return "not reached" if unit == "flops" and x == math.inf else fmt(x, unit)
+
     interval = ""
     if est.low is not None and est.high is not None:
-        high = "not reached" if unit == "flops" and math.isinf(est.high) else fmt(est.high, unit)
-        interval = f"[{fmt(est.low, unit)}, {high}]"
+        interval = f"[{end(est.low)}, {end(est.high)}]"
+    if est.value is None:
+        if est.low is not None and math.isinf(est.low) and est.low == est.high:
+            interval = ""  # no replicate reaches it either: the interval adds nothing to the point
+        tip = ("not defined by the aggregate of these runs; 95% bootstrap interval over seeds" if interval
+               else "not defined for these runs")
+        return {"text": missing, "interval": interval, "sort": "", "tip": tip}
     # with 2 or 3 seeds each end of a per-run metric's interval is a seed's own value (docs/metrics.md)
     few = " (with so few seeds, about their range)" if est.n_seeds <= 3 else ""
     tip = {"iqm": f"interquartile mean of {est.n_seeds} seeds, 95% bootstrap interval{few}",

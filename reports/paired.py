@@ -24,7 +24,7 @@ from reports import metrics
 from reports.boards import Board
 from reports.columns import tau_label
 from reports.formatting import fmt
-from reports.findings import CONTEXT, FAILS, NOT_MEASURED, VERDICT_TARGET, Claim, Row, direction
+from reports.findings import CONTEXT, NOT_MEASURED, UNSURE, VERDICT_TARGET, Claim, Row, direction
 from reports.stats import NONE, Estimate, estimate, rng_for
 
 GAIN_SHARES = (0.5, 0.75, 0.9)  # the student's share of its experts' gain that distillation's cost is read at
@@ -91,30 +91,42 @@ def matched_accuracy(targets: Mapping[float, float], joint: Mapping[int, Mapping
                      opd: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per target, seeds paired: each method's counted FLOPs to it, the savings 1 - opd-multi's / joint
     GRPO's, and opd-multi's distillation FLOPs alone to it; the IQM of the savings (`savings`, an
-    Estimate) with its 95% bootstrap interval where every seed reaches the target, else None; the
-    verdict by the findings page's rule, and `why` where a seed decided it ("" otherwise)."""
-    paired = sorted(set(joint) & set(opd))
-    curves = {seed: (curve_of(opd[seed]), curve_of(joint[seed]), expert_flops(opd[seed])) for seed in paired}
+    Estimate) with its 95% bootstrap interval where every seed has one (minus infinity where opd-multi
+    never reaches the target: it would need unbounded FLOPs), else None; the verdict by the findings
+    page's rule, read off that interval; and `why`, the seeds that shaped it ("" when none did). A seed
+    with a run of one method only is named and left out, and the verdict is then inconclusive."""
+    unpaired = sorted(set(joint) ^ set(opd))
+    curves = {seed: (curve_of(opd[seed]), curve_of(joint[seed]), expert_flops(opd[seed]))
+              for seed in sorted(set(joint) & set(opd))}
     rows = []
     for k, tau in sorted(targets.items()):
-        seeds = {}
+        seeds, saved = {}, {}
         for seed, (opd_curve, joint_curve, spent) in curves.items():
             fo = metrics.flops_to_target(*opd_curve, tau)
             fj = metrics.flops_to_target(*joint_curve, tau)
-            saved = metrics.savings(np.nan if fo is None else fo, np.nan if fj is None else fj)
-            seeds[seed] = {"opd-multi": fo, "grpo-joint": fj, "savings": float(saved) if np.isfinite(saved) else None,
+            saved[seed] = float(metrics.savings(np.nan if fo is None else fo, np.nan if fj is None else fj))
+            seeds[seed] = {"opd-multi": fo, "grpo-joint": fj,
+                           "savings": saved[seed] if np.isfinite(saved[seed]) else None,
                            "distill_only": None if fo is None else fo - spent}
-        missed = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is None]
-        undefined = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is not None and v["savings"] is None]
-        est, why = None, ""
-        if missed:  # it would need unbounded FLOPs there: the savings' IQM is unbounded below
-            verdict, why = FAILS, f"opd-multi never reaches it on seed {', '.join(missed)}"
-        elif undefined:  # joint GRPO never reaches it there (or its base already does)
-            verdict, why = NOT_MEASURED, f"no savings on seed {', '.join(undefined)}"
-        else:  # the findings page's rule: holds when the interval lies above 0, fails below it
-            est = estimate([v["savings"] for v in seeds.values()], rng_for("full_budget", str(k)))
+        missed = [str(seed) for seed, v in seeds.items() if v["opd-multi"] is None and np.isinf(saved[seed])]
+        undefined = [str(seed) for seed, x in saved.items() if np.isnan(x)]
+        why = [f"opd-multi never reaches it on seed {', '.join(missed)}"] if missed else []
+        est = None
+        if undefined:  # joint GRPO never reaches it there (or its base already does)
+            verdict = NOT_MEASURED
+            why.append(f"no savings on seed {', '.join(undefined)}")
+        elif saved:  # the findings page's rule: holds when the interval lies above 0, fails below it
+            est = estimate(list(saved.values()), rng_for("full_budget", str(k)))
+            if est.value is not None and not np.isfinite(est.value):  # the IQM is unbounded below
+                est = Estimate(None, est.low, est.high, est.n_seeds, est.stat)
             verdict = direction(est, 0.0, want_above=True)
-        rows.append({"gain": k, "tau": tau, "seeds": seeds, "verdict": verdict, "why": why, "savings": est})
+        else:
+            verdict = NOT_MEASURED
+        if unpaired:
+            why.append(f"seed {', '.join(map(str, unpaired))} has a run of one method only, left out")
+            verdict = UNSURE if verdict != NOT_MEASURED else verdict
+        rows.append({"gain": k, "tau": tau, "seeds": seeds, "verdict": verdict, "why": "; ".join(why),
+                     "savings": est})
     return rows
 
 
@@ -165,7 +177,8 @@ def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]
                   "FLOPs to joint GRPO's targets (on its own board), and the savings 1 − opd-multi's / joint "
                   "GRPO's. "
                   f"The verdict reads the savings at {tau_label(k)} on math_code: holds when their interval lies "
-                  f"above 0; does not hold when it lies below 0 or opd-multi never reaches {tau_label(k)} on a seed. "
+                  "above 0; does not hold when it lies below 0 (a seed on which opd-multi never reaches it saves "
+                  "minus infinity). "
                   "The other targets, both methods' final accuracy and any other suite's pair of boards are shown "
                   "for context",
                   f"savings at matched accuracy at {tau_label(k)}, seeds paired, with its 95% bootstrap interval "

@@ -117,7 +117,9 @@ def targets_and_savings(cs: CurveSet, mid: np.ndarray, reps: np.ndarray | None, 
     out_ftt, out_sav = {}, {}
     for j, k in enumerate(TARGET_GAINS):
         out_ftt[k] = from_replicates(float(ftt[j]), None if ftt_reps is None else ftt_reps[:, j], n)
-        out_sav[k] = from_replicates(float(sav[j]), None if sav_reps is None else sav_reps[:, j], n)
+        # one run on either side: no interval (it would carry the other side's seed noise only)
+        out_sav[k] = from_replicates(float(sav[j]), None if sav_reps is None else sav_reps[:, j],
+                                     min(n, ref.n_runs))
     return out_ftt, out_sav
 
 
@@ -134,7 +136,7 @@ def at_spend(counted: np.ndarray, final: np.ndarray, idx: np.ndarray, ref: Refer
     spend = point(counted)
     ref_at = float(interpolate_rows(ref.grid, ref.mid[None, :], np.array([spend]))[0, 0])
     n = min(len(counted), ref.n_runs)
-    if len(counted) == 1 and ref.n_runs == 1:
+    if n == 1:  # either side one run: an interval would carry only the other's seed noise
         return Estimate(ref_at, None, None, 1, "single"), Estimate(point(final) - ref_at, None, None, 1, "single")
     spend_reps = aggregate(counted[idx], axis=1)  # [R]
     reps = ref.reps if ref.reps.shape[0] == spend_reps.size else np.broadcast_to(ref.reps, (spend_reps.size,

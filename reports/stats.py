@@ -157,7 +157,8 @@ def estimate_pair(
     """agg(x) / agg(y) (op "ratio") or agg(x) - agg(y) ("difference"), x and y resampled independently.
 
     `same_runs`: x and y come from the same runs (a method against itself): one draw for both.
-    n_seeds is the smaller sample's size; single-seed when both have one run.
+    n_seeds is the smaller sample's size; single-seed, with no interval, when either has one run (an
+    interval would carry only the other side's seed noise).
     """
     if op not in ("ratio", "difference"):
         raise ValueError(f"op must be 'ratio' or 'difference', not {op!r}")
@@ -167,7 +168,7 @@ def estimate_pair(
         return NONE
     value = float(_combine(op, point(x), point(y)))
     n = min(x.size, y.size)
-    if x.size == 1 and y.size == 1:
+    if n == 1:
         return Estimate(value, None, None, 1, "single")
     ix = resample_indices(x.size, rng, reps)
     iy = ix if same_runs and x.size == y.size else resample_indices(y.size, rng, reps)

@@ -221,3 +221,35 @@ def test_a_pair_on_another_suite_is_read_after_math_codes_as_context(tmp_path):
                                                                 (False, CONTEXT, "—")}
     assert all(r.estimate.value is None and "never reaches it on seed 0, 1, 2" in r.note for r in four[:3])
     assert [r.estimate.value for r in four[3:]] == pytest.approx([0.31, 0.44])
+
+
+def test_claim_1_with_seeds_paired_reads_the_interval_and_names_a_seed_of_one_method():
+    """Seeds paired at tau_0.9 (0.426), which joint GRPO reaches at 1e13 on every seed. One opd-multi
+    seed of three never reaches it and the others save 50%: its savings are minus infinity, the
+    interval runs from there to above 0, and the claim is inconclusive; with all three stuck it does
+    not hold. An opd-multi seed that joint GRPO has no run for is named and makes it inconclusive."""
+    from reports.findings import FAILS, HOLDS, UNSURE
+    from tests.reports.factory import make_curve_record, make_two_budget_records
+
+    joint, _ = make_two_budget_records()
+    phases = [("expert:math", 1e12), ("expert:code", 1e12), ("distill", 3.8e13)]
+
+    def opd(seed: int, reaches: bool) -> dict:
+        top = 0.44 if reaches else 0.40
+        return make_curve_record("opd-multi", seed, 4e13, [(0.0, 0.30), (5e12, top), (4e13, top)], phases)
+
+    def row(joint_seeds, opd_runs):
+        by_seed = {r["seed"]: r for r in joint if r["seed"] in joint_seeds}
+        (out,) = paired.matched_accuracy({0.9: 0.426}, by_seed, {r["seed"]: r for r in opd_runs})
+        return out
+
+    good = row({0, 1, 2}, [opd(s, True) for s in range(3)])
+    assert good["verdict"] == HOLDS and good["why"] == "" and good["savings"].low > 0
+    one = row({0, 1, 2}, [opd(0, True), opd(1, True), opd(2, False)])
+    assert one["savings"].value is None and one["savings"].low == -math.inf and one["savings"].high > 0
+    assert one["verdict"] == UNSURE and one["why"] == "opd-multi never reaches it on seed 2"
+    stuck = row({0, 1, 2}, [opd(s, False) for s in range(3)])
+    assert stuck["verdict"] == FAILS and stuck["savings"].high == -math.inf
+    unpaired = row({0, 1}, [opd(s, True) for s in range(3)])
+    assert unpaired["verdict"] == UNSURE and sorted(unpaired["seeds"]) == [0, 1]
+    assert unpaired["why"] == "seed 2 has a run of one method only, left out"

@@ -39,6 +39,31 @@ def test_claim_1_shows_every_target_and_its_verdict_reads_tau_09():
     assert claim.verdict == FAILS and "τ₀.₉" in claim.rule and "τ₀.₉" in claim.basis
 
 
+def test_claim_1_reads_the_interval_where_the_aggregate_curve_never_reaches_tau_09():
+    """Two of three opd-multi seeds reach tau_0.9 (0.37) early and one never does: the aggregate curve
+    stays below it, but a third of the replicates draw no stuck seed, so the savings' interval runs
+    from minus infinity to above 0 and the claim is inconclusive, not refuted by the point alone."""
+    ref = [[0.10, 0.20, 0.30 + 0.005 * s, 0.40 + 0.005 * s] for s in range(3)]
+    records = [_run("grpo-joint", s, a) for s, a in enumerate(ref)]
+    records += [_run("opd-multi", s, [0.10, 0.45, 0.46, 0.46]) for s in range(2)]
+    records.append(_run("opd-multi", 2, [0.10, 0.10, 0.10, 0.10]))
+    row = claim_savings(_boards(records)).rows[2]
+    assert row.estimate.value is None and row.estimate.low == float("-inf") and row.estimate.high > 0
+    assert row.verdict == UNSURE and "never reaches τ₀.₉" in row.note
+    # the same with opd-multi's one stuck seed alone: one run, no interval, no verdict
+    row = claim_savings(_boards(records[:3] + records[-1:])).rows[2]
+    assert row.estimate.single_seed and row.verdict == UNSURE
+
+
+def test_a_comparison_with_one_run_on_either_side_has_no_interval():
+    records = [_run("grpo-joint", s, a) for s, a in enumerate(REF)]
+    records.append(_run("opd-multi", 0, [0.2, 0.4, 0.5, 0.6]))
+    m = _boards(records)[0].method("opd-multi")
+    for est in (m.savings[0.9], m.relative.minus_reference_at_spend, m.relative.reference_at_spend, m.length_ratio):
+        assert est.single_seed and est.low is None and est.high is None
+    assert claim_savings(_boards(records)).rows[2].verdict == UNSURE
+
+
 def test_claim_1_holds_on_savings_at_tau_09():
     records = [_run("grpo-joint", s, a) for s, a in enumerate(REF)]
     records += [_run("opd-multi", s, [0.2, 0.4, 0.5 + 0.005 * s, 0.6]) for s in range(4)]

@@ -73,6 +73,10 @@ def test_pairs_ratio_difference_and_same_runs():
     assert (same.value, same.low, same.high) == (1.0, 1.0, 1.0)
     assert estimate_pair(x, [0.0, 0.0, 0.0], rng_for("r")) is NONE
     assert estimate_pair([1.0], [2.0], rng_for("r")).stat == "single"
+    # one run on either side: no interval, which would carry only the other side's seed noise
+    for one, many in (([0.30], [0.45, 0.46, 0.44]), ([0.45, 0.46, 0.44], [0.30])):
+        est = estimate_pair(one, many, rng_for("r"), op="difference")
+        assert (est.low, est.high, est.n_seeds, est.stat) == (None, None, 1, "single")
     with pytest.raises(ValueError):
         estimate_pair(x, y, rng_for("r"), op="sum")
 
@@ -137,3 +141,13 @@ def test_a_few_seeds_interval_says_it_is_about_their_range():
     for n, few in ((2, True), (3, True), (4, False), (10, False)):
         est = estimate(np.arange(n) / 8, rng_for("tip", str(n)))
         assert ("about their range" in fmt_estimate(est, "pct")["tip"]) is few
+
+
+def test_an_undefined_point_shows_the_interval_a_verdict_reads():
+    """A target the aggregate curve never reaches though some replicates do: the cell shows no point but
+    the interval; where no replicate reaches it either, no interval; FLOPs never reached read so."""
+    cell = fmt_estimate(Estimate(None, -math.inf, 0.5, 3, "iqm"), "pct")
+    assert (cell["text"], cell["interval"], cell["sort"]) == ("—", "[−∞, 50.0%]", "")
+    assert fmt_estimate(Estimate(None, -math.inf, -math.inf, 3, "iqm"), "pct")["interval"] == ""
+    assert fmt_estimate(Estimate(None, 1e13, math.inf, 3, "iqm"), "flops")["interval"] == "[1.00e13, not reached]"
+    assert fmt_estimate(NONE, "pct") == {"text": "—", "interval": "", "sort": "", "tip": "not defined for these runs"}
