@@ -1,7 +1,9 @@
 """Writing a site into its folder: safe paths only, the previous build's files removed, records never lost.
 
-`Writer` writes files under the site folder (every path made of slugs). `remove_previous` deletes what
-the previous build listed in its site.json. `check_overwrite` runs first: a build that would delete
+`Writer` writes files under the site folder (every path made of slugs), first into a staging folder
+inside it, and moves them into place only when the build has made every one (`commit`): a build that
+fails half-way leaves the previous site as it was, byte for byte. `remove_previous` deletes what the
+previous build listed in its site.json. `check_overwrite` runs first: a build that would delete
 record files of runs it does not show (a smaller runs folder built into a full leaderboard) raises
 SiteOverwriteError before anything in the folder is touched, unless forced.
 """
@@ -9,7 +11,9 @@ SiteOverwriteError before anything in the folder is touched, unless forced.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from pathlib import Path
@@ -26,40 +30,58 @@ class SiteOverwriteError(RuntimeError):
 class Writer:
     """Writes files under one root, refusing any path that is not made of safe slugs.
 
-    Figures go through `draw`: seaborn's to the worker processes when there are any (`finish` writes
-    them), the rest drawn here at once.
+    Files are written into a staging folder inside the root (`.building-*`); `commit` moves those
+    written so far into place, one rename each, and leaving the `with` block removes the staging
+    folder, with whatever a failed build left in it. Figures go through `draw`: seaborn's to the worker
+    processes when there are any (`finish` writes them), the rest drawn here at once.
     """
 
     def __init__(self, root: Path, pool: Executor | None = None) -> None:
         self.root = root.resolve()
         self.pool = pool
         self.written: list[str] = []
+        self._staged: list[str] = []
+        self._stage: Path | None = None
         self._pending: list[tuple[str, Future, Callable[..., str], dict[str, Any]]] = []
 
-    def _checked(self, rel: str) -> Path:
+    def __enter__(self) -> Writer:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._stage = Path(tempfile.mkdtemp(prefix=".building-", dir=self.root))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stage is not None:
+            shutil.rmtree(self._stage, ignore_errors=True)
+            self._stage = None
+
+    def _checked(self, rel: str) -> str:
         parts = rel.split("/")
         stems = [p.rsplit(".", 1)[0] for p in parts]
         if not all(is_safe_slug(s) for s in stems) or ".." in parts:
             raise ValueError(f"refusing to write unsafe path {rel!r}")
-        return self.root / rel
+        self.written.append(rel)
+        return rel
+
+    def _staging(self, rel: str) -> Path:
+        """Where `rel` is written until `commit` (a path of safe slugs only)."""
+        if self._stage is None:
+            raise RuntimeError("a Writer writes inside its `with` block")
+        path = self._stage / self._checked(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._staged.append(rel)
+        return path
 
     def write(self, rel: str, text: str) -> None:
-        path = self._checked(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8", errors="replace")  # a lone surrogate from JSON "\\ud800"
-        self.written.append(rel)
+        # errors="replace": a lone surrogate from JSON "\ud800"
+        self._staging(rel).write_text(text, encoding="utf-8", errors="replace")
 
     def copy(self, rel: str, source: Path) -> None:
         """Copy a file's bytes (a record just read and validated: no need to encode it again)."""
-        path = self._checked(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, path)
-        self.written.append(rel)
+        shutil.copyfile(source, self._staging(rel))
 
     def keep(self, rel: str) -> None:
         """List a file that is already in place (a record the site is being rebuilt from)."""
         self._checked(rel)
-        self.written.append(rel)
 
     def draw(self, rel: str, func: Callable[..., str], kwargs: dict[str, Any]) -> None:
         if self.pool is not None and func in figures.SEABORN_FIGURES:
@@ -76,6 +98,16 @@ class Writer:
         for rel, future, _, _ in self._pending:
             self.write(rel, here[rel] if rel in here else future.result())
         self._pending.clear()
+
+    def commit(self) -> None:
+        """Write the workers' figures (`finish`), then move every file written since the last commit into
+        place: a rename each, on the root's own file system."""
+        self.finish()
+        for rel in self._staged:
+            target = self.root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self._stage / rel, target)
+        self._staged.clear()
 
 
 def remove_previous(root: Path, keep: set[Path]) -> None:

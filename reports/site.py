@@ -278,9 +278,9 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
     frames = to_frames(records)
     boards = build_boards(frames)
     claims = findings(boards)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with figures.drawing_pool(n_figures=len(figures.SEABORN_FIGURES) * len(boards)) as pool:
-        writer, env = Writer(out_dir, pool), _environment()
+    with (figures.drawing_pool(n_figures=len(figures.SEABORN_FIGURES) * len(boards)) as pool,
+          Writer(out_dir, pool) as writer):
+        env = _environment()
         record_files = _write_records(records, writer)
         common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER,
                   "paper_title": PAPER_TITLE, "paper_id": PAPER_ID, "site_command": command, "board_check": check,
@@ -304,17 +304,18 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
         writer.write("results.csv", _results_csv(results))
         for name in ("site.css", "site.js"):
             writer.write(f"static/{name}", (_HERE / "static" / name).read_text(encoding="utf-8"))
-        writer.finish()
-    # only once every file is written: a build that fails half-way leaves the previous site whole
-    remove_previous(out_dir, keep=inputs | {(out_dir / rel).resolve() for rel in [*writer.written, "site.json"]})
-    pages[:0] = [{"path": "index.html", "kind": "index", "title": "Leaderboard"},
-                 {"path": "findings.html", "kind": "findings", "title": "Findings"}]
-    files = writer.written + ["site.json"]
-    site = {"schema": SITE_SCHEMA, "generated": generated, "records": len(records), "skipped": len(skipped),
-            "boards": [v["slug"] for v in views], "studies": [s.slug for s in studies], "pages": pages,
-            "downloads": ["results.csv", "results.json"],
-            "record_files": record_files, "files": files}
-    writer.write("site.json", json.dumps(site, indent=1, ensure_ascii=False))
+        # every file made, in its staging folder: only now does the previous site change, file by file
+        writer.commit()
+        remove_previous(out_dir, keep=inputs | {(out_dir / rel).resolve() for rel in [*writer.written, "site.json"]})
+        pages[:0] = [{"path": "index.html", "kind": "index", "title": "Leaderboard"},
+                     {"path": "findings.html", "kind": "findings", "title": "Findings"}]
+        files = writer.written + ["site.json"]
+        site = {"schema": SITE_SCHEMA, "generated": generated, "records": len(records), "skipped": len(skipped),
+                "boards": [v["slug"] for v in views], "studies": [s.slug for s in studies], "pages": pages,
+                "downloads": ["results.csv", "results.json"],
+                "record_files": record_files, "files": files}
+        writer.write("site.json", json.dumps(site, indent=1, ensure_ascii=False))
+        writer.commit()
     return SiteSummary(out_dir=out_dir, n_records=len(records), skipped=skipped, boards=[b.label for b in boards],
                        pages=[p["path"] for p in pages], record_files=record_files, files=files,
                        wall_s=time.perf_counter() - t0)

@@ -84,7 +84,7 @@ class LinearScale:
 
     def ticks(self, target: int | None = None) -> list[float]:
         raw = (self.hi - self.lo) / (target or self.n_ticks)
-        mag = 10 ** math.floor(math.log10(raw))
+        mag = 10.0 ** math.floor(math.log10(raw))
         step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
         first = math.ceil(self.lo / step - 1e-9) * step
         return [round(first + i * step, 12) for i in range(int((self.hi - first) / step + 1e-9) + 1)]
@@ -139,7 +139,9 @@ class LogScale:
     def ticks(self, target: int = 5) -> list[float]:
         lo_e, hi_e = math.floor(math.log10(self.lo)), math.ceil(math.log10(self.hi))
         for subs in ((1,), (1, 3), (1, 2, 5), (1, 2, 3, 5, 7)):
-            ticks = [m * 10**e for e in range(lo_e, hi_e + 1) for m in subs if self.lo <= m * 10**e <= self.hi * 1.0001]
+            # floats: integer powers of ten past int64 would make a plotting library's arrays of objects
+            ticks = [t for t in (m * 10.0**e for e in range(lo_e, hi_e + 1) for m in subs)
+                     if self.lo <= t <= self.hi * 1.0001]
             if len(ticks) >= 3 or subs == (1, 2, 3, 5, 7):
                 return ticks[:: max(1, len(ticks) // (target + 2))]
         return []  # pragma: no cover
