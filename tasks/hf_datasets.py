@@ -113,20 +113,29 @@ final answer from the completion and compare it with `answer`; reading a complet
 
 
 def export(suite: Suite, out_dir: str | os.PathLike, *, train_size: int = TRAIN_SIZE, seed: int = 0) -> Path:
-    """Write the suite's splits as parquet files and a dataset card into `out_dir`; returns the card's path."""
+    """Write the suite's splits as parquet files and a dataset card into `out_dir`; returns the card's path.
+
+    A README.md that is not an earlier export's card, or a data/ folder with files beside no such card,
+    is refused (`SuiteFolderError`) before anything is written.
+    """
     out = Path(out_dir)
+    data = out / "data"
     if (out / "README.md").exists():  # a card of an earlier export is replaced; anyone else's README is not
         try:
             card_metadata(out)
         except Exception as exc:
             raise SuiteFolderError(f"{out} holds a README.md that no `bench export-hf` wrote; choose another "
                                    "--out") from exc
+    elif data.is_dir() and any(data.iterdir()):  # files in data/ and no card of ours: someone else's
+        raise SuiteFolderError(f"{out} holds a data/ folder with files but no README.md card of `bench export-hf`; "
+                               "choose another --out")
     splits = to_dataset_dict(suite, train_size, seed)
-    (out / "data").mkdir(parents=True, exist_ok=True)
-    for split, dataset in splits.items():
-        dataset.to_parquet(str(out / "data" / f"{split}-00000-of-00001.parquet"))
-    card = out / "README.md"
+    out.mkdir(parents=True, exist_ok=True)
+    card = out / "README.md"  # first: an export interrupted while writing data/ is recognised as ours
     card.write_text(_card(suite, {s: len(d) for s, d in splits.items()}, train_size, seed), encoding="utf-8")
+    data.mkdir(exist_ok=True)
+    for split, dataset in splits.items():
+        dataset.to_parquet(str(data / f"{split}-00000-of-00001.parquet"))
     return card
 
 

@@ -24,6 +24,9 @@ It holds:
   which `utils.py` imports. The hf-format verifiers of reasoning-gym problems need `reasoning-gym`
   installed where the export runs.
 
+`export` writes into an empty (or new) folder, or into one an earlier export wrote (its `utils.py`
+begins with this module's header); any other folder holding files is refused, nothing written.
+
 hf-format suites are chat prompts: pass `--apply_chat_template` for chat models. tiny-format prompts
 are raw text, scored as the benchmark feeds them: no chat template. Either way `add_bos_token=False`
 (the benchmark adds no BOS of its own; a chat template adds its own); then lm-eval's accuracy on the
@@ -84,6 +87,10 @@ def process_results(doc, results):
     completion = results[0] if results else ""
     return {{"acc": _domain(problem.domain).score(completion, problem)}}
 '''
+
+
+class ExportFolderError(ValueError):
+    """An output folder that holds files and is not an earlier export: nothing is written over it."""
 
 
 def task_name(suite: Suite) -> str:
@@ -161,19 +168,34 @@ def _vendor(out: Path) -> None:
     shutil.copytree(Path(__file__).resolve().parent, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
+def _check_out(out: Path) -> None:
+    """Refuse a folder that holds files unless an earlier export wrote it (its utils.py has our header)."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return  # new or empty (a path that cannot be a folder fails at mkdir, as "cannot use")
+    utils = out / "utils.py"
+    header = _UTILS.splitlines()[0]
+    if utils.is_file() and utils.read_text(encoding="utf-8", errors="replace").startswith(header + "\n"):
+        return
+    raise ExportFolderError(f"{out} holds files that no `bench export-lm-eval` wrote (no utils.py of an earlier "
+                            "export); choose an empty or new --out")
+
+
 def export(suite: Suite, out_dir: str | os.PathLike, *, max_gen_toks: int | None = None) -> Path:
     """Write the suite as a self-contained lm-eval task group into `out_dir`; returns the group YAML's path.
 
     `max_gen_toks` caps each completion (default `MAX_GEN_TOKS[suite.fmt]`); give it the evaluating
-    profile's `eval_max_new_tokens` to reproduce that profile's held-out accuracy.
+    profile's `eval_max_new_tokens` to reproduce that profile's held-out accuracy. A folder that holds
+    files and is not an earlier export is refused (`ExportFolderError`), nothing written.
     """
     max_gen_toks = MAX_GEN_TOKS[suite.fmt] if max_gen_toks is None else int(max_gen_toks)
     if max_gen_toks < 1:
         raise ValueError(f"max_gen_toks must be >= 1, got {max_gen_toks}")
     out = Path(out_dir)
+    _check_out(out)
     out.mkdir(parents=True, exist_ok=True)
     group = task_name(suite)
     records = suite.heldout_records()
+    _write(out / "utils.py", _UTILS.format(vendor=VENDOR_DIR))  # first: an interrupted export is ours to redo
     subtasks = []
     for domain in suite.domains:
         name = f"{group}_{domain}"
@@ -182,7 +204,6 @@ def export(suite: Suite, out_dir: str | os.PathLike, *, max_gen_toks: int | None
         _write(out / f"{name}.yaml", _task_yaml(name, f"{name}.jsonl", suite, max_gen_toks))
         subtasks.append(name)
     _vendor(out)
-    _write(out / "utils.py", _UTILS.format(vendor=VENDOR_DIR))
     group_path = out / f"{group}.yaml"
     _write(group_path, _group_yaml(group, subtasks, suite))
     return group_path

@@ -218,11 +218,14 @@ def export_lm_eval(
 ) -> None:
     """Write a suite's held-out split as a self-contained lm-eval task folder (`lm_eval --include_path OUT`)."""
     from bench.registry import get_suite
-    from tasks.lm_eval_export import export, lm_eval_command
+    from tasks.lm_eval_export import ExportFolderError, export, lm_eval_command
 
     with _one_line():
         chosen = get_suite(suite, difficulty, fmt)
-        path = export(chosen, out)
+        try:
+            path = export(chosen, out)
+        except ExportFolderError as exc:
+            _fail(str(exc))
     console.print(f"wrote {path}; score a model folder with:", soft_wrap=True)
     console.print(lm_eval_command(chosen, out.resolve()), highlight=False, soft_wrap=True, markup=False)
 

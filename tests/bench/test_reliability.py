@@ -294,6 +294,23 @@ def test_an_output_folder_is_never_written_over_unasked(tmp_path):
         assert result.exit_code == 0, result.output
 
 
+def test_an_export_writes_only_into_a_new_or_empty_folder_or_its_own(tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "utils.py").write_text("def my_hook(): ...")
+    (mine / "data" / "train-00000-of-00001.parquet").write_bytes(b"my own rows")
+    refused(cli.invoke(app, ["export-lm-eval", "math", "--out", str(mine), "--format", "tiny"]),
+            f"{mine} holds files that no `bench export-lm-eval` wrote")
+    refused(cli.invoke(app, ["export-hf", "math", "--out", str(mine), "--train-size", "4"]),
+            f"{mine} holds a data/ folder with files but no README.md card of `bench export-hf`")
+    assert snapshot(mine) == {"utils.py": b"def my_hook(): ...", "data/train-00000-of-00001.parquet": b"my own rows"}
+    for command in (["export-lm-eval", "math", "--format", "tiny"], ["export-hf", "math", "--train-size", "4"]):
+        export = tmp_path / command[0]
+        for _ in range(2):  # an earlier export's folder is its own: written again
+            result = cli.invoke(app, [*command, "--out", str(export)])
+            assert result.exit_code == 0, result.output
+
+
 def test_an_output_path_is_checked_before_the_work(tmp_path):
     folder = tmp_path / "scores"
     folder.mkdir()

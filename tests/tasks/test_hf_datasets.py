@@ -67,6 +67,20 @@ def test_load_refuses_altered_files(suite, folder, tmp_path):
         load(altered)
 
 
+def test_export_refuses_data_it_did_not_write(suite, tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "heldout-00000-of-00001.parquet").write_bytes(b"my own rows")
+    with pytest.raises(SuiteFolderError, match="data/ folder with files but no README.md card"):
+        export(suite, mine, train_size=4)
+    assert sorted(str(p.relative_to(mine)) for p in mine.rglob("*")) == ["data", "data/heldout-00000-of-00001.parquet"]
+    assert (mine / "data" / "heldout-00000-of-00001.parquet").read_bytes() == b"my own rows"
+    ours = tmp_path / "ours"
+    for _ in range(2):  # an earlier export's card and data are its own: written again
+        export(suite, ours, train_size=4)
+    assert len(load(ours).train_sample) == 4
+
+
 def test_cli_export_hf(tmp_path):
     from typer.testing import CliRunner
 

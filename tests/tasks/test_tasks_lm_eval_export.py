@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tasks import get_suite
-from tasks.lm_eval_export import export, task_name
+from tasks.lm_eval_export import ExportFolderError, export, task_name
 
 lm_eval_tasks = pytest.importorskip("lm_eval.tasks")
 
@@ -65,3 +65,30 @@ def test_lm_eval_metric_is_our_verifier(exported):
             for completion in (problem.answer, problem.solution, problem.answer + "0", "", "#__import__('os')"):
                 got = task.process_results(doc, [completion])["acc"]
                 assert got == suite.score(problem, completion)
+
+
+def test_export_refuses_a_folder_it_did_not_write(tmp_path):
+    suite = get_suite("math", "easy", "tiny")
+    mine = tmp_path / "mine"
+    (mine / "opd_bench_tasks" / "tasks").mkdir(parents=True)
+    (mine / "utils.py").write_text("def my_hook(): ...\n")
+    (mine / "opd_bench_tasks" / "tasks" / "notes.txt").write_text("mine")
+    with pytest.raises(ExportFolderError, match="no `bench export-lm-eval` wrote"):
+        export(suite, mine)
+    assert sorted(str(p.relative_to(mine)) for p in mine.rglob("*")) == [
+        "opd_bench_tasks", "opd_bench_tasks/tasks", "opd_bench_tasks/tasks/notes.txt", "utils.py"]
+    assert (mine / "utils.py").read_text() == "def my_hook(): ...\n"
+
+
+def test_export_writes_again_into_its_own_earlier_export(tmp_path):
+    ours = tmp_path / "ours"
+    export(get_suite("math", "easy", "tiny"), ours)
+    (ours / "notes.txt").write_text("mine")  # a file of one's own beside the export: kept
+    export(get_suite("math", "easy", "hf"), ours)  # another suite into the same folder
+    assert {"opd_bench_math_easy_tiny.yaml", "opd_bench_math_easy_hf.yaml"} <= {p.name for p in ours.iterdir()}
+    assert (ours / "notes.txt").read_text() == "mine"
+    (ours / "opd_bench_math_easy_hf.yaml").unlink()
+    interrupted = tmp_path / "interrupted"  # an export stopped after its first file is its own
+    interrupted.mkdir()
+    (interrupted / "utils.py").write_bytes((ours / "utils.py").read_bytes())
+    assert export(get_suite("math", "easy", "tiny"), interrupted).exists()
