@@ -1,4 +1,5 @@
-"""Every error the engine raises for bad input or a bad run directory: one line that says what is wrong.
+"""Every error the engine raises for bad input, a bad run directory or a damaged shipped file: one line
+that says what is wrong.
 
 The command line catches `USER_ERRORS` and prints the message with exit status 2; anything else is
 a bug and keeps its traceback. Unknown names (methods, suites, profiles, config keys, executors)
@@ -46,7 +47,7 @@ class UnknownModelError(ValueError):
 
 
 class UnsupportedModelError(ValueError):
-    """The config's architecture has no analytic FLOP formula here."""
+    """The config's architecture has no analytic FLOP formula here, so the ledger cannot meter the model."""
 
 
 class ReferenceError(RuntimeError):  # noqa: A001  (shadows the builtin only inside `bench`)
@@ -54,7 +55,8 @@ class ReferenceError(RuntimeError):  # noqa: A001  (shadows the builtin only ins
 
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    AdapterError, ConfigError, CorruptRunError, UnknownModelError, UnknownNameError, RunError,
+    AdapterError, ConfigError, CorruptRunError, ReferenceError, UnknownModelError, UnknownNameError,
+    UnsupportedModelError, RunError,
 )
 
 

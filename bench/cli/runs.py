@@ -18,7 +18,7 @@ from bench.cli.common import (
     TEACHER_HELP, _budget, _fail, _interruptible, _names, _one_line, _overrides, _print_json, _run_fields, app,
     console, default_phase_executor,
 )
-from bench.errors import ReferenceError, unknown
+from bench.errors import unknown
 
 
 PANEL = "Prepare and run"  # the heading these commands are listed under in `bench --help`
@@ -141,24 +141,20 @@ def prepare(
     if write_reference and not (rebuild or checkpoints):
         _fail("--write-reference needs --rebuild or --from-checkpoint: the reference is what a build from scratch "
               "gives (a checkpoint at the recipe's last step has its bytes; --check verifies them)")
-    try:
-        with _one_line():
-            # what it reports as ready loads and hashes as recorded; the base before the teacher is built
-            prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check, teacher=False,
-                                    checkpoints=checkpoints)
+    with _one_line():  # a shipped file that does not match its manifest too
+        # what it reports as ready loads and hashes as recorded; the base before the teacher is built
+        prepared = prep.prepare(PROFILES[profile], rebuild=rebuild or check, teacher=False, checkpoints=checkpoints)
+        prepared.verify()
+        if teacher is None:  # an unshipped teacher is hours of training: only when asked for
+            teacher = (reference.ships(profile, "external") or prepared.teacher_info() is not None
+                       or (rebuild and not check) or "external" in checkpoints)
+            if not teacher:
+                console.print(f"{profile}'s external teacher is not shipped: `bench prepare --profile {profile} "
+                              f"--teacher` builds it (opd-external and sft also build it on first use)",
+                              highlight=False, soft_wrap=True)
+        if teacher:
+            prepared.ensure_teacher(progress=True)
             prepared.verify()
-            if teacher is None:  # an unshipped teacher is hours of training: only when asked for
-                teacher = (reference.ships(profile, "external") or prepared.teacher_info() is not None
-                           or (rebuild and not check) or "external" in checkpoints)
-                if not teacher:
-                    console.print(f"{profile}'s external teacher is not shipped: `bench prepare --profile {profile} "
-                                  f"--teacher` builds it (opd-external and sft also build it on first use)",
-                                  highlight=False, soft_wrap=True)
-            if teacher:
-                prepared.ensure_teacher(progress=True)
-                prepared.verify()
-    except ReferenceError as exc:
-        _fail(str(exc))
     teacher = prepared.teacher_info()
     shipped = {} if prepared.rebuilt else reference.shipped_hashes(profile)
     built = (_built_in(teacher, "the external teacher", shipped.get("external") == teacher["model_hash"])

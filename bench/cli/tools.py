@@ -118,9 +118,9 @@ def flops(
     from bench.accounting import audit
     from bench.world.models import load_model
 
-    with _one_line():
+    with _one_line():  # an architecture with no FLOP formula too
         loaded, _ = load_model(model)
-    report = audit.flops_report(loaded)
+        report = audit.flops_report(loaded)
     if as_json:
         return _print_json(report)
     console.print(audit_table(report))
@@ -286,6 +286,8 @@ def eval_(
         _fail(f"--limit must be at least 1, got {limit}")
     if batch_size < 1:
         _fail(f"--batch-size must be at least 1, got {batch_size}")
+    if max_new_tokens is not None and max_new_tokens < 1:  # 0 is no answer at all, not the profile's cap
+        _fail(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
     if out is not None and out.is_dir():  # found now, not after the evaluation
         _fail(f"--out {out} is a folder; name the JSON file to write")
     try:
@@ -293,7 +295,7 @@ def eval_(
         if target.profile not in PROFILES:
             raise unknown("profile", target.profile, list(PROFILES))
         chosen = PROFILES[target.profile]
-        cap = max_new_tokens or chosen.eval_max_new_tokens
+        cap = chosen.eval_max_new_tokens if max_new_tokens is None else max_new_tokens
         check_positions(target.model, cap, chosen.name)
         problems = get_suite(target.suite, target.difficulty, chosen.task_format)
         group = task_name(problems)

@@ -115,6 +115,9 @@ def load(run_dir: Path) -> Checkpoint | None:
     if not path.exists():
         return None
     meta = store.read_json(path / "state.json")
+    if not isinstance(meta, dict):
+        raise RunError(f"{path / 'state.json'} is damaged (it holds a JSON {type(meta).__name__}, not an object); "
+                       f"cannot resume: start the run again in another --runs folder")
     _verify(Path(run_dir), meta)
     try:
         # on the CPU: each policy's state is copied into its re-created model on the run's device, and a

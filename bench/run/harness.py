@@ -68,7 +68,11 @@ def resolve_target(path: str, *, suite: str | None, difficulty: str | None, prof
 
 def check_positions(model: Path, max_new_tokens: int, profile: str) -> None:
     """Refuse, before any work, a cap that leaves a model no positions for its prompt (as `bench run` does)."""
-    positions = store.read_json(Path(model) / "config.json").get("max_position_embeddings")
+    config = store.read_json(Path(model) / "config.json")
+    if not isinstance(config, dict):
+        raise RunError(f"cannot load the model in {model} (its config.json holds a JSON {type(config).__name__}, "
+                       f"not an object); repair or replace the folder")
+    positions = config.get("max_position_embeddings")
     if positions and max_new_tokens >= positions:
         raise RunError(f"a cap of {max_new_tokens} new tokens (the {profile} profile's, or --max-new-tokens) leaves "
                        f"no room for a prompt in the model's {positions} positions; use --max-new-tokens "

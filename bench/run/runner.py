@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from bench import store
+from bench.accounting.flops import FlopSpec
 from bench.accounting.ledger import Ledger, current_phase
 from bench.context import RunContext
 from bench.errors import RunError
@@ -88,6 +89,7 @@ class Runner:
         self._check_dir()
         prepared = self.models()
         model, tokenizer = prepared.load_student()
+        FlopSpec.from_config(model.config)  # an architecture the ledger cannot meter: refused before the directory
         self._check_positions(model)
         with store.locked(self.dir / store.LOCK, what=f"run directory {self.dir}"):
             self._check_dir()  # again, under the lock: another writer may have finished meanwhile

@@ -26,6 +26,8 @@ from bench.cli import app
 from bench.run import checkpoint
 from bench.run.config import RunConfig
 from bench.run.runner import Runner
+from bench.world import reference
+from bench.world.models import load_model, save_model
 from methods.grpo import GRPOJoint
 from tests.methods.support import Killed
 
@@ -329,6 +331,13 @@ def test_an_output_path_is_checked_before_the_work(tmp_path):
     assert not runs.exists() and script.read_text() == "echo mine"
 
 
+@pytest.mark.parametrize("cap", ["0", "-5"])
+def test_an_eval_cap_below_one_is_refused_before_any_work(cap):
+    # 0 is no answer at all, not the profile's cap: refused, as bench run refuses it
+    refused(cli.invoke(app, ["eval", "tiny-llama", "--max-new-tokens", cap, "--limit", "1"]),
+            f"--max-new-tokens must be at least 1, got {cap}")
+
+
 def test_an_atomic_write_that_fails_leaves_no_temporary_behind(tmp_path):
     from bench.store import write_json
 
@@ -342,6 +351,28 @@ def test_flops_on_a_broken_config(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama", "hidden_size": ')
     refused(cli.invoke(app, ["flops", str(tmp_path)]), "cannot load the model")
     assert (tmp_path / "config.json").read_text() == '{"model_type": "llama", "hidden_size": '
+
+
+def _phi_folder(dest: Path) -> Path:
+    """A tiny Hugging Face folder of an architecture the ledger has no FLOP formula for (phi)."""
+    from transformers import PhiConfig, PhiForCausalLM
+
+    _, tokenizer = load_model("tiny-llama")
+    config = PhiConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=2, max_position_embeddings=256)
+    save_model(PhiForCausalLM(config), tokenizer, dest)
+    return dest
+
+
+def test_a_model_with_no_flop_formula_is_one_line(tmp_path):
+    folder = _phi_folder(tmp_path / "phi")
+    said = "no FLOP formula for model_type='phi'; supported: "
+    refused(cli.invoke(app, ["flops", str(folder)]), said)
+    runs = tmp_path / "runs"
+    refused(cli.invoke(app, ["run", "--method", "grpo-joint", "--profile", "hf", "--model", str(folder),
+                             "--budget", "2e9", "--eval-size", "2", "--max-new-tokens", "8", "--no-progress",
+                             "--runs", str(runs)]), said)
+    assert not runs.exists()  # refused before the run directory (and its lock) is made
 
 
 def test_a_plugin_that_raises_is_one_line_naming_it(tmp_path):
@@ -558,6 +589,8 @@ DAMAGE = {
     "state.json without hashes": (lambda run: _state(run, "hashes"), "has no file hashes"),
     "state.json not JSON": (lambda run: (checkpoint.folder(run) / "state.json").write_text("{"),
                             "cannot be read as JSON"),
+    "state.json a JSON list": (lambda run: (checkpoint.folder(run) / "state.json").write_text("[]"),
+                               "state.json is damaged (it holds a JSON list, not an object)"),
 }
 
 
@@ -568,6 +601,18 @@ def test_resume_refuses_damaged_files(case, runs):
     before = snapshot(runs)
     refused(resume(runs), needle)
     assert snapshot(runs) == before
+
+
+def test_a_sweep_counts_a_run_whose_checkpoint_is_damaged_as_failed(runs):
+    (checkpoint.folder(runs / RUN_ID) / "state.json").write_text("[]")
+    before = snapshot(runs / RUN_ID)
+    sweep = ["sweep", "--methods", "grpo-joint", "--suites", "math_code", "--seeds", "1", "--profile", PROFILE,
+             "--budget", BUDGET, "--eval-every", "0.25", "--runs", str(runs), "--jobs", "1"]
+    result = cli.invoke(app, sweep)
+    refused(result, "grpo-joint/math_code/s0: ", code=1)
+    assert "state.json is damaged (it holds a JSON list, not an object)" in result.stderr
+    assert "0 runs done, 0 already complete, 1 failed" in result.output
+    assert snapshot(runs / RUN_ID) == before
 
 
 @pytest.mark.parametrize("new_one_whole", [True, False])
@@ -616,6 +661,15 @@ def test_eval_of_a_run_whose_config_is_not_a_runs_config_is_one_line(runs):
     refused(result, "names no suite, so it is not a run's config")
     result = cli.invoke(app, ["eval", str(runs / RUN_ID), "--limit", "1", "--suite", "math_code"])
     refused(result, "names no difficulty")
+
+
+def test_eval_of_a_model_whose_config_is_not_an_object_is_one_line(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("[1]")
+    refused(cli.invoke(app, ["eval", str(folder), "--limit", "1"]),
+            f"cannot load the model in {folder} (its config.json holds a JSON list, not an object)")
+    assert (folder / "config.json").read_text() == "[1]"
 
 
 # -- a full disk during a checkpoint -------------------------------------------------------------------------
@@ -739,6 +793,23 @@ def test_a_damaged_cached_model_is_refused(damage, command, cache, tmp_path):
     refused(cli.invoke(app, args), "cannot load the model" if damage == "truncated" else "is damaged")
     assert snapshot(cache / "prepared") == before
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_a_damaged_shipped_model_is_refused_by_run_as_by_prepare(tmp_path, monkeypatch):
+    # a world not yet in the cache is installed from bench/reference/: here a copy with one flipped byte
+    held_out = Path(os.environ["OPD_BENCH_CACHE"]) / "heldout"
+    if held_out.is_dir():  # the splits, not generated again
+        shutil.copytree(held_out, tmp_path / "cache" / "heldout")
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path / "cache"))
+    shipped = Path(shutil.copytree(reference.ROOT / "direct", tmp_path / "reference" / "direct"))
+    _flip(shipped / "student" / "model.safetensors", 1 << 16, 1)
+    monkeypatch.setattr(reference, "ROOT", tmp_path / "reference")
+    said = f"shipped reference file {shipped / 'student' / 'model.safetensors'} does not match its sha256"
+    runs = tmp_path / "runs"
+    refused(cli.invoke(app, ["run", "--method", "grpo-joint", "--profile", "direct", "--no-progress",
+                             "--runs", str(runs)]), said)
+    refused(cli.invoke(app, ["prepare", "--profile", "direct"]), said)
+    assert not runs.exists()
 
 
 def test_a_records_base_hash_is_recomputed(killed, cache):
