@@ -35,7 +35,6 @@ def list_(
         _fail(f"bench list {what} takes no names (only bench list methods does)")
     if what == "methods":
         from bench.registry import get_method, method_names
-        from bench.run.config import config_fields, method_config
         from bench.world.profiles import PROFILES
 
         if profile not in PROFILES:
@@ -48,6 +47,8 @@ def list_(
         for name in names or method_names():
             row: dict[str, Any] = {"name": name}
             if verbose or as_json:
+                from bench.run.config import config_fields, method_config  # imports torch: only here
+
                 try:  # an installed plugin that fails to load is listed with its error, the others as ever
                     cls = loaded[name] if name in loaded else get_method(name)
                     world = dict(PROFILES[profile].defaults_for(name))

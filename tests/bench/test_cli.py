@@ -129,6 +129,16 @@ def test_list_methods_and_profiles():
     assert result.exit_code == 0 and "tiny" in result.output
 
 
+def test_a_listing_starts_without_torch():
+    """`bench list` (methods, suites, profiles) imports no torch; `-v`, which builds each method's config, does."""
+    code = ("import sys; from typer.testing import CliRunner; from bench.cli import app; r = CliRunner(); "
+            "assert all(r.invoke(app, ['list', w]).exit_code == 0 for w in ('methods', 'suites', 'profiles')); "
+            "print('torch' in sys.modules); r.invoke(app, ['list', 'methods', '-v']); print('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True"]
+
+
 @pytest.mark.parametrize("contents", [{}, {"notes.txt": "hello"}, {"broken.json": "{"}])
 def test_report_of_a_folder_without_records_writes_nothing(tmp_path, contents):
     runs = tmp_path / "runs"
