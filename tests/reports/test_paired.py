@@ -250,6 +250,7 @@ def test_claim_1_with_seeds_paired_reads_the_interval_and_names_a_seed_of_one_me
     assert one["verdict"] == UNSURE and one["why"] == "opd-multi never reaches it on seed 2"
     stuck = row({0, 1, 2}, [opd(s, False) for s in range(3)])
     assert stuck["verdict"] == FAILS and stuck["savings"].high == -math.inf
+    assert row({2}, [opd(2, False)])["verdict"] == UNSURE  # one seed: no interval, no verdict
     unpaired = row({0, 1}, [opd(s, True) for s in range(3)])
     assert unpaired["verdict"] == UNSURE and sorted(unpaired["seeds"]) == [0, 1]
     assert unpaired["why"] == "seed 2 has a run of one method only, left out"
