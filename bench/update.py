@@ -207,8 +207,12 @@ def pg_update(
     advantages = advantages.to(device)
     ref = ref_logprobs.to(device) if ref_logprobs is not None else None
     old_logprobs = torch.zeros(rollouts.completion_mask.shape, device=device)  # [B, T], filled by the first epoch
+    # the last epoch's clip counts over the batch's completion tokens: a bucket's share weighs by its
+    # tokens, whatever weight its loss has (rows for grpo and dr_grpo)
+    clipped = {"clip_frac": 0.0, "clip_region": 0.0}
+    tokens = float(rollouts.completion_mask.sum()) or 1.0
 
-    def loss_fn(bucket: Bucket) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss_fn(bucket: Bucket) -> torch.Tensor:
         rows, width = bucket.rows, bucket.width
         if bucket.epoch == 0:
             old_logprobs[rows, :width] = bucket.logprobs.detach()
@@ -224,10 +228,15 @@ def pg_update(
             kl_coef=kl_coef,
             max_completion_tokens=max_completion_tokens,
         )
-        return loss, {"clip_frac": part["clip_frac"], "clip_region": part["clip_region"]}
+        if bucket.epoch == epochs - 1:
+            share = float(bucket.mask.sum()) / tokens
+            for key in clipped:
+                clipped[key] += part[key] * share
+        return loss
 
-    return run_update(policy, rollouts, loss_fn, lr=lr, epochs=epochs, warmup_updates=warmup_updates,
-                      weighting="tokens" if loss_type == "dapo" else "rows")
+    stats = run_update(policy, rollouts, loss_fn, lr=lr, epochs=epochs, warmup_updates=warmup_updates,
+                       weighting="tokens" if loss_type == "dapo" else "rows")
+    return {"loss": stats["loss"], **clipped, "grad_norm": stats["grad_norm"]}
 
 
 def supervised_batch(policy: Policy, prompts: Sequence[str], targets: Sequence[str]) -> SupervisedBatch:

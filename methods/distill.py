@@ -11,7 +11,14 @@ Departures, common to every method built on this file:
   pass; identical up to float error because the update follows the rollout with one epoch);
 - the teacher is chosen per prompt by the prompt's domain; rows of one teacher are scored together,
   trimmed to their own padded width;
-- distillation stops when it has converged (see `distill`), not after a fixed number of steps.
+- distillation stops when it has converged (see `distill`), not after a fixed number of steps;
+- the loss is normalised as GRPO's by default (`loss_type="grpo"`: each completion's mean over its
+  tokens, then the mean over completions), so a token of a short completion weighs more than one
+  of a long completion, where tinker-cookbook sums over tokens; `distill.loss_type=dapo` weighs
+  every token of the batch alike (the learning rates here were chosen with the default);
+- at a `temperature` other than 1 (default 1) the advantage's log-probs are still the untempered
+  models' (`bench.rollout.base.RolloutBatch`), so the student's samples come from another distribution
+  than the one the reverse KL is estimated for.
 """
 
 from __future__ import annotations

@@ -2,9 +2,16 @@
 
 Follows DeepSeekMath (Shao et al., 2024, arXiv:2402.03300) with TRL's loss normalisations.
 Departures from the paper:
-- no KL penalty to a reference by default (`kl_coef=0`), as in Dr. GRPO and DAPO;
+- no KL penalty to a reference, as in Dr. GRPO and DAPO (the step has no setting for one; a method
+  of its own can pass `ref` and `kl_coef` to `RunContext.pg_step`);
 - one gradient step per batch by default (`epochs=1`), so the clipped ratio is 1 and the loss is
   REINFORCE with group-mean baselines; `epochs>1` turns clipping on;
+- the ratio's old policy is the trainer's own forward in the step's first epoch, not the rollout
+  engine's sampling log-probs: nothing corrects a mismatch between the two (TRL weighs vLLM's
+  samples by a capped importance ratio). The torch engine and the trainer agree to float error on
+  the CPU; for `--rollout vllm` in bf16 on a GPU the gap is unmeasured;
+- log-probs are the untempered model's (`temperature` only changes how the rollouts are sampled;
+  TRL divides the logits by it before the loss): with the default `temperature=1` the two agree;
 - a linear learning-rate warm-up (a fresh AdamW on a converged warm-up model can collapse it);
 - advantages are scaled by the group's population std (`std="population"`, divide by n), where TRL
   uses the sample std (divide by n - 1): ours are sqrt(n / (n - 1)) larger, 1.069x at 8 samples.

@@ -24,8 +24,9 @@ class RolloutBatch:
     `logprobs[k]` [lengths[k]] (float32) holds, for each sampled token y_t of completion k,
     log softmax(z_t)[y_t], where z_t are the model's raw logits after prompt + y_<t: the log-prob under
     the *unscaled* model distribution (temperature 1, no top-p truncation), whatever temperature and
-    top_p were sampled with. That is the quantity policy gradients and distillation need; it is the
-    sampling distribution's log-prob only when temperature == 1 and top_p == 1.
+    top_p were sampled with: the model's own log-prob, which a policy-gradient or distillation step
+    trains, and the sampling distribution's only when temperature == 1 and top_p == 1 (every
+    built-in method's default; TRL instead divides the logits by the temperature before its loss).
     `lengths[k]` counts generated tokens, EOS included when emitted; `finished[k]` is True iff the
     completion ended with EOS (False when it hit max_new_tokens).
     """

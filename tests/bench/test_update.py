@@ -128,3 +128,23 @@ def test_bucket_take_cuts_rows_and_width():
     assert bucket.take(x).tolist() == [[10, 11, 12], [0, 1, 2]]
     assert bucket.take(torch.tensor([5, 6, 7, 8])).tolist() == [7, 5]
     assert copy.copy(bucket).width == 3
+
+
+def test_the_clip_shares_are_shares_of_the_batchs_completion_tokens(monkeypatch):
+    """Two epochs, every row its own bucket (rows of 2 to 9 completion tokens): `clip_frac` is the share
+    of all completion tokens whose ratio left [0.8, 1.2] in the second epoch, each row weighing by its
+    tokens, not by its share of rows as its `grpo` loss does."""
+    monkeypatch.setattr(update, "LOGIT_BUDGET", 1)
+    start = _policy()
+    batch, advantages = _rollouts(start)
+    after_one = copy.deepcopy(start)
+    update.pg_update(after_one, batch, advantages, lr=3e-2)  # the first epoch's step alone
+    stats = update.pg_update(copy.deepcopy(start), batch, advantages, lr=3e-2, epochs=2)
+    with torch.no_grad():
+        old = start.logprobs(batch.input_ids, batch.attention_mask)
+        new = after_one.logprobs(batch.input_ids, batch.attention_mask)
+    mask = batch.completion_mask.bool()
+    ratio = torch.exp(new - old)[mask]
+    outside = ((ratio < 0.8) | (ratio > 1.2)).float()
+    assert 0 < float(outside.mean()) < 1
+    assert stats["clip_frac"] == pytest.approx(float(outside.mean()), abs=1e-6)
