@@ -66,8 +66,15 @@ def did_you_mean(name: str, known: list[str]) -> str:
     return f" (did you mean {hint[0]!r}?)" if hint else ""
 
 
-def unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
-    """`unknown <kind> 'name'; known <kind>s: ...` with a did-you-mean, as an error to raise."""
+def unknown(kind: str, name: str, known: list[str], most: int | None = None) -> UnknownNameError:
+    """`unknown <kind> 'name'; known <kind>s: ...` with a did-you-mean, as an error to raise. With `most`,
+    more known names than that are not listed: the closest `most` are offered, and how many there are said
+    (lm-eval knows thousands of tasks)."""
+    if most is not None and len(known) > most:
+        close = [repr(n) for n in difflib.get_close_matches(name, known, n=most)]
+        said = f"{', '.join(close[:-1])} or {close[-1]}" if len(close) > 1 else "".join(close)
+        hint = f" (did you mean {said}?)" if close else ""
+        return UnknownNameError(f"unknown {kind} {name!r}{hint}; {len(known)} {kind}s are known here")
     return UnknownNameError(f"unknown {kind} {name!r}; known {kind}s: {', '.join(sorted(known))}"
                             + did_you_mean(name, known))
 

@@ -1,5 +1,9 @@
 """What the `bench` commands share: the Typer app, the consoles, and the checks of arguments that end
-in one line on stderr and exit status 2 (bad input) before any work starts."""
+in one line on stderr and exit status 2 (bad input) before any work starts.
+
+The checks of a run's options (`_budget`, `_seeds`, `_names`, `_run_fields`, ...) raise a user error
+(bench.errors) rather than exit: a command turns it into its one line (`_one_line`), and `bench report`
+names the study whose recorded sweep command holds the bad option."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import typer
 from rich.console import Console
 
 import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
-from bench.errors import USER_ERRORS, os_error_message, unknown
+from bench.errors import USER_ERRORS, RunError, os_error_message, unknown
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
 # a long line stays one line in a log, a pipe or a terminal; text such as "file.py:X:" is not an emoji code
@@ -92,26 +96,30 @@ def _interruptible(message: str) -> Iterator[None]:
 
 
 def _budget(value: Optional[str]) -> Optional[float]:
+    """`--budget`, a positive finite number of FLOPs (RunError if not)."""
     if value is None:
         return None
     try:
         budget = float(value)
     except ValueError:
-        _fail(f"--budget must be a number of FLOPs such as 2e13, got {value!r}")
+        raise RunError(f"--budget must be a number of FLOPs such as 2e13, got {value!r}") from None
     if not (budget > 0 and budget != float("inf")):
-        _fail(f"--budget must be a positive, finite number of FLOPs, got {value!r}")
+        raise RunError(f"--budget must be a positive, finite number of FLOPs, got {value!r}")
     return budget
 
 
-def _device(value: str) -> str:
+def _device(value: str, available: bool = True) -> str:
+    """`--device`: cpu, cuda or cuda:N (RunError if not); with `available`, a CUDA device must be here. A
+    command only planned, to compare it with its records, runs nowhere: it needs no device."""
     if value == "cpu":
         return value
     if not value.startswith("cuda"):
-        _fail(f"--device must be cpu, cuda or cuda:N, got {value!r}")
-    import torch
+        raise RunError(f"--device must be cpu, cuda or cuda:N, got {value!r}")
+    if available:
+        import torch
 
-    if not torch.cuda.is_available():
-        _fail(f"--device {value}: no CUDA device is available here")
+        if not torch.cuda.is_available():
+            raise RunError(f"--device {value}: no CUDA device is available here")
     return value
 
 
@@ -119,7 +127,8 @@ def _fractions(value: str) -> tuple[float, ...]:
     try:
         return tuple(float(v) for v in value.split(",") if v.strip())
     except ValueError:
-        _fail(f"--eval-early must be comma-separated budget fractions such as 0.01,0.02,0.05, got {value!r}")
+        raise RunError(f"--eval-early must be comma-separated budget fractions such as 0.01,0.02,0.05, "
+                       f"got {value!r}") from None
 
 
 # The options of a run that `bench run` takes and `bench sweep` gives every run alike (`_run_fields`).
@@ -139,12 +148,13 @@ RUN_OPTIONS = ("eval_size", "model", "external", "teacher", "device", "max_new_t
 
 def _run_fields(eval_size: Optional[int], model: Optional[str], external: Optional[str], teacher: list[str],
                 device: str, max_new_tokens: Optional[int], eval_every: float, eval_early: str,
-                distill_eval_every: int, save_milestones: bool) -> dict[str, Any]:
-    """`RUN_OPTIONS` as the command line gives them, as `RunConfig` fields (each checked: one line, exit 2)."""
+                distill_eval_every: int, save_milestones: bool, planning: bool = False) -> dict[str, Any]:
+    """`RUN_OPTIONS` as the command line gives them, as `RunConfig` fields, each checked (a user error,
+    bench.errors). `planning`: the runs are only planned, not run: a `--device cuda` need not be here."""
     return {"eval_size": eval_size, "model": model, "external": external, "teachers": _overrides(teacher),
-            "device": _device(device), "max_new_tokens": max_new_tokens, "eval_every": eval_every,
-            "eval_early": _fractions(eval_early), "distill_eval_every": distill_eval_every,
-            "save_milestones": save_milestones}
+            "device": _device(device, available=not planning), "max_new_tokens": max_new_tokens,
+            "eval_every": eval_every, "eval_early": _fractions(eval_early),
+            "distill_eval_every": distill_eval_every, "save_milestones": save_milestones}
 
 
 def _overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -152,7 +162,7 @@ def _overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            _fail(f"expected key=value, got {item!r}")
+            raise RunError(f"expected key=value, got {item!r}")
         out.append((key.strip(), value.strip()))
     return tuple(out)
 
@@ -170,7 +180,7 @@ def _split(value: str, option: str) -> list[str]:
     """A comma-separated list of names, each once, in the order given; one that names nothing is refused."""
     names = list(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
     if not names:
-        _fail(f"{option} names nothing; give one or more names, comma-separated")
+        raise RunError(f"{option} names nothing; give one or more names, comma-separated")
     return names
 
 
@@ -192,13 +202,14 @@ def _seeds(value: str) -> list[int]:
     except ValueError:
         seeds = []
     if not 1 <= len(seeds) <= MAX_SEEDS or not all(0 <= s < MAX_SEED for s in seeds):
-        _fail(f"--seeds must be a count from 1 to {MAX_SEEDS}, a range A-B or a list of seeds, each from 0 to "
-              f"{MAX_SEED - 1}; got {value!r}")
+        raise RunError(f"--seeds must be a count from 1 to {MAX_SEEDS}, a range A-B or a list of seeds, each from "
+                       f"0 to {MAX_SEED - 1}; got {value!r}")
     return seeds
 
 
 def _names(methods: list[str], suites: list[str], difficulty: str, profile: str) -> None:
-    """Names checked before torch is imported, so that a typo is answered in well under a second."""
+    """Names checked before torch is imported, so that a typo is answered in well under a second
+    (UnknownNameError, with the known names and a did-you-mean)."""
     import tasks
     from bench.registry import method_names
     from bench.world.profiles import PROFILES
@@ -208,4 +219,4 @@ def _names(methods: list[str], suites: list[str], difficulty: str, profile: str)
     checks += [("difficulty level", difficulty, list(tasks.DIFFICULTIES)), ("profile", profile, list(PROFILES))]
     for kind, name, known in checks:
         if name not in known:
-            _fail(str(unknown(kind, name, known)))
+            raise unknown(kind, name, known)

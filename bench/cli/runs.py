@@ -74,7 +74,8 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON (no progress bar)"),
 ) -> None:
     """Train one method on one suite under a FLOP budget; writes runs/<run_id>/."""
-    _names([method], [suite], difficulty, profile)
+    with _one_line():
+        _names([method], [suite], difficulty, profile)  # before torch loads: a typo is answered at once
     from bench.run.config import RunConfig
     from bench.run.runner import Runner
 

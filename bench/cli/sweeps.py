@@ -291,11 +291,12 @@ def study_configs(study) -> list:
 
 
 def _parsed_sweep(text: str, where: str) -> list:
-    """The runs a `bench sweep ...` command line plans."""
+    """The runs a `bench sweep ...` command line plans, to compare with records: none is run, so a
+    `--device cuda` needs no GPU here. Raises a user error (bench.errors) for a bad option's value."""
     params = _parsed(text, "sweep", where)
     return _sweep_configs(*(params[k] for k in ("methods", "suites", "seeds", "difficulty", "budget", "profile",
                                                 "runs", "rollout", "set_")),
-                          _run_fields(*(params[k] for k in RUN_OPTIONS)))
+                          _run_fields(*(params[k] for k in RUN_OPTIONS), planning=True))
 
 
 @app.command(rich_help_panel=PANEL)
@@ -315,9 +316,13 @@ def report(
 
     from bench.world.regime import shipped_worlds
 
-    missing = [str(r) for r in runs if not r.is_dir()]
+    missing = [str(r) for r in runs if not r.exists()]
     if missing:
         _fail(f"no such runs folder: {', '.join(missing)}")
+    files = [str(r) for r in runs if not r.is_dir()]
+    if files:
+        _fail(f"--runs {', '.join(files)} {'is a file' if len(files) == 1 else 'are files'}, not a folder; give a "
+              "folder of runs (or one run's directory) or of record JSON files")
     records, skipped = load_many(runs)
     if not records:  # found before anything is written
         why = f" ({len(skipped)} files skipped; the first, {skipped[0][0]}: {skipped[0][1]})" if skipped else ""

@@ -171,9 +171,9 @@ def check_adapter(
     from bench.registry import get_method
     from bench.run.conformance import check_adapter as check
 
-    budget_flops, overrides, teachers = _budget(budget), _overrides(set_), _overrides(teacher)
-    _names([plugin], [suite], "easy", "smoke")
     with _one_line():
+        budget_flops, overrides, teachers = _budget(budget), _overrides(set_), _overrides(teacher)
+        _names([plugin], [suite], "easy", "smoke")
         get_method(plugin)  # a plugin that cannot be loaded is refused before the check is announced
     if not as_json:
         console.print(f"checking {plugin}: a short run on the smoke world under torch's FLOP counter", highlight=False)
@@ -255,6 +255,14 @@ def export_hf(
                   f"or tasks.hf_datasets.load({str(out)!r})", highlight=False, soft_wrap=True, markup=False)
 
 
+def _file_above(path: Path) -> Optional[Path]:
+    """The file, if any, that stands where a folder above `path` would have to be made."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
 @app.command("eval", rich_help_panel=PANEL)
 def eval_(
     model: str = typer.Argument(
@@ -291,6 +299,12 @@ def eval_(
         _fail(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
     if out is not None and out.is_dir():  # found now, not after the evaluation
         _fail(f"--out {out} is a folder; name the JSON file to write")
+    if out is not None and (blocker := _file_above(out)) is not None:
+        _fail(f"--out {out}: {blocker} is a file, not a folder; name a JSON file in a folder")
+    for folder in include_path:  # lm-eval would read a missing folder as one without tasks
+        if not folder.is_dir():
+            why = "is a file, not a folder" if folder.exists() else "does not exist; give a folder"
+            _fail(f"--include-path {folder} {why} of lm-eval task YAML files")
     try:
         target = resolve_target(model, suite=suite, difficulty=difficulty, profile=profile)
         if target.profile not in PROFILES:

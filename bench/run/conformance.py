@@ -90,13 +90,14 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
     key=value) and `teachers` (NAME=PATH, local model folders) are those of `bench run`."""
     cls = get_method(plugin)
     profile = smoke_profile()
-    prep.prepare(profile, progress=progress)  # outside the counter: its cost is booked shared/external
     with tempfile.TemporaryDirectory(prefix="opd-check-") as tmp:
         config = RunConfig(
             method=plugin, suite=suite, profile=profile.name, budget_flops=budget_flops or profile.budget_flops,
             runs_dir=Path(tmp), eval_every=0.5, overrides=tuple(overrides), teachers=tuple(teachers),
         )
+        # the method's config (its --set keys) and the suite are resolved first: a typo trains no teacher
         runner = Runner(config, progress=progress)
+        prep.prepare(profile, progress=progress)  # outside the counter: its cost is booked shared/external
         mode, evaluations = counter(), _Evaluations(cls)
         refused: list[str] = []  # kept: a method may catch a refusal and go on, as a run unchecked would not
         with _no_threads_or_processes(cls, refused), watch_evaluations(evaluations.watcher(mode, refused)), mode:

@@ -95,6 +95,9 @@ def eval_dtype(device: str, task_format: str) -> str:
     return str(_dtype(device)).removeprefix("torch.") if task_format == "hf" else "float32"
 
 
+SHOWN_TASKS = 5  # an unknown task's message offers the closest few of lm-eval's thousands, not the list
+
+
 def evaluate(
     model: Path, task_names: list[str], include_paths: list[Path], *, chat: bool, limit: int | None,
     device: str = "cpu", dtype: str = "float32", batch_size: int = 16, include_defaults: bool = False,
@@ -115,7 +118,7 @@ def evaluate(
     manager = TaskManager(include_path=[str(p) for p in include_paths], include_defaults=include_defaults)
     for name in task_names:
         if name not in manager.all_tasks:
-            raise unknown("lm-eval task", name, list(manager.all_tasks))
+            raise unknown("lm-eval task", name, list(manager.all_tasks), most=SHOWN_TASKS)
     try:
         return lm_eval.simple_evaluate(
             model="hf",

@@ -137,6 +137,20 @@ def test_bad_overrides_and_teachers_are_one_line(args, said):
     assert said in message[-1] and [m.startswith("error:") for m in message].count(True) == 1
 
 
+def test_a_bad_set_key_is_refused_before_the_smoke_world_is_prepared(monkeypatch):
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+    from bench.world import prepare
+
+    # preparing the smoke world trains its external teacher where it is not cached: minutes, for a typo
+    monkeypatch.setattr(prepare, "prepare", lambda *args, **kwargs: pytest.fail("the world was prepared"))
+    for method in ("grpo", "opd-external"):
+        out = CliRunner().invoke(app, ["check-adapter", method, "--set", "foo=1"])
+        assert out.exit_code == 2, out.output
+        assert f"unknown {method} config key 'foo'" in (out.stderr or out.output).strip().splitlines()[-1]
+
+
 class _StandIn:
     """Forwards everything to a real policy, and trains it when the evaluator decodes an answer: a
     training step that would be booked `eval` if the context took it for a policy."""

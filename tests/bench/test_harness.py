@@ -139,6 +139,28 @@ def test_eval_bad_input_is_one_line_and_exit_2(run_dir, tmp_path, make_args, say
     assert says in message and "Traceback" not in message
 
 
+def test_an_unknown_lm_eval_task_is_named_with_the_closest_few_not_every_task(monkeypatch, tmp_path):
+    import lm_eval.tasks
+
+    from bench.errors import UnknownNameError
+    from bench.run.harness import evaluate
+
+    class Manager:  # lm-eval's own index, as large as it is, without the seconds it takes to build
+        all_tasks = ["gsm8k", "gsm8k_cot", "mmlu", *(f"task_{i:05d}" for i in range(14000))]
+
+        def __init__(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", Manager)
+    with pytest.raises(UnknownNameError) as caught:
+        evaluate(tmp_path, ["gsm8kk"], [], chat=False, limit=1, include_defaults=True)
+    assert str(caught.value) == ("unknown lm-eval task 'gsm8kk' (did you mean 'gsm8k' or 'gsm8k_cot'?); "
+                                 "14003 lm-eval tasks are known here")
+    with pytest.raises(UnknownNameError) as caught:
+        evaluate(tmp_path, ["nothing-like-it"], [], chat=False, limit=1, include_defaults=True)
+    assert str(caught.value) == "unknown lm-eval task 'nothing-like-it'; 14003 lm-eval tasks are known here"
+
+
 @pytest.mark.slow  # ~30 s: indexes lm-eval's 14,000 built-in tasks
 def test_eval_of_an_uncached_lm_eval_task_is_one_line(run_dir):
     result = CliRunner().invoke(app, ["eval", str(run_dir), "--limit", "1", "--task", "gsm8k"])

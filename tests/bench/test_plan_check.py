@@ -4,6 +4,7 @@ studies' commands make exactly their records, and a changed default, base or see
 import copy
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -136,6 +137,12 @@ def test_a_study_made_by_several_commands_is_checked_on_what_they_plan_together(
     ("bench sweep --methods opd-mutli --seeds 10", "did you mean 'opd-multi'"),
     ("bench sweep --methods opd-multi --set distill.lrr=1", "did you mean 'distill.lr'"),
     ("bench sweep --methods opd-multi --seeds 'ten", "No closing quotation"),
+    ("bench sweep --methods nope --seeds 10", "unknown method 'nope'"),
+    ("bench sweep --methods opd-multi --seeds 0", "--seeds must be a count from 1 to 1000"),
+    ("bench sweep --methods opd-multi --budget x", "--budget must be a number of FLOPs"),
+    ("bench sweep --methods opd-multi --device tpu", "--device must be cpu, cuda or cuda:N, got 'tpu'"),
+    ("bench sweep --methods opd-multi --set lr", "expected key=value, got 'lr'"),
+    ("bench sweep --methods , --seeds 10", "--methods names nothing"),
 ])
 def test_a_sweep_command_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, sweep, needle):
     study = _copy_study(tmp_path, sweep)
@@ -144,7 +151,29 @@ def test_a_sweep_command_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, sw
     assert result.exit_code == 2
     message = (result.stderr or result.output).strip()
     assert needle in message and len(message.splitlines()) == 1, message
+    # the study's own command, not the user's flags: the message names the study
+    assert message.startswith(f"error: study {study}: "), message
     assert not (tmp_path / "site").exists()  # refused before anything was written
+
+
+def test_a_study_made_on_a_gpu_is_checked_on_a_machine_without_one(tmp_path, monkeypatch):
+    """Planning a command to compare it with its records runs nothing: `--device cuda` needs no GPU there,
+    as `bench sweep --device cuda` itself does."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    command = "bench sweep --methods opd-multi --suites four_domain --seeds 10 --profile gpu-small --device cuda"
+    study, site = _copy_study(tmp_path, command), tmp_path / "site"
+    result = runner.invoke(app, ["report", "--runs", str(CLAIM2 / "records"), "--out", str(site), "--study",
+                                 str(study)])
+    assert result.exit_code == 0, result.output
+    assert f"study {study}: its sweep command does not make exactly its records" in result.stderr
+    result = runner.invoke(app, ["report", "--runs", str(site / "records"), "--out", str(site)])  # the site's own
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, [*shlex.split(command)[1:], "--runs", str(tmp_path / "runs")])  # to run it: refused
+    assert result.exit_code == 2 and not (tmp_path / "runs").exists()
+    message = (result.stderr or result.output).strip()
+    assert message == "error: --device cuda: no CUDA device is available here", message
 
 
 def test_the_reference_sites_command_makes_exactly_its_records(tmp_path):

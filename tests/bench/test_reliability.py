@@ -331,6 +331,49 @@ def test_an_output_path_is_checked_before_the_work(tmp_path):
     assert not runs.exists() and script.read_text() == "echo mine"
 
 
+EVAL = ["eval", "tiny-llama", "--profile", PROFILE, "--limit", "1"]
+
+
+@pytest.fixture
+def no_evaluation(monkeypatch):
+    """`bench eval` fails the test if it starts its evaluation: what it refuses, it refuses before."""
+    from bench.run import harness
+
+    monkeypatch.setattr(harness, "evaluate", lambda *args, **kwargs: pytest.fail("the evaluation ran"))
+
+
+def test_an_eval_out_under_a_file_is_refused_before_the_work(tmp_path, no_evaluation):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    refused(cli.invoke(app, [*EVAL, "--out", str(afile / "x.json")]),
+            f"--out {afile / 'x.json'}: {afile} is a file, not a folder; name a JSON file in a folder")
+    refused(cli.invoke(app, [*EVAL, "--out", str(afile / "deeper" / "x.json")]), f"{afile} is a file")
+    assert afile.read_text() == "mine"
+
+
+def test_an_eval_include_path_that_is_not_a_folder_is_refused_before_the_work(tmp_path, no_evaluation):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    refused(cli.invoke(app, [*EVAL, "--include-path", str(tmp_path / "nope")]),
+            f"--include-path {tmp_path / 'nope'} does not exist; give a folder of lm-eval task YAML files")
+    refused(cli.invoke(app, [*EVAL, "--include-path", str(afile)]),
+            f"--include-path {afile} is a file, not a folder of lm-eval task YAML files")
+    assert afile.read_text() == "mine"
+
+
+def test_report_of_a_record_file_says_it_is_not_a_folder(tmp_path):
+    from tests.reports.factory import make_record, write_runs
+
+    summary = write_runs([make_record()], tmp_path / "runs") / "run00000" / "summary.json"
+    site = tmp_path / "site"
+    refused(cli.invoke(app, ["report", "--runs", str(summary), "--out", str(site)]),
+            f"--runs {summary} is a file, not a folder; give a folder of runs (or one run's directory) or of record "
+            "JSON files")
+    refused(cli.invoke(app, ["report", "--runs", str(tmp_path / "nope"), "--out", str(site)]),
+            f"no such runs folder: {tmp_path / 'nope'}")
+    assert not site.exists()
+
+
 @pytest.mark.parametrize("cap", ["0", "-5"])
 def test_an_eval_cap_below_one_is_refused_before_any_work(cap):
     # 0 is no answer at all, not the profile's cap: refused, as bench run refuses it
