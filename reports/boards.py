@@ -328,13 +328,14 @@ def _board_order(key: BoardKey) -> tuple:
 
 
 def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:
-    """Runs whose base model (weights hash), world version or rollout engine differs from the board's
-    majority: a changed base is detected here, never discovered by accident; on a GPU the engines
-    charge the same tokens differently (the torch engine its padding). Marked on the board and method
-    pages."""
+    """Runs whose base model (weights hash), world version, rollout engine or settings differ from the
+    board's majority: a changed base is detected here, never discovered by accident; on a GPU the
+    engines charge the same tokens differently (the torch engine its padding); token caps and the
+    evaluation schedule change the curve. Marked on the board and method pages."""
     for column, what in (("base_hash", "started from another base model (weights hash)"),
                          ("world_version", "started from another world version"),
-                         ("rollout", "sampled with another rollout engine")):
+                         ("rollout", "sampled with another rollout engine"),
+                         ("settings", "made with other settings (token caps, evaluation schedule, device)")):
         known = runs[runs[column].notna()]
         if known.empty:
             continue

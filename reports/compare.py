@@ -5,7 +5,8 @@ two are read in three parts:
 
 - **inputs**, what defines the experiment: the budget, the method's resolved config, the suite's
   content hash, the weights hashes of the base and the teachers, the world's version, the
-  evaluation size and the rollout engine. Records whose inputs differ are another experiment, never
+  evaluation size, the rollout engine and the run's settings (token caps, evaluation schedule, kind
+  of device). Records whose inputs differ are another experiment, never
   a failed reproduction, and their outcomes are not compared.
 - **environment**, what may change the last digits: package versions, the CPU or GPU, torch's
   thread count and how independent phases ran. A CPU's float sums follow its kernels and thread
@@ -32,7 +33,7 @@ from reports.records import SOURCE_KEY
 MATCH_KEY = ("method", "suite", "difficulty", "profile", "seed")
 TIME_KEYS = frozenset({"wall_s", "seconds"})  # wall-clock fields, at any depth of the outcome
 NOT_OUTCOME = frozenset({"provenance", "throughput", "run_id", SOURCE_KEY})  # run_id: a name (`--run-name`)
-INPUT_FIELDS = ("budget_flops", "method_config", "suite_hash", "suite_version", "domains", "eval_size")
+INPUT_FIELDS = ("budget_flops", "method_config", "suite_hash", "suite_version", "domains", "eval_size", "settings")
 INPUT_PROVENANCE = ("model_hashes", "world_version", "rollout")
 ENVIRONMENT_PROVENANCE = ("packages", "hardware", "phase_executor")
 ABSENT = "(absent)"

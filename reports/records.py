@@ -137,7 +137,7 @@ RUN_COLUMNS = [
     "counted_flops", "shared_flops", "external_flops", "eval_flops", "gain_per_pflop_spent", "distillation_share",
     "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction", "check_size",
     "recovery_forgetting", "recovery_noise", "base_hash",
-    "world_version", "rollout", "cpu", "wall_s", "source",
+    "world_version", "rollout", "settings", "cpu", "wall_s", "source",
 ]
 
 
@@ -191,6 +191,14 @@ def _provenance_str(r: dict[str, Any], *path: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def settings_text(settings: Any) -> str | None:
+    """A record's `settings` (token caps, evaluation schedule, device) as one comparable line, "key=value"
+    in key order; None where the record has none (made before they were recorded)."""
+    if not isinstance(settings, dict) or not settings:
+        return None
+    return " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in sorted(settings.items()))
+
+
 def _run_row(r: dict[str, Any]) -> dict[str, Any]:
     flops = r["flops"]
     recovery = r.get("recovery") or {}
@@ -217,6 +225,7 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
         "base_hash": _provenance_str(r, "model_hashes", "base"),
         "world_version": _provenance_str(r, "world_version"),
         "rollout": _provenance_str(r, "rollout"),
+        "settings": settings_text(r.get("settings")),
         "cpu": _provenance_str(r, "hardware", "cpu"),
         "wall_s": r.get("wall_s"), "source": r.get(SOURCE_KEY),
     }

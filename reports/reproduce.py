@@ -82,6 +82,29 @@ def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _settings_flags(record: dict[str, Any]) -> str:
+    """The flags of the record's rollout engine and settings (none where it has none): `--max-new-tokens`
+    where its two caps are equal (the flag sets both; where they differ, the run took its world's)."""
+    q, out = shlex.quote, []
+    rollout = (record.get("provenance") or {}).get("rollout")
+    if isinstance(rollout, str) and rollout:
+        out.append(f"--rollout {q(rollout)}")
+    s = record.get("settings")
+    if not isinstance(s, dict):
+        return "".join(f" {flag}" for flag in out)
+    if s.get("device") not in (None, "cpu"):
+        out.append(f"--device {q(str(s['device']))}")
+    if isinstance(s.get("max_new_tokens"), int) and s.get("max_new_tokens") == s.get("eval_max_new_tokens"):
+        out.append(f"--max-new-tokens {s['max_new_tokens']}")
+    if isinstance(s.get("eval_every"), (int, float)):
+        out.append(f"--eval-every {s['eval_every']!r}")
+    if isinstance(s.get("eval_early"), list):
+        out.append(f"--eval-early {q(','.join(repr(float(f)) for f in s['eval_early']))}")
+    if isinstance(s.get("distill_eval_every"), int):
+        out.append(f"--distill-eval-every {s['distill_eval_every']}")
+    return "".join(f" {flag}" for flag in out)
+
+
 def run_command(record: dict[str, Any]) -> dict[str, Any]:
     """The `bench run` command that reproduces a record, and the config fields it cannot pass.
 
@@ -105,6 +128,7 @@ def run_command(record: dict[str, Any]) -> dict[str, Any]:
     executor = (record.get("provenance") or {}).get("phase_executor")
     if isinstance(executor, str) and executor:
         parts[-1] += f" --phase-executor {q(executor)}"
+    parts[-1] += _settings_flags(record)
     unset, sets = [], []
     config = _flatten(record.get("method_config") or {})
     for key in sorted(config, key=str):

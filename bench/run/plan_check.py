@@ -8,11 +8,15 @@ reference number whose command does not make it is seen on the site, not discove
 Each planned run is resolved as `bench run` resolves it (its world's calibrated defaults, then its
 `--set` overrides) and compared with the record of its run id on what makes the run: the method and
 its whole resolved config, suite, difficulty, suite hash, profile, seed, budget and held-out prompts
-per domain; the world's version; and, where the world ships its models (bench/reference), the hash of
-the base, and of the external teacher where the record names one; and the rollout engine. Where,
-when and on what a run was made (times, hardware, commits, executors) is not compared: it does not
-change what the run is. A config option the record lacks (added since it was made) is listed apart
-and, as `bench compare` reads it, never decides.
+per domain; its settings (token caps, evaluation schedule, kind of device); the world's version;
+and, where the world ships its models (bench/reference), the hash of the base, and of the external
+teacher where the record names one; and the rollout engine. Where, when and on what a run was made
+(times, hardware, commits) is not compared. Nor is how its independent phases ran (the executor),
+though for a method that splits into phases (opd-multi's experts) one after another and side by
+side give other numbers (bench/run/phases.py): a record does not say whether its method split, and
+for one that did not the executor changes nothing; the command shown for each run passes its
+executor. A config option the record lacks (added since it was made) is listed apart and, as `bench
+compare` reads it, never decides.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ from collections import Counter
 from typing import Any
 
 from bench.run.config import ABSENT, RunConfig, dotted
+from bench.run.record import settings as record_settings
 from bench.run.runner import Runner
 from bench.world import reference
 
 FIELDS = ("method", "method_config", "suite", "difficulty", "suite_hash", "profile", "seed", "budget_flops",
-          "eval_size")
+          "eval_size", "settings")
 # a record that lacks one of these lacks what makes it, not an option added since: a difference
 _NEVER_ABSENT = frozenset({*FIELDS, "world_version", "model_hashes.base"})
 
@@ -66,7 +71,8 @@ def plan_check(configs: list[RunConfig], records: list[dict[str, Any]]) -> dict[
         shipped = shipped_by_world[runner.config.profile]
         # the base always, where shipped; the teacher where the record names one (a run may not load it)
         names = [n for n in shipped if n == "base" or n in recorded_hashes]
-        want = _what_makes(runner.fingerprint(), runner.profile.world_version, runner.config.rollout,
+        want = _what_makes({**runner.fingerprint(), "settings": record_settings(runner.config)},
+                           runner.profile.world_version, runner.config.rollout,
                            {n: shipped[n] for n in names})
         have = _what_makes(record, provenance.get("world_version", ABSENT), provenance.get("rollout", ABSENT),
                            {n: recorded_hashes.get(n, ABSENT) for n in names})

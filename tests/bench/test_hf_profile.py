@@ -148,6 +148,11 @@ def test_a_model_folders_hash_covers_every_byte_of_its_files(tmp_path):
     assert folder_digest(folder) == digest
     (folder / "tokenizer.json").write_text('{"a": 2}')
     assert folder_digest(folder) != digest
+    # the tokenizer's other files too: a chat template saved apart, BPE merges, a SentencePiece model
+    for name in ("chat_template.jinja", "merges.txt", "tokenizer.model"):
+        before = folder_digest(folder)
+        (folder / name).write_text("x")
+        assert folder_digest(folder) != before, name
 
 
 def test_hf_profile_needs_a_model(tmp_path):

@@ -52,13 +52,17 @@ def _claim2(seeds=range(2)):
     return _parsed_sweep(sweep, "test"), copy.deepcopy(records)
 
 
-# an option added since the study's records were made (off, as they were made)
+# an option added since the study's records were made (off, as they were made), and the run settings
+# that records keep since
 ADDED_SINCE = "method_config.score_experts = False (2 of 2 records lack it)"
+SETTINGS_SINCE = [f"settings.{key} = {value} (2 of 2 records lack it)" for key, value in (
+    ("device", "'cpu'"), ("distill_eval_every", 5), ("eval_early", [0.01, 0.02, 0.05]), ("eval_every", 0.1),
+    ("eval_max_new_tokens", 128), ("max_new_tokens", 96))]
 
 
 def test_a_changed_value_base_or_seed_set_is_named():
     configs, records = _claim2()
-    assert plan_check(configs, records) == {"differences": [], "added": [ADDED_SINCE]}
+    assert plan_check(configs, records) == {"differences": [], "added": [ADDED_SINCE, *SETTINGS_SINCE]}
     records[0]["method_config"]["distill"]["lr"] *= 2
     records[1]["provenance"]["model_hashes"]["base"] = "0" * 16
     differences = plan_check(configs, records)["differences"]
@@ -80,7 +84,8 @@ def test_an_option_added_since_a_record_was_made_is_listed_apart():
         del r["method_config"]["distill"]["warmup_updates"]
     check = plan_check(configs, records)
     assert check["differences"] == []
-    assert check["added"] == ["method_config.distill.warmup_updates = 0 (2 of 2 records lack it)", ADDED_SINCE]
+    assert check["added"] == ["method_config.distill.warmup_updates = 0 (2 of 2 records lack it)", ADDED_SINCE,
+                              *SETTINGS_SINCE]
     del records[0]["suite_hash"]  # what makes a run is never an option added since: a record lacking it differs
     assert plan_check(configs, records)["differences"][0].startswith(
         "opd-multi__four_domain-easy__tiny__s0: suite_hash is '(absent)' in its record")
@@ -207,3 +212,37 @@ def test_bench_report_says_when_the_sites_command_does_not_make_its_records(tmp_
     index = (tmp_path / "site" / "index.html").read_text()
     assert "The command does not make exactly the board&#39;s records." in index
     assert f"and {len(check['differences']) - 10} more (results.json has them all)" in index
+
+
+def test_a_records_rerun_command_plans_it_with_its_settings():
+    """The command the site shows for a record (`reports.reproduce.run_command`), read as `bench run` reads
+    it, plans exactly that record, its settings (token caps, evaluation schedule) included; a record made
+    with another cap is named as a difference, not passed as this command's."""
+    from bench.cli.common import RUN_OPTIONS, _budget, _overrides, _run_fields
+    from bench.cli.sweeps import _parsed
+    from bench.run import record as records
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+    from bench.world import reference
+    from reports.reproduce import run_command
+
+    made = RunConfig(method="grpo", suite="math", profile="direct", seed=1, budget_flops=2e11, max_new_tokens=8,
+                     eval_every=0.5, eval_early=(0.25,), distill_eval_every=0)
+    run = Runner(made, progress=False)
+    record = {**{k: v for k, v in run.fingerprint().items() if k in ("method", "method_config", "suite", "difficulty",
+                                                                   "suite_hash", "profile", "seed", "budget_flops",
+                                                                   "eval_size")},
+              "run_id": run.run_id, "settings": records.settings(made),
+              "provenance": {"world_version": run.profile.world_version, "rollout": "torch",
+                             "model_hashes": reference.shipped_hashes("direct"), "phase_executor": "sequential"}}
+    params = _parsed(run_command(record)["text"].replace("\\\n", " "), "run", "the record's command")
+    planned = RunConfig(method=params["method"], suite=params["suite"], difficulty=params["difficulty"],
+                        profile=params["profile"], seed=params["seed"], budget_flops=_budget(params["budget"]),
+                        overrides=_overrides(params["set_"]), rollout=params["rollout"],
+                        phase_executor=params["phase_executor"],
+                        **_run_fields(*(params[k] for k in RUN_OPTIONS)))
+    assert records.settings(planned) == record["settings"]
+    assert plan_check([planned], [record]) == {"differences": [], "added": []}
+    other = {**record, "settings": {**record["settings"], "max_new_tokens": 16}}
+    (difference,) = plan_check([planned], [other])["differences"]
+    assert "settings.max_new_tokens is 16 in its record, 8 at this code" in difference

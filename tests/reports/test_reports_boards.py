@@ -248,6 +248,16 @@ def test_a_run_from_another_base_or_world_is_marked(tmp_path):
     summary = build_site([write_runs(records, tmp_path / "runs")], tmp_path / "site")
     page = next(p for p in summary.pages if "opd-multi" in p)
     assert (tmp_path / "site" / page).read_text().count("differs from the board</span>") == 3
+    # run settings: a shorter token cap than the board's majority is marked, a record without settings is not
+    kept = {"max_new_tokens": 96, "eval_max_new_tokens": 128, "eval_every": 0.1, "eval_early": [0.01],
+            "distill_eval_every": 5, "device": "cpu"}
+    for r in records[:2]:
+        r["settings"] = dict(kept)
+    records[2]["settings"] = {**kept, "max_new_tokens": 8}
+    board = build_boards(to_frames(records[:3] + [{k: v for k, v in records[3].items() if k != "settings"}]))[0]
+    (warning,) = [w for w in board.warnings if "other settings" in w]
+    assert records[2]["run_id"] in warning and "max_new_tokens=96" in warning and board.odd_runs == {
+        records[2]["run_id"], records[3]["run_id"]}
 
 
 def test_a_board_made_on_two_kinds_of_cpu_says_which_made_how_many():
