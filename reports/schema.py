@@ -123,6 +123,8 @@ _PROVENANCE = {
         "method_code": {"type": "string", "maxLength": MAX_NAME_CHARS},  # a plugin's source hash
         "method_source": {"type": "string", "maxLength": 4096},  # how the run named a plugin (path:Class)
         "method_code_at_start": {"type": "string", "maxLength": MAX_NAME_CHARS},  # resumed after an edit
+        "code_hash_at_start": {"type": "string", "maxLength": MAX_NAME_CHARS},  # resumed at other code
+        "git_commit_at_start": {"type": ["string", "null"], "maxLength": MAX_NAME_CHARS},
     },
 }
 

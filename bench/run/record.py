@@ -98,6 +98,20 @@ def code_difference(written: Any, method_code: str | None) -> str | None:
     return f"provenance.method_code is {recorded} there, {method_code} here"
 
 
+def note_code(written: dict) -> bool:
+    """On a resume: where the project's code is not the code a run began with (config.json's
+    `provenance`, `written`, as read), name the code that finishes it (`code_hash`, `git_commit`) and
+    keep the first in `code_hash_at_start` / `git_commit_at_start`. True where `written` changed."""
+    made = written.get("provenance")
+    now = {"code_hash": prov.code_hash(), "git_commit": prov.git_commit()}
+    if not isinstance(made, dict) or made.get("code_hash") in (None, now["code_hash"]):
+        return False
+    for key, value in now.items():
+        made.setdefault(f"{key}_at_start", made.get(key))
+        made[key] = value
+    return True
+
+
 def models_difference(written: Any, now: dict[str, str]) -> str | None:
     """How the models a run was made from (the `provenance.model_hashes` of its config.json or record,
     `written`, as read) differ from its world's now (`now`, its `model_hashes()`): "model_hashes.NAME is

@@ -267,10 +267,13 @@ class Runner:
                 raise RunError(f"{self.dir} was started with a different configuration ({why}); not resuming")
             if why := record.models_difference(written, hashes):
                 raise RunError(f"{self.dir} was started from other models ({why}); not resuming")
+            changed = record.note_code(written)  # the project's code changed since the run began
             if why := record.code_difference(written, self.method_code):  # a plugin fixed before resuming
                 made = written["provenance"]
                 made.setdefault("method_code_at_start", made["method_code"])
                 made["method_code"] = self.method_code  # the code that finishes the run, and the code it began with
+                changed = True
+            if changed:
                 store.write_json(config_path, written)
             return
         written = self._config_record()

@@ -515,9 +515,10 @@ def test_a_plugin_changed_under_its_name_is_another_run(tmp_path):
     assert site.exit_code == 0 and "1 records, 0 skipped" in site.output, site.output
 
 
-def test_a_plugin_fixed_after_a_failure_resumes_and_its_record_says_so(tmp_path):
+def test_a_plugin_fixed_after_a_failure_resumes_and_its_record_says_so(tmp_path, monkeypatch):
     """Its code is not what makes the run (as the project's own is not): a run stopped by a bug goes on
-    with the fix from its last checkpoint, and its record names the code it began with too."""
+    with the fix from its last checkpoint, and its record names the code it began with too; so does a
+    run resumed at other code of the project."""
     plugin = tmp_path / "tail.py"
     plugin.write_text(_cheat("", "", step="ctx.step_done(**stats)\n"
                              "            if ctx.should_stop(): ctx.rollout(ctx.student, sampler.next(2), n=2)"))
@@ -526,11 +527,14 @@ def test_a_plugin_fixed_after_a_failure_resumes_and_its_record_says_so(tmp_path)
     refused(cli.invoke(app, args), "went on past its budget")  # a diagnostic rollout after the last step
     (config,) = runs.glob("*/config.json")
     began = json.loads(config.read_text())["provenance"]["method_code"]
+    project = json.loads(config.read_text())["provenance"]["code_hash"]
     plugin.write_text(_cheat("", ""))
+    monkeypatch.setattr("bench.run.provenance.code_hash", lambda: "f1xed" * 3 + "0")  # the project's code moved on
     result = cli.invoke(app, [*args, "--resume"])
     assert result.exit_code == 0, result.output
     made = json.loads((config.parent / "summary.json").read_text())["provenance"]
     assert made["method_code_at_start"] == began != made["method_code"]
+    assert (made["code_hash_at_start"], made["code_hash"]) == (project, "f1xed" * 3 + "0")
 
 
 # -- a failed start leaves nothing that blocks the corrected command -----------------------------------------
