@@ -18,11 +18,17 @@ models' code in a container or VM as well):
 - its output is read back through the handle it was written to, never by name: the program owns its
   folder and could put a FIFO or a link to an endless file where the output file was.
 
-A program passes when it exits with status 0 after printing a random token appended to its end, so
-that model code which exits early (`sys.exit(0)`, `os._exit(0)`) before the tests run does not pass.
-The token is in the program, so code written to defeat the check (reading its own source) can print
-it: the check stops early exits, not an adversary, as the limits above stop accidents and casual
-escapes, not a determined one.
+A program passes when it runs to its end and the child then prints a random token and exits with
+status 0, so that model code which leaves early (`sys.exit(0)`, `os._exit(0)`) before the tests run
+does not pass. The token is in no file and in no code the program can read: it comes on stdin, which
+is closed before the program (its source from the same stdin) runs in a thread of its own, while
+the main thread keeps the token in a frame the program's frames do not lead to. Reading another
+thread's frames, tracing, the garbage collector's object lists and /proc/<pid>/mem are refused, so
+code that looks for the token where a generic search would (its own source, folder, command line,
+stdin, memory) finds none; code written against this harness's internals (its thread's frames)
+still could: the check stops early exits and generic searches, not a determined adversary, as the
+limits above stop accidents and casual escapes, not a determined one. The program cannot use
+`signal` handlers (they need the main thread).
 Whatever the program does (crash, loop, allocate, flood its output, raise), `run_python` returns a
 result and never raises on its account.
 """
@@ -48,23 +54,45 @@ MAX_OUTPUT_BYTES = 1 << 20
 # How much of that output a result keeps, for a message.
 OUTPUT_TAIL_CHARS = 1000
 
-# Runs first in the child, before the program: limits it cannot raise again (soft = hard), and the
-# audit hook. Setting the limits here rather than in a `preexec_fn` keeps `Popen` safe in a threaded
-# evaluator.
-_GUARD = """\
-import resource as _resource, sys as _sys
+# The child's whole script (`python -I -c`): limits it cannot raise again (soft = hard), an audit hook,
+# then the program, read from stdin after the token that proves it ran to its end. Setting the limits
+# here rather than in a `preexec_fn` keeps `Popen` safe in a threaded evaluator. The token is in no
+# file and no code object; it stays in the main thread's frame while the program runs in a thread of
+# its own, whose frames do not lead back to it, and the ways to another thread's frames or to the
+# interpreter's memory (`sys._current_frames`, tracing, the garbage collector's object lists,
+# /proc/<pid>/mem) are refused.
+_RUNNER = """\
+import resource as _resource, sys as _sys, threading as _threading
 for _limit, _value in {limits!r}:
     _hard = _resource.getrlimit(_limit)[1]
     _value = _value if _hard == _resource.RLIM_INFINITY else min(_value, _hard)
     _resource.setrlimit(_limit, (_value, _value))
 def _opd_bench_guard(event, args, _blocked=("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn",
                                              "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
-                                             "ctypes.", "pty."), _modules=("_posixsubprocess",)):
+                                             "ctypes.", "pty.", "sys._current_frames", "sys.settrace",
+                                             "sys.setprofile", "gc.get_"), _modules=("_posixsubprocess",)):
     # _posixsubprocess.fork_exec starts a process without an audit event: the module is not imported
-    if event.startswith(_blocked) or (event == "import" and args[0] in _modules):
-        raise PermissionError("not allowed in the OPD-Bench sandbox: " + event + " " + str(args[0])[:100])
+    if (event.startswith(_blocked) or (event == "import" and args and args[0] in _modules)
+            or (event == "open" and args and str(args[0]).startswith("/proc/") and str(args[0]).endswith("/mem"))):
+        raise PermissionError("not allowed in the OPD-Bench sandbox: " + event + " " + str(args[0] if args else "")[:100])
 _sys.addaudithook(_opd_bench_guard)
-del _resource, _sys, _limit, _value, _hard, _opd_bench_guard
+def _opd_bench_run(_read=_sys.stdin.buffer.read, _os=__import__("os")):
+    _token, _, _source = _read().partition(b"\\n")
+    _sys.stdin.close()
+    _os.close(0)  # sys.stdin leaves its descriptor open: /proc/self/fd/0 would still read the token
+    _code, _ran = compile(_source, "program.py", "exec"), []
+    def _program():
+        exec(_code, {{"__name__": "__main__"}})
+        _ran.append(True)
+    _thread = _threading.Thread(target=_program, name="program")
+    _thread.start()
+    _thread.join()
+    if not _ran:  # it raised (its traceback is printed) or called sys.exit: not to its end
+        raise SystemExit(1)
+    _sys.stdout.flush()
+    _os.write(1, b"\\n" + _token + b"\\n")
+del _resource, _limit, _value, _hard, _opd_bench_guard
+_opd_bench_run()
 """
 
 
@@ -100,12 +128,13 @@ def has_unshare_net() -> bool:
         return False
 
 
-def _guard(memory_mb: int, cpu_s: int) -> str:
-    """The preamble that limits the program: address space, CPU seconds, file size, no core dumps."""
+def _runner(memory_mb: int, cpu_s: int) -> str:
+    """The child's script: limits (address space, CPU seconds, file size, no core dumps), the audit hook,
+    then the program from stdin."""
     memory = memory_mb * (1 << 20)
     limits = [(resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu_s),
               (resource.RLIMIT_FSIZE, MAX_OUTPUT_BYTES), (resource.RLIMIT_CORE, 0)]
-    return _GUARD.format(limits=[(int(k), int(v)) for k, v in limits])
+    return _RUNNER.format(limits=[(int(k), int(v)) for k, v in limits])
 
 
 def run_python(program: str, *, timeout_s: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> SandboxResult:
@@ -113,15 +142,16 @@ def run_python(program: str, *, timeout_s: float = TIMEOUT_S, memory_mb: int = M
     import time
 
     with tempfile.TemporaryDirectory(prefix="opd-sandbox-") as tmp:
-        script = Path(tmp) / "program.py"
         out_path = Path(tmp) / "output.txt"
         token = secrets.token_hex(16)
         try:
-            text = f"{_guard(memory_mb, int(timeout_s) + 1)}{program}\n\nprint({token!r}, flush=True)\n"
-            script.write_text(text, encoding="utf-8", errors="surrogatepass")
+            # the token, then the program, on the child's stdin from a file with no name: in no folder
+            feed = tempfile.TemporaryFile(dir=tmp)
+            feed.write(f"{token}\n{program}\n".encode("utf-8", "surrogatepass"))
+            feed.seek(0)
         except (OSError, UnicodeError) as exc:
             return SandboxResult(False, "error", None, f"{type(exc).__name__}: {exc}", 0.0)
-        command = [sys.executable, "-I", str(script)]
+        command = [sys.executable, "-I", "-c", _runner(memory_mb, int(timeout_s) + 1)]
         if has_unshare_net():
             command = [shutil.which("unshare") or "unshare", "-rn", *command]
         start = time.monotonic()
@@ -132,12 +162,13 @@ def run_python(program: str, *, timeout_s: float = TIMEOUT_S, memory_mb: int = M
             out = open(out_path, "w+b")
         except OSError as exc:
             return SandboxResult(False, "error", None, f"{type(exc).__name__}: {exc}", 0.0)
-        with out:
+        with out, feed:
             try:
                 proc = subprocess.Popen(
-                    command, cwd=tmp, env={}, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    command, cwd=tmp, env={}, stdin=feed, stdout=out, stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
+                feed.close()  # the child's stdin is its own copy, which it closes once it has read it
                 try:
                     code = proc.wait(timeout=timeout_s)
                 except subprocess.TimeoutExpired:

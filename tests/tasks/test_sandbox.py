@@ -95,3 +95,40 @@ def test_a_process_started_below_the_audit_hooks_is_refused():
     # _posixsubprocess.fork_exec raises no audit event; the module is not imported at all
     result = run_python("import _posixsubprocess\n", timeout_s=5)
     assert not result.passed and "not allowed in the OPD-Bench sandbox: import _posixsubprocess" in result.output
+
+
+# Code that would pass every problem without solving any: find the token that proves the tests ran,
+# print it and leave before they run. Each reads where a token could be: the program's own file and
+# folder, the command line, stdin, the other thread's frames, the garbage collector's objects, the
+# interpreter's memory.
+FIND_AND_LEAVE = [
+    "src = open(sys.argv[0]).read()",
+    "src = ''.join(open(f, errors='replace').read() for f in os.listdir('.') if os.path.isfile(f))",
+    "src = open('/proc/self/cmdline', 'rb').read().decode('latin-1')",
+    "src = sys.stdin.read() if not sys.stdin.closed else open('/proc/self/fd/0').read()",
+    "src = str([f.f_locals for f in sys._current_frames().values()])",
+    "import gc\nsrc = str([o for o in gc.get_objects() if isinstance(o, (bytes, list, dict))])",
+    "src = open('/proc/self/mem', 'rb').read(1 << 20).decode('latin-1')",
+    "src = str([(f.f_locals, f.f_back and f.f_back.f_locals) for f in [sys._getframe(1)]])",
+]
+
+
+@pytest.mark.parametrize("find", FIND_AND_LEAVE)
+def test_a_program_cannot_find_the_token_and_leave_before_the_tests(find):
+    program = (f"import os, re, sys\n{find}\n"
+               "for token in re.findall(r'[0-9a-f]{32}', src):\n    print(token)\nsys.stdout.flush()\nos._exit(0)\n"
+               "assert False  # the tests it would skip\n")
+    assert not run_python(program, timeout_s=5).passed
+
+
+def test_the_program_runs_in_a_thread_of_its_own_and_keeps_the_standard_library_whole():
+    """Frames, tracebacks, named tuples and type variables (which read their caller's frame) all work."""
+    program = ("import collections, inspect, re, traceback, typing\n"
+               "P = collections.namedtuple('P', 'a b')\nT = typing.TypeVar('T')\n"
+               "try:\n    1 / 0\nexcept ZeroDivisionError:\n    assert 'ZeroDivisionError' in traceback.format_exc()\n"
+               "assert inspect.currentframe().f_code.co_name == '<module>' and re.match('a', 'ab')\n"
+               "import sys\nsys.setrecursionlimit(10000)\n"
+               "def depth(n):\n    return 0 if n == 0 else 1 + depth(n - 1)\nassert depth(3000) == 3000\n")
+    result = run_python(program, timeout_s=10)
+    assert result.passed, result.output
+    assert not run_python("import sys\nsys.exit(0)\nassert False\n").passed  # leaving early never passes
