@@ -176,8 +176,13 @@ def claim_distillation_share(boards: list[Board]) -> Claim:
                                    plateau, "pct", NOT_MEASURED, "the records carry no per-evaluation phase FLOPs "
                                    "or eval_size", decides=False))
         else:
+            # 0: the plateau is where distillation began; within one standard error of the best it ever
+            # reached, so distillation bought nothing measurable, not that it was cheap
+            still = ("distillation never took held-out accuracy measurably past where it began (the plateau is "
+                     "its first evaluation): a share of 0 says it bought nothing, not that it was cheap"
+                     if plateau.high == 0 else "")
             claim.rows.append(_row(b, f"distillation share at the held-out plateau ({n} domains)", f"{target:.1%}",
-                                   plateau, "pct", within_factor(plateau, target)))
+                                   plateau, "pct", within_factor(plateau, target), still))
         if m.expert_tail_share.value is not None:
             claim.rows.append(_row(b, "share of expert FLOPs spent after the experts stopped improving",
                                    f"not reported; context for its {target:.1%}",
@@ -232,6 +237,9 @@ def _recovery_note(m, est: Estimate) -> str:
     and whether the interval spans 1."""
     per_seed = [(s, v) for s, v in zip(m.seeds, m.per_run["self_teacher_reduction"]) if _known(v)]
     parts = ["per seed: " + ", ".join(f"seed {s} {_ratio_text(v)}" for s, v in per_seed)] if per_seed else []
+    if none := [s for s, v in zip(m.seeds, m.per_run["self_teacher_reduction"]) if not _known(v)]:
+        parts.append(f"{_listed('seed', none)} {'has' if len(none) == 1 else 'have'} no ratio (neither arm "
+                     "reached the target), so the estimate rests on the others")
     if any(v == 0 for _, v in per_seed):
         parts.append("a seed where self-OPD did not reach the target within its cap counts as 0× (it needed more "
                      "FLOPs than it was given)")
@@ -241,8 +249,9 @@ def _recovery_note(m, est: Estimate) -> str:
     if unmeasured:
         seeds, lost, noise = zip(*unmeasured)
         one = len(unmeasured) == 1
+        gained = " (a negative loss is a gain)" if any(x < 0 for x in lost) else ""
         parts.append(f"on {_listed('seed', seeds)} the student had lost {_listed('', lost, 100)} points of the "
-                     f"domain, under two standard errors of one check ({_listed('', noise, 100)}): nothing "
+                     f"domain{gained}, under two standard errors of one check ({_listed('', noise, 100)}): nothing "
                      f"measurable was lost, so {'its ratio measures' if one else 'their ratios measure'} no recovery")
     sizes = sorted({int(c) for c in m.per_run["check_size"] if _known(c)})
     if sizes:

@@ -59,10 +59,10 @@ def fmt(x: float | None, unit: str) -> str:
         return "—"
     if math.isinf(x):
         return "∞" if x > 0 else "−∞"
-    if unit == "acc":
-        return f"{x:.3f}"
-    if unit == "pct":
+    if unit == "acc":  # an accuracy, as a percentage (the leads sentence, findings and studies write it so)
         return f"{x * 100:.1f}%"
+    if unit == "pct":
+        return f"{x * 100:.1f}%".replace("-", "−")  # a minus sign, as the infinite ends and points have
     if unit == "pts":  # a difference of accuracies, in percentage points
         return f"{x * 100:+.1f} pts".replace("-", "−")
     if unit == "ratio":

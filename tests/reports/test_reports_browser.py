@@ -115,6 +115,12 @@ def test_sort_switch_tabs_follow_a_link(site, page):
     page.wait_for_load_state("load")
     assert page.is_visible("#panel-math_code-easy-tiny")
 
+    # a link to another board opens its tab scrolled into view, not the top of the page
+    page.goto((site / "index.html").as_uri() + "#four_domain-easy-tiny")
+    assert page.is_visible("#panel-four_domain-easy-tiny")
+    top = page.evaluate("document.getElementById('tab-four_domain-easy-tiny').getBoundingClientRect().top")
+    assert page.evaluate("window.scrollY") > 0 and 0 <= top < 100
+
 
 def _leaders_agree_with_the_table(site: Path, page, panels: list[str]) -> None:
     """The sentence above each table names a leader at 10%, 25%, 50% and 100% of the budget; the

@@ -104,6 +104,17 @@ def test_claim_2_puts_the_plateau_and_the_stopping_rule_side_by_side():
     assert claim.rows[1].verdict == NOT_MEASURED and not claim.rows[1].decides and claim.verdict == HOLDS
 
 
+def test_claim_2_says_a_plateau_share_of_0_is_a_distillation_that_bought_nothing():
+    records = [make_record(m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
+    for r in records[3:]:
+        for p in r["curve"]:
+            p["accuracy"] = 0.3  # a student distillation never moves
+    row = claim_distillation_share(_boards(records)).rows[1]
+    assert row.estimate.high == 0 and "a share of 0 says it bought nothing, not that it was cheap" in row.note
+    default = [make_record(m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
+    assert "bought nothing" not in claim_distillation_share(_boards(default)).rows[1].note
+
+
 def _recovery_run(seed, ratio, check_size=None, teacher=None, lost=None):
     r = make_record("self-grpo", seed=seed)
     r["recovery"] = {"domain": "math", "grpo_flops": 1e13, "opd_flops": 1e13 / ratio}
@@ -137,6 +148,16 @@ def test_claim_4_names_the_seeds_where_nothing_measurable_was_lost():
     one = claim_self_teachers(_boards(runs[:2])).rows[0].note
     assert "on seed 0 the student had lost 0.3 points" in one and "its ratio measures no recovery" in one
     assert "nothing measurable" not in claim_self_teachers(_boards(runs[1:2] + runs[3:])).rows[0].note
+    # a student that gained on the domain had lost a negative amount, which the note says is a gain
+    gained = claim_self_teachers(_boards([_recovery_run(0, 1.4, 300, 0.6, 0.613), runs[1]])).rows[0].note
+    assert "on seed 0 the student had lost -1.3 points of the domain (a negative loss is a gain)" in gained
+
+
+def test_claim_4_names_a_seed_without_a_ratio():
+    runs = [_recovery_run(0, 1.4), _recovery_run(1, 2.0), _recovery_run(2, 1.0)]
+    runs[2]["recovery"].update(grpo_flops=None, opd_flops=None)  # neither arm recovered within the cap
+    note = claim_self_teachers(_boards(runs)).rows[0].note
+    assert "seed 2 has no ratio (neither arm reached the target)" in note
 
 
 def test_claim_4_shows_beside_its_verdict_the_ratio_over_the_seeds_that_measurably_forgot():
