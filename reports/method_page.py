@@ -152,6 +152,7 @@ def _reproduce(records: list[dict], record_hrefs: dict[str, str]) -> list[dict]:
     for i, r in enumerate(records):
         command = run_command(r)
         out.append({"run_id": r["run_id"], "seed": r["seed"], "command": command["text"], "unset": command["unset"],
+                    "needs": command["needs"],
                     "commit": git_commit(r), "record_href": record_hrefs.get(r["run_id"]),
                     "samples": samples_view(r) if i < MAX_SAMPLE_RUNS else None,
                     "has_samples": bool(r.get("samples"))})

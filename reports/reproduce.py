@@ -111,7 +111,9 @@ def run_command(record: dict[str, Any]) -> dict[str, Any]:
     Returns:
         {"text": the command, three lines joined by backslash continuations (every --set on the last),
         "unset": [keys of method_config whose values `--set` cannot express (the page points to the
-        config block for those)]}.
+        config block for those)], "needs": [the model folders the command must be given, which the
+        record names by weights hash only: an hf run's `--model` and `--external`, any run's named
+        `--teacher`]}.
     """
     q = shlex.quote
     # the torch thread count the run had: a CPU's sums add up in another order at another count
@@ -139,7 +141,20 @@ def run_command(record: dict[str, Any]) -> dict[str, Any]:
             sets.append(f"--set {q(f'{key}={value}')}")
     if sets:
         parts.append(" ".join(sets))  # one line: the page wraps it, a shell reads it as one
-    return {"text": " \\\n  ".join(parts), "unset": unset}
+    return {"text": " \\\n  ".join(parts), "unset": unset, "needs": _models_needed(record)}
+
+
+def _models_needed(record: dict[str, Any]) -> list[str]:
+    """The model folders a record's command needs but cannot name (a record keeps hashes, not paths)."""
+    hashes = (record.get("provenance") or {}).get("model_hashes") or {}
+    if not isinstance(hashes, dict):
+        return []
+    own = {"base": "--model", "external": "--external"} if record.get("profile") == "hf" else {}
+    needs = [f"{flag} FOLDER (weights hash {hashes.get(name, 'not recorded')})" for name, flag in own.items()
+             if name == "base" or name in hashes]
+    needs += [f"--teacher {name}=FOLDER (weights hash {value})" for name, value in sorted(hashes.items())
+              if name not in ("base", "external")]
+    return needs
 
 
 def git_commit(record: dict[str, Any]) -> str | None:

@@ -180,6 +180,15 @@ def test_the_site_command_names_every_world_and_the_seeds_of_the_records():
     assert [seeds_text(n) for n in (1, 2, 3, 10)] == ["seed 0", "seeds 0 and 1", "seeds 0, 1 and 2", "seeds 0-9"]
 
 
+def test_run_command_names_the_model_folders_a_record_keeps_only_by_hash():
+    record = make_record("grpo", profile="hf")
+    record["provenance"]["model_hashes"] = {"base": "aa" * 8, "critic": "bb" * 8}
+    assert run_command(record)["needs"] == [f"--model FOLDER (weights hash {'aa' * 8})",
+                                            f"--teacher critic=FOLDER (weights hash {'bb' * 8})"]
+    record["profile"] = "tiny"  # a built-in world's base and teacher are its own
+    assert run_command(record)["needs"] == [f"--teacher critic=FOLDER (weights hash {'bb' * 8})"]
+
+
 def test_run_command_quotes_and_reads_back():
     assert budget_text(3e14) == "3e14" and budget_text(2.5e13) == "2.5e13" and budget_text(123456789.0) == "123456789"
     record = make_record("a b;rm", suite="$(x)", method_config={"k": "v w"})
