@@ -16,6 +16,7 @@ in the evaluator's own process.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
@@ -36,15 +37,59 @@ def extract_code(completion: str) -> str:
     return match.group(1) if match else text
 
 
+# Between the code and its tests: each function the tests call that the code defined is wrapped so
+# that what it returns may hold no object of a class the code defined (one whose `__eq__` is always
+# true would pass every `==` test, and `abs(result - y) < eps` with a `__sub__` to match); values of
+# built-in and library types pass as before, containers are looked into. Helpers the tests do not
+# call may return what they like (a tree's nodes, say).
+RESULT_CHECK = """
+def _opd_bench_checked(function, _wraps=__import__("functools").wraps, _type=type, _getattr=getattr,
+                       _isinstance=isinstance, _iter=iter, _dict=dict, _many=(list, tuple, set, frozenset)):
+    def plain(value, depth=0):
+        if _getattr(_type(value), "__module__", None) == "__main__":
+            raise TypeError("a test's result holds an object of a class the tested code defined")
+        if depth < 20 and _isinstance(value, _dict):
+            for key in _iter(value):
+                plain(key, depth + 1)
+                plain(value[key], depth + 1)
+        elif depth < 20 and _isinstance(value, _many):
+            for item in _iter(value):
+                plain(item, depth + 1)
+        return value
+
+    @_wraps(function)
+    def checked(*args, **kwargs):
+        return plain(function(*args, **kwargs))
+    return checked
+for _opd_bench_name in TESTED:
+    _opd_bench_value = globals().get(_opd_bench_name)
+    if _opd_bench_value.__class__ is _opd_bench_checked.__class__ and _opd_bench_value.__module__ == "__main__":
+        globals()[_opd_bench_name] = _opd_bench_checked(_opd_bench_value)
+"""
+
+
+def tested_names(problem: Problem) -> tuple[str, ...]:
+    """The functions a problem's tests call by name (HumanEval's `check` calls its entry point)."""
+    entry = problem.meta.get("entry_point")
+    try:
+        tree = ast.parse(str(problem.meta["tests"]))
+    except SyntaxError:
+        return (entry,) if entry else ()
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return tuple(sorted(called | ({entry} if entry else set())))
+
+
 def build_program(code: str, problem: Problem) -> str:
-    """The program that tests `code`: the problem's prefix, the code, then its tests."""
+    """The program that tests `code`: the problem's prefix, the code, the check of its functions'
+    results (`RESULT_CHECK`), then its tests."""
     prefix = str(problem.meta.get("prefix", ""))
     entry = problem.meta.get("entry_point")
     if prefix and entry and not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE):
         body = prefix + code  # a completion of the prompt's function body
     else:
         body = f"{prefix}\n{code}" if prefix else code
-    return f"{body}\n\n{problem.meta['tests']}\n"
+    check = RESULT_CHECK.replace("TESTED", repr(tested_names(problem)))
+    return f"{body}\n{check}\n{problem.meta['tests']}\n"
 
 
 def score_code(completion: str, problem: Problem) -> float:

@@ -4,6 +4,7 @@ on right, wrong and hostile completions, and suites whose canonical solutions al
 from __future__ import annotations
 
 import itertools
+import re
 import json
 import shutil
 from decimal import Decimal
@@ -231,6 +232,27 @@ def test_humaneval_takes_a_whole_function_or_the_body():
     assert score_code("```python\ndef add(x, y):\n    return y + x\n```", problem) == 1.0
     assert score_code("```python\ndef add(x, y):\n    return x - y\n```", problem) == 0.0
     assert all(score_code(h, problem) == 0.0 for h in HOSTILE)
+
+
+# an object equal to everything, and near everything: it would pass `==` and `abs(x - y) < eps` tests
+ALWAYS_EQUAL = ("```python\nclass _A:\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
+                "    __sub__ = __rsub__ = lambda s, o: 0\n    __hash__ = object.__hash__\n"
+                "def {name}(*a, **k):\n    return {value}\n```")
+
+
+@pytest.mark.parametrize("value", ["_A()", "type('I', (int,), {'__eq__': lambda s, o: True})(0)"])
+def test_code_that_returns_an_object_equal_to_everything_fails(value):
+    for problem in (problems(MBPP)[0], problems(HUMANEVAL)[0]):
+        name = problem.meta.get("entry_point") or re.search(r"assert (\w+)\(", problem.meta["tests"]).group(1)
+        assert score_code(ALWAYS_EQUAL.format(name=name, value=value), problem) == 0.0, (problem.domain, value)
+
+
+def test_a_helper_the_tests_do_not_call_may_return_objects_of_its_own():
+    problem = problems(HUMANEVAL)[0]  # add(x, y)
+    code = ("```python\nclass Box:\n    def __init__(self, v):\n        self.v = v\n"
+            "def boxed(v):\n    return Box(v)\n"
+            "def add(x, y):\n    return boxed(x).v + boxed(y).v\n```")
+    assert score_code(code, problem) == 1.0
 
 
 def test_mbpp_sanitized_rows_read_too(tmp_path, monkeypatch):
