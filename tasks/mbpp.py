@@ -8,8 +8,9 @@ for one Python code block; the reference answer and the worked solution are the 
 Checking (`score_code`, also HumanEval's): the completion's code is the first fenced code block in
 its first `MAX_CODE_CHARS` characters (```` ```python ````, ```` ```py ```` or bare ```` ``` ````; a
 block the token limit cut off counts up to the end), else the whole of that text. The program run is
-`meta["prefix"]` (HumanEval's prompt; empty here), then the code, then `meta["tests"]` (the asserts,
-after `test_setup_code`), in `tasks.sandbox`: a subprocess with time, memory and file-size limits
+`meta["prefix"]` (HumanEval's prompt; empty here), then the code, then the check of what the tested
+functions return (`RESULT_CHECK`), then `meta["tests"]` (the asserts, after `test_setup_code`), in
+`tasks.sandbox`: a subprocess with time, memory and file-size limits
 and no network. It scores 1.0 when the program runs to its end and exits 0. Model code is never run
 in the evaluator's own process.
 """
