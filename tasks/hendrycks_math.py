@@ -107,10 +107,13 @@ def _extract(completion: str) -> str | None:
 
 
 def score(completion: str, problem: Problem) -> float:
-    """1.0 if the completion's boxed (or `####`) answer matches the reference, else 0.0; never raises."""
+    """1.0 if the completion's boxed (or `####`) answer matches the reference, else 0.0; never raises. A
+    problem whose row gave no answer (no `answer`, no braced `\\boxed{}` in its solution) scores 0: an
+    empty `\\boxed{}` would otherwise match it."""
     try:
-        found = _extract(completion) if isinstance(completion, str) else None
-        right = found is not None and same_answer(normalise_latex(found), normalise_latex(problem.answer))
+        reference = normalise_latex(problem.answer)
+        found = _extract(completion) if isinstance(completion, str) and reference else None
+        right = found is not None and same_answer(normalise_latex(found), reference)
         return 1.0 if right else 0.0
     except Exception:  # hostile text must never crash an evaluation
         return 0.0

@@ -17,6 +17,7 @@ from tasks.gsm8k import GSM8K, normalise_number
 from tasks.gsm8k import score as score_gsm8k
 from tasks.hendrycks_math import MATH, last_boxed, normalise_latex
 from tasks.hendrycks_math import score as score_math
+from tasks.hendrycks_math import to_problem as to_math_problem
 from tasks.humaneval import HUMANEVAL
 from tasks.mbpp import MBPP, extract_code, score_code
 from tasks.standard import DATA_ENV, MissingDataError, data_root, load_split, split_files
@@ -201,6 +202,9 @@ def test_math_right_wrong_and_hostile():
     assert score_math("\\boxed{\\frac{4}{3}}", problem) == 0.0
     assert score_math("3/4", problem) == 0.0  # neither boxed nor after ####
     assert all(score_math(h, problem) == 0.0 for h in HOSTILE)
+    # a row with no answer to be found (no `answer`, no braced \boxed{} in its solution) is scored 0
+    blank = to_math_problem({"problem": "p", "solution": "the answer is \\boxed 5"})
+    assert blank.answer == "" and score_math("\\boxed{}", blank) == score_math("\\boxed{5}", blank) == 0.0
 
 
 # MBPP and HumanEval.
