@@ -113,9 +113,10 @@ def outcome(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def inputs(record: dict[str, Any]) -> dict[str, Any]:
+    """The record's inputs; a key it lacks is ABSENT (unshared where the other has it, never a difference)."""
     provenance = record.get("provenance") or {}
-    return {**{k: record.get(k) for k in INPUT_FIELDS},
-            "provenance": {k: provenance.get(k) for k in INPUT_PROVENANCE}}
+    return {**{k: record.get(k, ABSENT) for k in INPUT_FIELDS},
+            "provenance": {k: provenance.get(k, ABSENT) for k in INPUT_PROVENANCE}}
 
 
 def environment(record: dict[str, Any]) -> dict[str, Any]:

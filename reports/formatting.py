@@ -61,6 +61,8 @@ def fmt(x: float | None, unit: str) -> str:
         return "∞" if x > 0 else "−∞"
     if unit == "acc":  # an accuracy, as a percentage (the leads sentence, findings and studies write it so)
         return f"{x * 100:.1f}%"
+    if unit == "reward":  # one sample's reward (0 or 1 from a verifier)
+        return f"{x:.3g}"
     if unit == "pct":
         return f"{x * 100:.1f}%".replace("-", "−")  # a minus sign, as the infinite ends and points have
     if unit == "pts":  # a difference of accuracies, in percentage points

@@ -40,12 +40,14 @@ class Writer:
         self.root = root.resolve()
         self.pool = pool
         self.written: list[str] = []
-        self._staged: list[str] = []
+        self._staged: dict[str, None] = {}  # in order, each path once: a path written twice keeps its last
         self._stage: Path | None = None
         self._pending: list[tuple[str, Future, Callable[..., str], dict[str, Any]]] = []
 
     def __enter__(self) -> Writer:
         self.root.mkdir(parents=True, exist_ok=True)
+        for left in self.root.glob(".building-*"):  # a build killed before it could clean up after itself
+            shutil.rmtree(left, ignore_errors=True)
         self._stage = Path(tempfile.mkdtemp(prefix=".building-", dir=self.root))
         return self
 
@@ -68,7 +70,7 @@ class Writer:
             raise RuntimeError("a Writer writes inside its `with` block")
         path = self._stage / self._checked(rel)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._staged.append(rel)
+        self._staged[rel] = None
         return path
 
     def write(self, rel: str, text: str) -> None:

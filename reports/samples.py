@@ -34,7 +34,7 @@ def _items(samples: list[dict[str, Any]]) -> Markup:
     """The <li> of each sample: domain, reward, prompt, completion; every record string escaped."""
     return Markup("".join(
         f'<li class="sample"><p class="sample-meta">{escape(s["domain"])} · reward <span class="reward'
-        f'{" right" if s["reward"] >= 1.0 else ""}">{fmt(s["reward"], "acc")}</span></p>'
+        f'{" right" if s["reward"] >= 1.0 else ""}">{fmt(s["reward"], "reward")}</span></p>'
         f'<pre class="prompt">{escape(s["prompt"])}</pre><pre class="completion">{escape(s["completion"])}</pre></li>\n'
         for s in samples))
 

@@ -169,6 +169,14 @@ RECORD_SCHEMA: dict[str, Any] = {
                            "additionalProperties": {"type": ["number", "null"]}},
         "max_step_flops": _nonneg,  # the largest counted FLOPs one step spent
         "samples": {"type": "array", "maxItems": MAX_SAMPLES, "items": _SAMPLE},
+        # the run's settings (bench/run/record.py `settings`): typed, as the command the site shows reads them
+        "settings": {"type": "object", "properties": {
+            "max_new_tokens": {"type": "integer", "minimum": 1},
+            "eval_max_new_tokens": {"type": "integer", "minimum": 1},
+            "eval_every": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "eval_early": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
+            "distill_eval_every": {"type": "integer", "minimum": 0},
+            "device": {"type": "string", "maxLength": MAX_NAME_CHARS}}},
         "throughput": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["flops", "seconds", "flop_per_s"],
             "properties": {"flops": _nonneg, "seconds": _nonneg, "flop_per_s": _nonneg, "mfu": _nonneg}}},

@@ -226,11 +226,15 @@ def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tupl
     folder = f"{STUDIES_DIR}/{study.slug}"
     out = []
     if 1 in study.claims:
+        names: set[str] = set()
         for b, groups in _claim1_curves(study, boards):
             targets = [(tau_label(k), tau) for k, tau in sorted(b.targets.items())]
             reads = ("claim 1 reads where each curve first reaches τ₀.₉" if b.key.suite == "math_code"
                      else "context beside claim 1, which is read on math_code")
-            out.append((f"{folder}/curves-{b.key.suite}-{b.key.difficulty}-{b.key.profile}.svg", plots.study_curves,
+            name = f"curves-{b.key.suite}-{b.key.difficulty}-{b.key.profile}"
+            name = name if name not in names else f"{name}-{budget_text(b)}"  # joint GRPO on two budgets
+            names.add(name)
+            out.append((f"{folder}/{name}.svg", plots.study_curves,
                         {"groups": groups, "targets": targets},
                         f"{b.key.suite}: each seed's held-out accuracy against counted FLOPs, joint GRPO and opd-multi, "
                         f"with joint GRPO's targets; {reads}."))

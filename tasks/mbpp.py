@@ -8,8 +8,8 @@ for one Python code block; the reference answer and the worked solution are the 
 Checking (`score_code`, also HumanEval's): the completion's code is the first fenced code block in
 its first `MAX_CODE_CHARS` characters (```` ```python ````, ```` ```py ```` or bare ```` ``` ````; a
 block the token limit cut off counts up to the end), else the whole of that text. The program run is
-`meta["prefix"]` (HumanEval's prompt; empty here), then the code, then the check of what the tested
-functions return (`RESULT_CHECK`), then `meta["tests"]` (the asserts, after `test_setup_code`), in
+`meta["prefix"]` (HumanEval's prompt; empty here), then the code, then the check of what the tests'
+calls return (`RESULT_CHECK`), then `meta["tests"]` (the asserts, after `test_setup_code`), in
 `tasks.sandbox`: a subprocess with time, memory and file-size limits
 and no network. It scores 1.0 when the program runs to its end and exits 0. Model code is never run
 in the evaluator's own process.
@@ -38,59 +38,63 @@ def extract_code(completion: str) -> str:
     return match.group(1) if match else text
 
 
-# Between the code and its tests: each function the tests call that the code defined is wrapped so
-# that what it returns may hold no object of a class the code defined (one whose `__eq__` is always
-# true would pass every `==` test, and `abs(result - y) < eps` with a `__sub__` to match); values of
-# built-in and library types pass as before, containers are looked into. Helpers the tests do not
-# call may return what they like (a tree's nodes, say).
+# Before the tests: `_opd_bench_plain`, which the tests' calls are rewritten to go through
+# (`checked_tests`), refuses a result holding an object of a class the tested code defined that makes
+# its own comparisons, arithmetic or truth (an object whose `__eq__` is always true passes every `==`
+# test, with a `__sub__` to match every `abs(result - y) < eps`); built-in and library values, and the
+# code's own named tuples and enums, pass as before; containers are looked into. Only the tests' calls
+# are checked: the code's own calls (its recursion, its helpers' objects) are as they were.
 RESULT_CHECK = """
-def _opd_bench_checked(function, _wraps=__import__("functools").wraps, _type=type, _getattr=getattr,
-                       _isinstance=isinstance, _iter=iter, _dict=dict, _many=(list, tuple, set, frozenset)):
-    def plain(value, depth=0):
-        if _getattr(_type(value), "__module__", None) == "__main__":
-            raise TypeError("a test's result holds an object of a class the tested code defined")
-        if depth < 20 and _isinstance(value, _dict):
-            for key in _iter(value):
-                plain(key, depth + 1)
-                plain(value[key], depth + 1)
-        elif depth < 20 and _isinstance(value, _many):
-            for item in _iter(value):
-                plain(item, depth + 1)
-        return value
-
-    @_wraps(function)
-    def checked(*args, **kwargs):
-        return plain(function(*args, **kwargs))
-    return checked
-for _opd_bench_name in TESTED:
-    _opd_bench_value = globals().get(_opd_bench_name)
-    if _opd_bench_value.__class__ is _opd_bench_checked.__class__ and _opd_bench_value.__module__ == "__main__":
-        globals()[_opd_bench_name] = _opd_bench_checked(_opd_bench_value)
+def _opd_bench_plain(value, depth=0, _type=type, _getattr=getattr, _isinstance=isinstance, _iter=iter,
+                     _dict=dict, _many=(list, tuple, set, frozenset), _own=frozenset((
+                         "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__",
+                         "__sub__", "__rsub__", "__abs__", "__float__", "__int__", "__index__", "__round__",
+                         "__contains__"))):
+    for cls in _type(value).__mro__:
+        if _getattr(cls, "__module__", None) == "__main__" and not _own.isdisjoint(_getattr(cls, "__dict__", ())):
+            raise TypeError("a test's result is an object of a class the tested code defined, with comparisons "
+                            "or arithmetic of its own")
+    if depth < 20 and _isinstance(value, _dict):
+        for key in _iter(value):
+            _opd_bench_plain(key, depth + 1)
+            _opd_bench_plain(value[key], depth + 1)
+    elif depth < 20 and _isinstance(value, _many):
+        for item in _iter(value):
+            _opd_bench_plain(item, depth + 1)
+    return value
 """
 
 
-def tested_names(problem: Problem) -> tuple[str, ...]:
-    """The functions a problem's tests call by name (HumanEval's `check` calls its entry point)."""
-    entry = problem.meta.get("entry_point")
+class _CheckCalls(ast.NodeTransformer):
+    """Every call of a plain name in the tests (`f(x)`, `candidate(x)`) as `_opd_bench_plain(f(x))`."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 - ast's visitor naming
+        self.generic_visit(node)
+        if not isinstance(node.func, ast.Name) or node.func.id.startswith("_opd_bench"):
+            return node
+        return ast.copy_location(ast.Call(ast.Name("_opd_bench_plain", ast.Load()), [node], []), node)
+
+
+def checked_tests(tests: str) -> str:
+    """The tests with each call of a name through `_opd_bench_plain` (`RESULT_CHECK`); tests that do not
+    parse are run as written (they fail as written, too)."""
     try:
-        tree = ast.parse(str(problem.meta["tests"]))
-    except SyntaxError:
-        return (entry,) if entry else ()
-    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    return tuple(sorted(called | ({entry} if entry else set())))
+        tree = ast.parse(tests)
+    except (SyntaxError, ValueError):
+        return tests
+    return ast.unparse(ast.fix_missing_locations(_CheckCalls().visit(tree)))
 
 
 def build_program(code: str, problem: Problem) -> str:
-    """The program that tests `code`: the problem's prefix, the code, the check of its functions'
-    results (`RESULT_CHECK`), then its tests."""
+    """The program that tests `code`: the problem's prefix, the code, the check of the tests' results
+    (`RESULT_CHECK`), then its tests, their calls through that check."""
     prefix = str(problem.meta.get("prefix", ""))
     entry = problem.meta.get("entry_point")
     if prefix and entry and not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE):
         body = prefix + code  # a completion of the prompt's function body
     else:
         body = f"{prefix}\n{code}" if prefix else code
-    check = RESULT_CHECK.replace("TESTED", repr(tested_names(problem)))
-    return f"{body}\n{check}\n{problem.meta['tests']}\n"
+    return f"{body}\n{RESULT_CHECK}\n{checked_tests(str(problem.meta['tests']))}\n"
 
 
 def score_code(completion: str, problem: Problem) -> float:

@@ -20,15 +20,15 @@ models' code in a container or VM as well):
 
 A program passes when it runs to its end and the child then prints a random token and exits with
 status 0, so that model code which leaves early (`sys.exit(0)`, `os._exit(0)`) before the tests run
-does not pass. The token is in no file and in no code the program can read: it comes on stdin, which
-is closed before the program (its source from the same stdin) runs in a thread of its own, while
-the main thread keeps the token in a frame the program's frames do not lead to. Reading another
-thread's frames, tracing, the garbage collector's object lists and /proc/<pid>/mem are refused, so
-code that looks for the token where a generic search would (its own source, folder, command line,
-stdin, memory) finds none; code written against this harness's internals (its thread's frames)
-still could: the check stops early exits and generic searches, not a determined adversary, as the
-limits above stop accidents and casual escapes, not a determined one. The program cannot use
-`signal` handlers (they need the main thread).
+does not pass. The token is in no file and in no code the program can read: it comes on stdin,
+ahead of the program's source, to a thread that keeps it in its own frame; stdin is then closed
+(and reopened empty) and the program runs as `__main__` in the main thread. Reading another
+thread's frames, tracing every thread, the garbage collector's object lists and any file named
+`mem` are refused, so code that looks for the token where a generic search would (its own source,
+folder, command line, stdin, memory) finds none; code written against this harness's internals
+(the runner's frames above its own) still could: the check stops early exits and generic
+searches, not a determined adversary, as the limits above stop accidents and casual escapes, not
+a determined one.
 Whatever the program does (crash, loop, allocate, flood its output, raise), `run_python` returns a
 result and never raises on its account.
 """
@@ -57,40 +57,56 @@ OUTPUT_TAIL_CHARS = 1000
 # The child's whole script (`python -I -c`): limits it cannot raise again (soft = hard), an audit hook,
 # then the program, read from stdin after the token that proves it ran to its end. Setting the limits
 # here rather than in a `preexec_fn` keeps `Popen` safe in a threaded evaluator. The token is in no
-# file and no code object; it stays in the main thread's frame while the program runs in a thread of
-# its own, whose frames do not lead back to it, and the ways to another thread's frames or to the
-# interpreter's memory (`sys._current_frames`, tracing, the garbage collector's object lists,
-# /proc/<pid>/mem) are refused.
+# file and no code object: a daemon thread reads stdin, hands the program's source over and keeps the
+# token in its own frame, which no frame of the program leads to, until the main thread, having run
+# the program as `__main__` to its end, tells it to print it. The ways to another thread's frames
+# and to the interpreter's memory (`sys._current_frames`, tracing every thread, the garbage
+# collector's object lists, any file named `mem`) are refused.
 _RUNNER = """\
-import resource as _resource, sys as _sys, threading as _threading
+import linecache as _linecache, os as _os, resource as _resource, sys as _sys, threading as _threading
+import types as _types
 for _limit, _value in {limits!r}:
     _hard = _resource.getrlimit(_limit)[1]
     _value = _value if _hard == _resource.RLIM_INFINITY else min(_value, _hard)
     _resource.setrlimit(_limit, (_value, _value))
 def _opd_bench_guard(event, args, _blocked=("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn",
                                              "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
-                                             "ctypes.", "pty.", "sys._current_frames", "sys.settrace",
-                                             "sys.setprofile", "gc.get_"), _modules=("_posixsubprocess",)):
-    # _posixsubprocess.fork_exec starts a process without an audit event: the module is not imported
+                                             "ctypes.", "pty.", "sys._current_frames", "sys._settraceallthreads",
+                                             "sys._setprofileallthreads", "gc.get_"),
+                     _modules=("_posixsubprocess",), _name=_os.path.basename, _text=_os.fsdecode):
+    # _posixsubprocess.fork_exec starts a process without an audit event: the module is not imported.
+    # A file named `mem` (/proc/<pid>/mem, by any path or from a folder's descriptor) is the memory.
     if (event.startswith(_blocked) or (event == "import" and args and args[0] in _modules)
-            or (event == "open" and args and str(args[0]).startswith("/proc/") and str(args[0]).endswith("/mem"))):
-        raise PermissionError("not allowed in the OPD-Bench sandbox: " + event + " " + str(args[0] if args else "")[:100])
+            or (event == "open" and args and isinstance(args[0], (str, bytes))
+                and _name(_text(args[0]).rstrip("/")) == "mem")):
+        what = str(args[0] if args else "")[:100]
+        raise PermissionError("not allowed in the OPD-Bench sandbox: " + event + " " + what)
 _sys.addaudithook(_opd_bench_guard)
-def _opd_bench_run(_read=_sys.stdin.buffer.read, _os=__import__("os")):
-    _token, _, _source = _read().partition(b"\\n")
+def _opd_bench_keep(handover, ready, done, _read=_sys.stdin.buffer.read, _write=_os.write):
+    token, _, source = _read().partition(b"\\n")
+    handover.append(source)
+    ready.set()
+    done.wait()
+    _write(1, b"\\n" + token + b"\\n")
+def _opd_bench_run():
+    handover, ready, done = [], _threading.Event(), _threading.Event()
+    keeper = _threading.Thread(target=_opd_bench_keep, args=(handover, ready, done), daemon=True)
+    keeper.start()
+    ready.wait()
+    keeper._target = keeper._args = None  # nothing on the thread's object leads to what it keeps
     _sys.stdin.close()
     _os.close(0)  # sys.stdin leaves its descriptor open: /proc/self/fd/0 would still read the token
-    _code, _ran = compile(_source, "program.py", "exec"), []
-    def _program():
-        exec(_code, {{"__name__": "__main__"}})
-        _ran.append(True)
-    _thread = _threading.Thread(target=_program, name="program")
-    _thread.start()
-    _thread.join()
-    if not _ran:  # it raised (its traceback is printed) or called sys.exit: not to its end
-        raise SystemExit(1)
+    _sys.stdin = open(_os.open(_os.devnull, _os.O_RDONLY), encoding="utf-8", closefd=False)  # fd 0 again: empty
+    source = handover.pop()
+    _linecache.cache["program.py"] = (len(source), None, source.decode("utf-8", "replace").splitlines(True),
+                                      "program.py")  # for tracebacks and inspect.getsource
+    program = _types.ModuleType("__main__")
+    program.__builtins__, program.__file__ = __builtins__, "program.py"  # a name in linecache, no file
+    _sys.modules["__main__"] = program  # pickle finds the program's classes
+    exec(compile(source, "program.py", "exec"), vars(program))
     _sys.stdout.flush()
-    _os.write(1, b"\\n" + _token + b"\\n")
+    done.set()
+    keeper.join()
 del _resource, _limit, _value, _hard, _opd_bench_guard
 _opd_bench_run()
 """

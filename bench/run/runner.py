@@ -138,6 +138,8 @@ class Runner:
             written = {}
         theirs = what(written.get("fingerprint"), (written.get("provenance") or {}).get("world_version", ABSENT))
         mine = what(self.fingerprint(), self.profile.world_version)
+        if "device" not in theirs:  # a GPU run begun before fingerprints named the device: as it was
+            mine.pop("device", None)
         if theirs == mine:
             return None
         key = next(k for k in [*mine, *theirs] if theirs.get(k, ABSENT) != mine.get(k, ABSENT))

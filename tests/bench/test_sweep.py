@@ -337,3 +337,17 @@ def test_a_token_cap_that_moves_evaluations_is_part_of_the_fingerprint():
     written = {"fingerprint": default.fingerprint(), "provenance": {"world_version": tiny.world_version}}
     assert default.difference(written) is None
     assert capped.difference(written) == f"eval_max_new_tokens is (absent) there, {tiny.max_new_tokens} here"
+
+
+def test_a_gpu_runs_fingerprint_names_its_device_and_one_begun_before_still_matches():
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+
+    run = Runner(RunConfig(method="grpo-joint", profile="gpu-small"), progress=False)  # planned, not run
+    assert run.fingerprint()["device"] == "cuda"
+    assert "device" not in Runner(RunConfig(method="grpo-joint", profile="tiny"), progress=False).fingerprint()
+    before = {k: v for k, v in run.fingerprint().items() if k != "device"}  # config.json of older code
+    provenance = {"world_version": run.profile.world_version}
+    assert run.difference({"fingerprint": before, "provenance": provenance}) is None
+    assert run.difference({"fingerprint": {**before, "device": "cpu"}, "provenance": provenance}) == \
+        "device is cpu there, cuda here"

@@ -79,6 +79,18 @@ def test_a_key_only_one_record_has_is_listed_and_never_decides():
                                                 "curve[1].new_figure"]
 
 
+def test_a_reference_made_before_records_kept_their_settings_is_compared_on_the_rest():
+    reference = make_record("grpo-joint", seed=0)
+    reference.pop("settings", None)
+    reference["provenance"].pop("rollout", None)
+    again = rerun(reference)
+    again["settings"] = {"max_new_tokens": 96, "eval_every": 0.1}
+    again["provenance"]["rollout"] = "torch"
+    found = compare(again, reference)
+    assert found.verdict == "equal" and not found.inputs
+    assert [d.path for d in found.unshared] == ["settings", "provenance.rollout"]
+
+
 def test_a_field_the_reference_has_and_the_run_lacks_differs():
     reference = make_record("grpo-joint", seed=0)
     again = rerun(reference)

@@ -72,6 +72,9 @@ def _broken(of="grpo-joint", **changes):
     ({"samples": [{"flops": 0.0, "domain": "math", "prompt": "", "completion": "", "reward": 0.0}] * 5001},
      "samples"),
     ({"provenance__git_commit": 5}, "provenance.git_commit"),
+    ({"settings": {"eval_early": ["x"]}}, "settings.eval_early[0]"),
+    ({"settings": {"max_new_tokens": 0}}, "settings.max_new_tokens"),
+    ({"settings": [1]}, "settings"),
 ])
 def test_schema_violations_name_the_field(changes, needle):
     reasons = validate_record(_broken(**changes))

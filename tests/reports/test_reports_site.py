@@ -278,3 +278,33 @@ def test_a_board_of_a_large_budget_draws_its_figures(tmp_path):
     records = [make_record(m, seed=s, budget_flops=1e21) for m in ("grpo-joint", "opd-multi") for s in range(2)]
     build_site([write_runs(records, tmp_path / "runs")], tmp_path / "site")
     assert "10²¹" in (tmp_path / "site" / "plots" / "math_code-easy-tiny" / "curves.svg").read_text()
+
+
+def test_a_file_written_twice_in_one_build_keeps_its_last_bytes(tmp_path):
+    from reports.output import Writer
+
+    (tmp_path / "site" / ".building-killed").mkdir(parents=True)  # what a build killed mid-way left
+    with Writer(tmp_path / "site") as writer:
+        writer.write("plots/a.svg", "first")
+        writer.write("plots/a.svg", "second")
+        writer.commit()
+    assert (tmp_path / "site" / "plots" / "a.svg").read_text() == "second"
+    assert [p.name for p in (tmp_path / "site").iterdir()] == ["plots"]  # no staging folder left
+
+
+def test_a_study_with_both_methods_on_two_budgets_draws_each_budgets_curves(tmp_path):
+    """Joint GRPO and opd-multi each at two budgets of one suite: two joint GRPO boards, so two claim 1
+    figures, under two names (one name once made the second overwrite the first)."""
+    from reports.studies import load_study
+    from tests.reports.factory import write_study
+
+    records = [make_record(m, seed=s, budget_flops=b) for m in ("grpo-joint", "opd-multi") for s in range(3)
+               for b in (1e15, 4e15)]
+    for r in records:
+        r["run_id"] += f"-b{int(r['budget_flops'] / 1e15)}"
+    study = load_study(write_study(tmp_path / "two", records, claims=[1], recovery_over=None))
+    board = write_runs([make_record(m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)],
+                       tmp_path / "board")
+    build_site([board], tmp_path / "site", studies=[study])
+    figures = sorted(p.name for p in (tmp_path / "site" / "studies" / "two").glob("curves-*.svg"))
+    assert figures == ["curves-math_code-easy-tiny-4e15.svg", "curves-math_code-easy-tiny.svg"]

@@ -109,6 +109,9 @@ FIND_AND_LEAVE = [
     "src = str([f.f_locals for f in sys._current_frames().values()])",
     "import gc\nsrc = str([o for o in gc.get_objects() if isinstance(o, (bytes, list, dict))])",
     "src = open('/proc/self/mem', 'rb').read(1 << 20).decode('latin-1')",
+    "src = open(b'//proc/self/mem', 'rb').read(1 << 20).decode('latin-1')",
+    "src = os.read(os.open('mem', os.O_RDONLY, dir_fd=os.open('/proc/self', os.O_RDONLY)), 1 << 20).decode('latin-1')",
+    "import threading\nsrc = str([(t._target, t._args) for t in threading.enumerate()])",
     "src = str([(f.f_locals, f.f_back and f.f_back.f_locals) for f in [sys._getframe(1)]])",
 ]
 
@@ -121,9 +124,13 @@ def test_a_program_cannot_find_the_token_and_leave_before_the_tests(find):
     assert not run_python(program, timeout_s=5).passed
 
 
-def test_the_program_runs_in_a_thread_of_its_own_and_keeps_the_standard_library_whole():
-    """Frames, tracebacks, named tuples and type variables (which read their caller's frame) all work."""
-    program = ("import collections, inspect, re, traceback, typing\n"
+def test_the_program_runs_as_main_with_the_standard_library_whole():
+    """Frames, tracebacks, named tuples and type variables (which read their caller's frame), signal
+    handlers, pickled classes of its own, its own source, an empty stdin and doctest all work."""
+    program = ("import collections, doctest, inspect, pickle, re, signal, sys, traceback, typing\n"
+               "signal.signal(signal.SIGALRM, lambda *a: None)\nclass C:\n    pass\n"
+               "assert isinstance(pickle.loads(pickle.dumps(C())), C) and 'pass' in inspect.getsource(C)\n"
+               "assert sys.stdin.read() == ''\ndoctest.testmod()\n"
                "P = collections.namedtuple('P', 'a b')\nT = typing.TypeVar('T')\n"
                "try:\n    1 / 0\nexcept ZeroDivisionError:\n    assert 'ZeroDivisionError' in traceback.format_exc()\n"
                "assert inspect.currentframe().f_code.co_name == '<module>' and re.match('a', 'ab')\n"

@@ -19,7 +19,9 @@ from tasks.hendrycks_math import MATH, last_boxed, normalise_latex
 from tasks.hendrycks_math import score as score_math
 from tasks.hendrycks_math import to_problem as to_math_problem
 from tasks.humaneval import HUMANEVAL
-from tasks.mbpp import MBPP, extract_code, score_code
+from tasks.base import Problem
+from tasks.mbpp import MBPP, build_program, extract_code, score_code
+from tasks.sandbox import run_python
 from tasks.standard import DATA_ENV, MissingDataError, data_root, load_split, split_files
 
 pytest.importorskip("datasets")
@@ -249,6 +251,20 @@ def test_code_that_returns_an_object_equal_to_everything_fails(value):
     for problem in (problems(MBPP)[0], problems(HUMANEVAL)[0]):
         name = problem.meta.get("entry_point") or re.search(r"assert (\w+)\(", problem.meta["tests"]).group(1)
         assert score_code(ALWAYS_EQUAL.format(name=name, value=value), problem) == 0.0, (problem.domain, value)
+
+
+@pytest.mark.parametrize("code, tests", [
+    ("import collections\nPt = collections.namedtuple('Pt', 'x y')\ndef mid():\n    return Pt(1.0, 1.0)",
+     "assert mid() == (1.0, 1.0)"),
+    ("import enum\nclass C(enum.IntEnum):\n    A = 1\n    B = 2\ndef f():\n    return C.B", "assert f() == 2"),
+    ("import sys\nsys.setrecursionlimit(100000)\ndef s(n):\n    return 0 if n == 0 else n + s(n - 1)",
+     "assert s(20000) == 20000 * 20001 // 2"),  # the tests' call is checked, not the code's recursion
+    ("def g(n):\n    return (i for i in range(n))", "assert list(g(3)) == [0, 1, 2]"),
+])
+def test_the_result_check_passes_the_codes_own_named_tuples_enums_recursion_and_generators(code, tests):
+    problem = Problem("mbpp", "p", "a", "s", {"tests": tests})
+    result = run_python(build_program(code, problem))
+    assert result.passed, result.output
 
 
 def test_a_helper_the_tests_do_not_call_may_return_objects_of_its_own():
