@@ -36,11 +36,16 @@
         activate(next.getAttribute("data-tab"), true);
       });
     });
-    var wanted = decodeURIComponent(window.location.hash.slice(1));
-    if (!activate(wanted, false)) { activate(tabs[0].getAttribute("data-tab"), false); }
-    window.addEventListener("hashchange", function () {
-      activate(decodeURIComponent(window.location.hash.slice(1)), false);
-    });
+    // a link to a board (index.html#SLUG) opens its tab and scrolls to it: the slug names a tab, not an element
+    function arrive() {
+      var slug = decodeURIComponent(window.location.hash.slice(1));
+      if (!activate(slug, false)) { return false; }
+      var tab = document.getElementById("tab-" + slug);
+      if (tab && tab.scrollIntoView) { tab.scrollIntoView(); }
+      return true;
+    }
+    if (!arrive()) { activate(tabs[0].getAttribute("data-tab"), false); }
+    window.addEventListener("hashchange", arrive);
   }
 
   // ---- sorting: click a column title; numbers by value, text by locale; blanks always last ----
