@@ -88,8 +88,10 @@ def _combine(verdicts: Any) -> str:
 def direction(est: Estimate, line: float, want_above: bool) -> str:
     """Verdict for a claim that the quantity is above (or below) `line`, read off its interval; an
     undefined point with an interval (a target the aggregate curve never reaches) is judged by it."""
+    if est.single_seed:
+        return UNSURE  # one seed: no interval, no verdict
     if est.low is None or est.high is None:
-        return NOT_MEASURED if est.value is None else UNSURE  # single seed: no interval, no verdict
+        return NOT_MEASURED if est.value is None else UNSURE
     above, below = est.low > line, est.high < line
     if (above and want_above) or (below and not want_above):
         return HOLDS
@@ -147,7 +149,6 @@ def claim_savings(boards: list[Board]) -> Claim:
             verdict, note = direction(est, 0.0, want_above=True), ""
             if m.flops_to_target[gain].value is None:
                 note = f"opd-multi never reaches {tau_label(gain)}"
-                verdict = UNSURE if est.single_seed else verdict  # one seed: no interval, no verdict
             # the paper reports one matched accuracy; at the other targets its claim is the direction
             paper = "42%" if decides else "above 0 (42% at its matched accuracy)"
             claim.rows.append(_row(b, measure, paper, est, "pct", verdict if decides else CONTEXT, note, decides))

@@ -119,7 +119,7 @@ def matched_accuracy(targets: Mapping[float, float], joint: Mapping[int, Mapping
             est = estimate(list(saved.values()), rng_for("full_budget", str(k)))
             if est.value is not None and not np.isfinite(est.value):  # the IQM is unbounded below
                 est = Estimate(None, est.low, est.high, est.n_seeds, est.stat)
-            verdict = UNSURE if est.single_seed else direction(est, 0.0, want_above=True)  # one seed: no verdict
+            verdict = direction(est, 0.0, want_above=True)
         else:
             verdict = NOT_MEASURED
         if unpaired:
