@@ -42,18 +42,22 @@ def fingerprint(method: str, method_config: Any, config: RunConfig, suite: Any) 
         else ({"teachers": dict(config.teachers)} if config.teachers else None),
         # a GPU run's kind of device (an hf model loads in bf16 there, fp32 on a CPU); a CPU run's
         # fingerprint, and every one made before this key, stay as they were
-        **({"device": settings(config)["device"]} if config.on_gpu else {}),
+        **({"device": device_kind(config)} if config.on_gpu else {}),
     }, default=str))
+
+
+def device_kind(config: RunConfig) -> str:
+    """The kind of device the run trains on: `--device`, else its world's (`cuda` for gpu-small)."""
+    return (config.device if config.device != "cpu" else config.resolved_profile.device).split(":")[0]
 
 
 def settings(config: RunConfig) -> dict:
     """The run's options besides its method config that change its numbers, as its record keeps them
     (`settings`; docs/records.md): the token caps of rollouts and of evaluations, the evaluation
     schedule (which FLOPs the curve is read at) and the kind of device."""
-    device = config.device if config.device != "cpu" else config.resolved_profile.device
     return {"max_new_tokens": config.rollout_tokens, "eval_max_new_tokens": config.eval_tokens,
             "eval_every": config.eval_every, "eval_early": list(config.eval_early),
-            "distill_eval_every": config.distill_eval_every, "device": device.split(":")[0]}
+            "distill_eval_every": config.distill_eval_every, "device": device_kind(config)}
 
 
 # what every complete run's summary.json holds and the command line reads back (docs/records.md)
