@@ -24,6 +24,8 @@ COLOURBLIND = ("#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161",
                "#ece133", "#56b4e9")
 PARTS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")  # seaborn "deep", for stacked parts
 KINDS = ("rollout", "score", "update")
+# the kinds' colours: none is a phase's (PARTS), so the two panels' legends cannot be read across
+KIND_COLOURS = ("#949494", "#ece133", "#fbafe4")  # colour-blind palette: grey, yellow, pink
 _MAIN = (70, 34, WIDTH - 70 - 190, HEIGHT - 34 - 52)  # plot box leaving room for a legend on the right
 
 
@@ -76,11 +78,12 @@ def flops_breakdown(bars: list[dict], groups: Sequence[str]) -> str:
     height = 130 + 28 * n
     total = max([sum(b["by_group"].values()) for b in bars] + [1.0])
     panels, legends = [], []
-    for i, (key, parts, title) in enumerate((("by_group", groups, "by phase"), ("by_kind", KINDS, "by kind"))):
+    for i, (key, parts, colours, title) in enumerate((("by_group", groups, PARTS, "by phase"),
+                                                       ("by_kind", KINDS, KIND_COLOURS, "by kind"))):
         x_scale = LinearScale(0, total * 1.02, fmt=lambda v: "0" if v == 0 else f"{v:.1e}".replace("e+", "e"))
         panel = Panel(x_scale, LinearScale(-0.5, n - 0.5), (140 + i * 280, 36, 230, 28 * n), f"counted FLOPs {title}",
                       y_ticks=False)
-        used = [(part, PARTS[j % len(PARTS)]) for j, part in enumerate(parts) if any(b[key].get(part) for b in bars)]
+        used = [(part, colours[j % len(colours)]) for j, part in enumerate(parts) if any(b[key].get(part) for b in bars)]
         for row, b in enumerate(bars):
             y, left = n - 1 - row, 0.0
             for part, colour in used:

@@ -171,12 +171,11 @@ def _number(value: float | str | None) -> float:
 
 
 def _results_csv(results: dict[str, Any]) -> str:
-    """One row per method and board; first, lines starting with "# " say what the columns mean.
-
-    Read it with `pandas.read_csv(path, skiprows=n)`, n the number of leading "# " lines (they are
-    before the header, so no cell is ever taken for a comment). Metric cells are numbers (pandas reads
-    float columns; an unbounded interval end is inf or -inf, an undefined value empty); only text
-    cells get the spreadsheet-formula guard (`csv_safe`).
+    """One row per method and board, a plain CSV that `pandas.read_csv(path)` and spreadsheets read as
+    it is: the header is its first line. What the columns mean is in results.json's `notes` and
+    docs/metrics.md. Metric cells are numbers (pandas reads float columns; an unbounded interval end
+    is inf or -inf, an undefined value empty); only text cells get the spreadsheet-formula guard
+    (`csv_safe`).
     """
     rows = []
     for b in results["boards"]:
@@ -190,8 +189,7 @@ def _results_csv(results: dict[str, Any]) -> str:
                             f"{name}_high": _number(est["high"])})
                 row[f"{name}_stat"] = csv_safe(est["stat"])
             rows.append(row)
-    notes = "".join(f"# {v}\n" for v in results["notes"].values())
-    return notes + pd.DataFrame(rows).to_csv(index=False)
+    return pd.DataFrame(rows).to_csv(index=False)
 
 
 def _write_boards(boards: list[Board], frames: Frames, records: list[dict[str, Any]], record_files: list[str],

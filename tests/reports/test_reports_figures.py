@@ -132,3 +132,13 @@ def test_empty_frames_draw_empty_figures():
     assert "<svg" in figures.accuracy_curves(empty, {}, None, 0.3, "empty")
     assert "<svg" in figures.domain_accuracy(empty, {"a": "#000000"})
     assert np.isfinite(figures.seed_interval(10)([0.1, 0.2])).all()
+
+
+def test_the_flops_figure_gives_no_kind_the_colour_of_a_phase():
+    bars = [{"name": "opd-multi", "by_group": {"expert training": 6e12, "distillation": 1e12},
+             "by_kind": {"rollout": 4e12, "score": 1e12, "update": 2e12}}]
+    svg = plots.flops_breakdown(bars, ["expert training", "distillation"])
+    fills = re.findall(r'<rect[^>]*fill="(#[0-9a-f]{6})"', svg)
+    phases, kinds = set(plots.PARTS[:2]), set(plots.KIND_COLOURS)
+    assert phases <= set(fills) and kinds <= set(fills)
+    assert not phases & kinds and len(set(plots.PARTS) | kinds) == len(plots.PARTS) + len(kinds)

@@ -231,8 +231,7 @@ def test_samples_are_on_the_method_page_escaped(site):
 
 def test_results_csv_numbers_are_numbers(site):
     path = site / "results.csv"
-    notes = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("# "))
-    table = pd.read_csv(path, skiprows=notes)
+    table = pd.read_csv(path)
     results = json.loads(_read(site, "results.json"))
     names = list(results["boards"][0]["methods"][0]["metrics"])
     numeric = ["budget_flops"] + [f"{n}{s}" for n in names for s in ("", "_low", "_high")]
