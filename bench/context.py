@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from bench.accounting.ledger import Ledger, ledger_context
+from bench.accounting.ledger import Ledger, engine_booking, ledger_context
 from bench.evaluation import Evaluator
 from bench.policy import Policy
 from bench.rollout.base import RolloutBackend, Rollouts, padded_logprobs, to_padded
@@ -99,6 +99,9 @@ class RunContext:
         self._reports: dict[str, Any] = reports if reports is not None else {}
         self._policy_states = policy_states or {}  # checkpointed policies not re-created yet
         self._teachers: set[str] = set()  # policies loaded by `teacher`: made outside, never checkpointed
+        # teachers and the clones and snapshots made from them: trained outside the budget (`external`),
+        # so never the deliverable (`set_student`)
+        self._from_teacher: set[str] = set()
         self._restored_positions = sampler_positions or {}  # until their sampler is re-created
         self._samplers: dict[str, Sampler] = {}
         self._student_name = student_name  # the deliverable, when the method chose another (set_student)
@@ -137,6 +140,12 @@ class RunContext:
         """The run's deliverable: the policy the runner evaluates at milestones (see `set_student`)."""
         return self._student
 
+    def _descends(self, source: Policy, name: str) -> None:
+        """Note that policy `name` is made from `source`, one of this run's: a teacher's descendant stays one."""
+        self._made_here(source, "clone and snapshot")
+        if source.name in self._from_teacher:
+            self._from_teacher.add(name)
+
     def _register(self, policy: Policy) -> Policy:
         saved = self._policy_states.pop(policy.name, None)
         if saved is not None:
@@ -151,19 +160,23 @@ class RunContext:
         """A trainable copy of `policy` (e.g. a domain expert), metered and checkpointed as `name`."""
         if name in self._policies:
             return self._policies[name]
+        self._descends(policy, name)
         return self._register(policy._clone(name))
 
     def snapshot(self, policy: Policy, name: str) -> Policy:
         """A frozen copy of `policy` (e.g. a self-teacher), metered and checkpointed as `name`."""
         if name in self._policies:
             return self._policies[name]
+        self._descends(policy, name)
         return self._register(policy._clone(name, trainable=False))
 
     def teacher(self, name: str = "external") -> Policy:
         """A frozen teacher prepared outside the run (its own training is not counted; its use is)."""
         if name not in self._policies:
-            self._policies[name] = self._teacher_loader(name)
+            with engine_booking():  # its training is booked `external` once, as it is loaded
+                self._policies[name] = self._teacher_loader(name)
             self._teachers.add(name)
+            self._from_teacher.add(name)
         return self._policies[name]
 
     def _made_here(self, policy: Any, what: str) -> None:
@@ -174,8 +187,12 @@ class RunContext:
                              f"ctx.teacher), got {type(policy).__name__}")
 
     def set_student(self, policy: Policy) -> None:
-        """Declare which policy is the run's deliverable (evaluated at milestones)."""
+        """Declare which policy is the run's deliverable (evaluated at milestones): the student or a
+        policy made from it, never a teacher or a copy of one (a teacher's training is not counted)."""
         self._made_here(policy, "set_student")
+        if policy.name in self._from_teacher:
+            raise ValueError(f"set_student takes the student or a policy made from it; {policy.name!r} is a teacher "
+                             "or made from one, whose training is not counted toward the budget")
         self._student = policy
         self._student_name = policy.name
 
@@ -305,12 +322,13 @@ class RunContext:
     def evaluate(
         self, policy: Policy, *, split: str = "validation", domains: Sequence[str] | None = None, size: int = 200
     ) -> dict:
-        """Greedy pass@1 of `policy` on the first `size` prompts per domain of `split`, booked `eval`.
+        """Greedy pass@1 of `policy` on the first `size` prompts per domain of `split`.
 
         `validation` (default) is a fixed sample of the training distribution, disjoint from the
-        held-out split: what a method may stop on (an expert's plateau). `heldout` is the split the
-        leaderboard reports, for measurement protocols (a recovery target). Evaluation is recorded,
-        never counted toward the budget. Returns {accuracy, domain_accuracy, mean_length, ...}.
+        held-out split: what a method may stop on (an expert's plateau). Deciding when to stop is part
+        of making the student, so its FLOPs are counted, in the current phase, as rollouts. `heldout`
+        is the split the leaderboard reports, for measurement protocols (a recovery target): booked
+        `eval`, recorded, never counted. Returns {accuracy, domain_accuracy, mean_length, ...}.
         """
         if split not in ("validation", "heldout"):
             raise ValueError(f"split must be 'validation' or 'heldout', got {split!r}")
@@ -319,8 +337,11 @@ class RunContext:
         key = (split, chosen, size)
         if key not in self._evaluators:
             self._evaluators[key] = Evaluator(self._suite, size, self._eval_max_new_tokens, backend=self._backend,
-                                              split=split, domains=chosen)
-        return self._evaluators[key].evaluate(policy)
+                                              split=split, domains=chosen, counted=split == "validation")
+        if split == "validation":
+            return self._evaluators[key].evaluate(policy)
+        with engine_booking():
+            return self._evaluators[key].evaluate(policy)
 
     @property
     def heldout_size(self) -> int | None:

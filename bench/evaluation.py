@@ -1,12 +1,15 @@
 """Held-out evaluation (docs/metrics.md; docs/design.md, The run).
 
 Greedy decoding, pass@1, on a fixed slice of each domain's held-out split; suite accuracy is the mean
-over domains; response length is the mean number of generated tokens (EOS included). Evaluation is
-booked to the `eval` category: recorded and shown, never counted toward the budget.
+over domains; response length is the mean number of generated tokens (EOS included). A held-out
+evaluation is booked to the `eval` category: recorded and shown, never counted toward the budget. A
+validation check a method runs to decide when to stop (`ctx.evaluate(split="validation")`) is part of
+making its student, so it is counted (`counted=True`), booked to the method's phase as a rollout.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,16 +23,18 @@ class Evaluator:
     """Scores a policy on the first `size` problems of every domain of a suite (or of `domains`).
 
     `split`: `heldout` (what the leaderboard reports) or `validation` (a fixed sample of the training
-    distribution, for methods that stop on a plateau).
+    distribution, for methods that stop on a plateau). `counted`: book the work where the caller is
+    (a method's phase, counted), not as a held-out evaluation.
 
     `backend` decodes; the runner passes the methods' own, so a vLLM run evaluates on its engine.
     """
 
     def __init__(
         self, suite: Any, size: int, max_new_tokens: int, batch_size: int = 512, backend: RolloutBackend | None = None,
-        *, split: str = "heldout", domains: Sequence[str] | None = None,
+        *, split: str = "heldout", domains: Sequence[str] | None = None, counted: bool = False,
     ) -> None:
         self.suite = suite
+        self.counted = counted
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         split_of = suite.heldout if split == "heldout" else suite.validation
@@ -41,7 +46,7 @@ class Evaluator:
         `samples_per_domain` > 0 `samples`: the first held-out problems of each domain with their
         completion and reward (the same fixed prompts at every evaluation; no extra generation)."""
         domain_acc, domain_len, samples = {}, {}, []
-        with evaluation():
+        with contextlib.nullcontext() if self.counted else evaluation():
             for domain, problems in self.problems.items():
                 texts, lengths = self.completions(policy, problems)
                 scores = self.suite.score_many(problems, texts)

@@ -175,6 +175,8 @@ class Policy:
         decoder may run compiled and the LM head fused with the log-softmax (`fuses_head`,
         `compiles_body`): the same log-probs and gradients, without [B, keep + 1, V] fp32 logits.
         """
+        if keep is not None and keep < 0:
+            raise ValueError(f"keep is a number of positions, 0 or more; got {keep}")
         # read where the caller's mask is (the update's are on the host: no wait for the device)
         causal_alone = self.drops_padding_mask and right_padded(attention_mask)
         input_ids = input_ids.to(self.device)

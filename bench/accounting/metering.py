@@ -57,10 +57,14 @@ def _past_length(call: dict) -> int:
 
 
 def _logit_tokens(call: dict, new_tokens: int) -> int:
+    """Positions the LM head runs on, as transformers reads `logits_to_keep`: an int 0 keeps every
+    position, k > 0 the last k, k < 0 all but the first -k (`slice(-k, None)`); a tensor indexes the
+    positions (a 0-dim one picks one)."""
     keep = call.get("logits_to_keep", 0)
     if isinstance(keep, torch.Tensor):
-        return int(keep.numel()) if keep.dim() else int(keep.item()) or new_tokens
-    return min(int(keep), new_tokens) if keep else new_tokens
+        return int(keep.numel())
+    keep = int(keep)
+    return new_tokens if keep == 0 else min(keep, new_tokens) if keep > 0 else max(new_tokens + keep, 0)
 
 
 def meter(model: torch.nn.Module, name: str, ledger: Ledger) -> torch.nn.Module:

@@ -201,7 +201,8 @@ def run_child(spec: ChildSpec, key: str) -> ChildResult:
             policy_states=spec.policy_states, sampler_positions=spec.sampler_positions,
             generator=torch.Generator().manual_seed(seed), eval_max_new_tokens=spec.eval_max_new_tokens,
         )
-        value = spec.fn(ctx, key)
+        with ledger.method_runs():
+            value = spec.fn(ctx, key)
     within_share()
     created = {name: p._state() for name, p in ctx._policies.items() if name != spec.student.name}
     for state in created.values():

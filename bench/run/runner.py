@@ -22,7 +22,7 @@ import torch
 
 from bench import store
 from bench.accounting.flops import FlopSpec
-from bench.accounting.ledger import Ledger, current_phase
+from bench.accounting.ledger import Ledger, current_phase, engine_booking
 from bench.context import RunContext
 from bench.errors import RunError
 from bench.evaluation import Evaluator
@@ -222,10 +222,12 @@ class Runner:
         """Make the method and run it. A plugin's exception (in `__init__` or `run`) is the plugin's
         fault: one line naming it; a built-in's keeps its traceback."""
         if self.config.method in builtin_methods():
-            self.method_cls(self.method_config).run(ctx)
+            with self.ledger.method_runs():
+                self.method_cls(self.method_config).run(ctx)
             return
         try:
-            self.method_cls(self.method_config).run(ctx)
+            with self.ledger.method_runs():
+                self.method_cls(self.method_config).run(ctx)
         except (RunError, KeyboardInterrupt):
             raise
         except Exception as exc:
@@ -357,7 +359,8 @@ class Runner:
             result = self._last_eval[1]
         else:
             # the point keeps its sample completions in curve.jsonl; the record lists them apart (`samples`)
-            result = self.evaluator.evaluate(ctx.student, samples_per_domain=SAMPLES_PER_DOMAIN)
+            with engine_booking():
+                result = self.evaluator.evaluate(ctx.student, samples_per_domain=SAMPLES_PER_DOMAIN)
             self._last_eval = (digest, result)
         point = {
             "flops": ctx.spent_flops,

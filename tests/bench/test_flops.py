@@ -266,6 +266,20 @@ def test_hf_generate_is_charged_what_it_runs():
     assert close(ledger.total(), measured)
 
 
+@pytest.mark.parametrize("keep", [1, 5, -10, -S, -(S + 5), torch.tensor(-10), torch.tensor([0, 3, 7])])
+def test_the_head_is_charged_on_the_positions_logits_to_keep_keeps(keep):
+    """Every form of `logits_to_keep` transformers takes: its LM head runs where the charge says."""
+    model, ledger = build("llama").eval(), Ledger()
+    meter(model, "student", ledger)
+    with torch.no_grad(), audit.audited(ledger, "student") as result:
+        logits = model(input_ids=token_ids(), logits_to_keep=keep).logits
+    spec = FlopSpec.from_config(model.config)
+    kept = logits.shape[1] if logits.dim() == 3 else 1  # a 0-dim tensor picks one position
+    head = 2 * B * spec.vocab * spec.hidden * kept  # what the head computed
+    assert result.charged_flops == spec.forward_flops(S, batch=B) - 2 * B * spec.vocab * spec.hidden * S + head
+    assert close(result.instrumented_flops, result.charged_flops), result
+
+
 def _method_calling_model_directly(model: torch.nn.Module, ids: torch.Tensor, positional: bool) -> None:
     """A 'method' that uses the raw module, none of our helpers: a training pass, then a cached step."""
     out = model(ids)
