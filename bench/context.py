@@ -75,6 +75,7 @@ class RunContext:
         heldout_size: int | None = None,
         reports: dict | None = None,
         student_name: str | None = None,
+        phase_streams: str | None = None,
         on_progress: Callable[[float, str | None], None] | None = None,
         on_replay: Callable[[float, str, dict], None] | None = None,
     ) -> None:
@@ -108,6 +109,7 @@ class RunContext:
         self._policies: dict[str, Policy] = {}
         self._student = self._register(student)
         self._phase_runner = phase_runner  # how `map_phases` runs; None: in order, on this context
+        self._phase_streams = phase_streams  # how its phases drew their samples (`map_phases`); None: no phases
         self._finished = False
 
     # -- problems -------------------------------------------------------------------------------
@@ -395,10 +397,13 @@ class RunContext:
         picklable (a module-level function or a `functools.partial` of one). See `bench.run.phases`.
         """
         if self._phase_runner is None:
+            self._phases_drew("shared")
             return {key: fn(self, key) for key in keys}
         results = self._phase_runner(self, fn, list(keys))
         if results is None:  # the executor could not keep to the budget in parallel: in order, here
+            self._phases_drew("shared")
             return {key: fn(self, key) for key in keys}
+        self._phases_drew("own")
         start = self.spent_flops
         for result in results:
             before = self.spent_flops
@@ -410,6 +415,13 @@ class RunContext:
         return {r.key: r.value for r in results}
 
     # -- engine side: the runner's and the phase executors' access ------------------------------
+    def _phases_drew(self, streams: str) -> None:
+        """Note how a `map_phases` call's phases drew samples: `shared` (in order on this context, one
+        stream) or `own` (child contexts, one stream each); `mixed` once two calls differ. The numbers
+        of a method that splits depend on it, so its record keeps it (`phase_streams`)."""
+        known = self._phase_streams
+        self._phase_streams = streams if known in (None, streams) else "mixed"
+
     def _finish(self) -> None:
         """The method returned: `should_stop()` is True from now on."""
         self._finished = True
@@ -434,6 +446,7 @@ class RunContext:
             "samplers": self._sampler_positions(),
             "reports": self._reports,
             "student": self._student_name,
+            "phase_streams": self._phase_streams,
         }
 
     def _merge_child(self, result: Any) -> None:

@@ -331,21 +331,29 @@ def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:
     """Runs whose base model (weights hash), world version, rollout engine or settings differ from the
     board's majority: a changed base is detected here, never discovered by accident; on a GPU the
     engines charge the same tokens differently (the torch engine its padding); token caps and the
-    evaluation schedule change the curve. Marked on the board and method pages."""
+    evaluation schedule change the curve. And runs of a method whose phases drew their samples
+    otherwise than its other runs' (`phase_streams`: opd-multi's experts one after another or side
+    by side give other numbers). Marked on the board and method pages."""
     for column, what in (("base_hash", "started from another base model (weights hash)"),
                          ("world_version", "started from another world version"),
                          ("rollout", "sampled with another rollout engine"),
                          ("settings", "made with other settings (token caps, evaluation schedule, device)")):
-        known = runs[runs[column].notna()]
-        if known.empty:
-            continue
-        counts = known[column].value_counts()
-        majority = str(counts.index[0])
-        odd = known[known[column] != majority]
-        if not odd.empty:
-            board.odd_runs.update(odd["run_id"])
-            board.warnings.append(f"{len(odd)} run(s) {what} than the board's majority ({majority}): "
-                                  + ", ".join(sorted(odd["run_id"])))
+        _mark_odd(board, runs, column, what, "the board's majority")
+    for method, of_method in runs.groupby("method", sort=True):
+        _mark_odd(board, of_method, "phase_streams", "drew their phases' samples otherwise",
+                  f"the majority of {method}'s runs")
+
+
+def _mark_odd(board: Board, runs: pd.DataFrame, column: str, what: str, majority_of: str) -> None:
+    known = runs[runs[column].notna()]
+    if known.empty:
+        return
+    majority = str(known[column].value_counts().index[0])
+    odd = known[known[column] != majority]
+    if not odd.empty:
+        board.odd_runs.update(odd["run_id"])
+        board.warnings.append(f"{len(odd)} run(s) {what} than {majority_of} ({majority}): "
+                              + ", ".join(sorted(odd["run_id"])))
 
 
 def _note_cpus(board: Board, runs: pd.DataFrame) -> None:

@@ -5,11 +5,12 @@ two are read in three parts:
 
 - **inputs**, what defines the experiment: the budget, the method's resolved config, the suite's
   content hash, the weights hashes of the base and the teachers, the world's version, the
-  evaluation size, the rollout engine and the run's settings (token caps, evaluation schedule, kind
-  of device). Records whose inputs differ are another experiment, never
-  a failed reproduction, and their outcomes are not compared.
+  evaluation size, the rollout engine, the run's settings (token caps, evaluation schedule, kind
+  of device) and how a method's independent phases drew their samples (`phase_streams`: one stream
+  one after another, or one each side by side). Records whose inputs differ are another experiment,
+  never a failed reproduction, and their outcomes are not compared.
 - **environment**, what may change the last digits: package versions, the CPU or GPU, torch's
-  thread count and how independent phases ran. A CPU's float sums follow its kernels and thread
+  thread count and the phase executor (whose effect on the numbers is `phase_streams`, an input). A CPU's float sums follow its kernels and thread
   count, and a changed digit changes the samples drawn after it, so across environments a run can
   differ in every number (docs/benchmarks.md). Shown where it differs; never a verdict by itself.
 - **outcome**, everything else a record holds (ledger, curve, step trace, accuracies, FLOP totals,
@@ -33,7 +34,8 @@ from reports.records import SOURCE_KEY
 MATCH_KEY = ("method", "suite", "difficulty", "profile", "seed")
 TIME_KEYS = frozenset({"wall_s", "seconds"})  # wall-clock fields, at any depth of the outcome
 NOT_OUTCOME = frozenset({"provenance", "throughput", "run_id", SOURCE_KEY})  # run_id: a name (`--run-name`)
-INPUT_FIELDS = ("budget_flops", "method_config", "suite_hash", "suite_version", "domains", "eval_size", "settings")
+INPUT_FIELDS = ("budget_flops", "method_config", "suite_hash", "suite_version", "domains", "eval_size", "settings",
+                "phase_streams")
 INPUT_PROVENANCE = ("model_hashes", "world_version", "rollout")
 ENVIRONMENT_PROVENANCE = ("packages", "hardware", "phase_executor")
 ABSENT = "(absent)"

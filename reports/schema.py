@@ -177,6 +177,8 @@ RECORD_SCHEMA: dict[str, Any] = {
             "eval_early": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
             "distill_eval_every": {"type": "integer", "minimum": 0},
             "device": {"type": "string", "maxLength": MAX_NAME_CHARS}}},
+        # how a method's independent phases drew samples (bench/context.py `map_phases`); null: no phases
+        "phase_streams": {"enum": ["shared", "own", "mixed", None]},
         "throughput": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["flops", "seconds", "flop_per_s"],
             "properties": {"flops": _nonneg, "seconds": _nonneg, "flop_per_s": _nonneg, "mfu": _nonneg}}},

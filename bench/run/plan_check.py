@@ -11,12 +11,13 @@ its whole resolved config, suite, difficulty, suite hash, profile, seed, budget 
 per domain; its settings (token caps, evaluation schedule, kind of device); the world's version;
 and, where the world ships its models (bench/reference), the hash of the base, and of the external
 teacher where the record names one; and the rollout engine. Where, when and on what a run was made
-(times, hardware, commits) is not compared. Nor is how its independent phases ran (the executor),
-though for a method that splits into phases (opd-multi's experts) one after another and side by
-side give other numbers (bench/run/phases.py): a record does not say whether its method split, and
-for one that did not the executor changes nothing; the command shown for each run passes its
-executor. A config option the record lacks (added since it was made) is listed apart and, as `bench
-compare` reads it, never decides.
+(times, hardware, commits) is not compared. How its independent phases drew their samples is
+(`phase_streams`: opd-multi's experts one after another share one stream, side by side each has
+its own, and the numbers differ; bench/run/phases.py): a record whose phases had their own streams
+is not made by a command that runs them one after another. The converse is not decided here: a
+parallel executor runs the phases one after another where the budget ends inside them. A config
+option the record lacks (added since it was made) is listed apart and, as `bench compare` reads it,
+never decides.
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ def plan_check(configs: list[RunConfig], records: list[dict[str, Any]]) -> dict[
                 added.setdefault(key, []).append(mine)
             elif mine != theirs:
                 out.append(f"{rid}: {key} is {theirs!r} in its record, {mine!r} at this code")
+        streams = record.get("phase_streams")
+        if streams in ("own", "mixed") and runner.config.phase_executor == "sequential":
+            out.append(f"{rid}: its phases drew samples side by side ({streams!r} streams) in its record, one "
+                       "after another at this command (phase executor sequential)")
     return {"differences": out,
             "added": [f"{key} = {', '.join(dict.fromkeys(map(repr, values)))} ({len(values)} of "
                       f"{len(by_id)} records lack it)" for key, values in added.items()]}

@@ -416,7 +416,7 @@ class Runner:
         return record.summary(
             run_id=self.run_id, method=self.method_cls.name, method_config=self.method_config, config=self.config,
             suite=self.suite, curve=self.curve, ledger=self.ledger, reports=self.ctx._reports,
-            steps=store.read_jsonl(self.dir / "steps.jsonl"), max_step_flops=self._trace["max_step_flops"],
+            phase_streams=self.ctx._phase_streams, steps=store.read_jsonl(self.dir / "steps.jsonl"), max_step_flops=self._trace["max_step_flops"],
             provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
             wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),
         )

@@ -34,6 +34,13 @@ def test_isolated_phases_book_exactly_what_sequential_phases_book():
     assert_same_phases(ctx, results, ref, ref_results)
     assert (len(ref_steps), len(steps)) == (0, 1)  # the runner hears once, after the merge
     assert ctx._ledger.counted_flops > 0
+    # one sampling stream in order, one each in child contexts: the record says which (`phase_streams`)
+    assert (ref._phase_streams, ctx._phase_streams) == ("shared", "own")
+    assert ctx._checkpoint()["phase_streams"] == "own"
+    ctx.map_phases(sft_expert, ctx.domains[:1])
+    ctx._phase_runner = None  # a resumed run's phases, one after another
+    ctx.map_phases(sft_expert, ctx.domains[:1])
+    assert ctx._phase_streams == "mixed"
 
 
 def test_phases_in_processes_book_exactly_what_sequential_phases_book():
@@ -142,6 +149,7 @@ def test_a_budget_that_ends_inside_parallel_phases_reruns_them_in_order():
     assert steps == ref_steps == {"math": 1, "code": 0}  # one step past the budget, in all
     assert without_seconds(ctx._ledger.rows()) == without_seconds(ref._ledger.rows())
     assert replayed == []  # the discarded children's steps are not traced
+    assert ctx._phase_streams == "shared"  # run in order on the run's stream, as its numbers say
     assert ctx._reports["parallel_discarded_flops"] > ctx._ledger.counted_flops > 0
 
 
@@ -162,6 +170,7 @@ def test_opd_multi_experts_in_processes_book_what_isolated_experts_book(fast_pro
     phases = [row["phase"] for row in ours["steps"]]
     assert phases.index("expert:code") > phases.index("expert:math") and "distill" in phases
     assert ours["provenance"]["phase_executor"] == "processes"
+    assert ours["phase_streams"] == theirs["phase_streams"] == "own"
     log = (tmp_path / "processes" / ours["run_id"] / "progress.log").read_text()
     assert "math: done" in log and "code: done" in log
 

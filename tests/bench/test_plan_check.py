@@ -246,3 +246,27 @@ def test_a_records_rerun_command_plans_it_with_its_settings():
     other = {**record, "settings": {**record["settings"], "max_new_tokens": 16}}
     (difference,) = plan_check([planned], [other])["differences"]
     assert "settings.max_new_tokens is 16 in its record, 8 at this code" in difference
+
+
+def test_a_record_whose_phases_ran_side_by_side_is_not_made_by_a_command_that_runs_them_in_order():
+    from bench.run import record as records
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+    from bench.world import reference
+
+    made = RunConfig(method="opd-multi", suite="math_code", profile="direct", seed=0, budget_flops=2e11)
+    run = Runner(made, progress=False)
+    record = {**{k: v for k, v in run.fingerprint().items() if k in ("method", "method_config", "suite", "difficulty",
+                                                                   "suite_hash", "profile", "seed", "budget_flops",
+                                                                   "eval_size")},
+              "run_id": run.run_id, "settings": records.settings(made),
+              "provenance": {"world_version": run.profile.world_version, "rollout": "torch",
+                             "model_hashes": reference.shipped_hashes("direct")}}
+    for streams in (None, "shared"):
+        assert plan_check([made], [{**record, "phase_streams": streams}]) == {"differences": [], "added": []}
+    for streams in ("own", "mixed"):
+        (difference,) = plan_check([made], [{**record, "phase_streams": streams}])["differences"]
+        assert f"its phases drew samples side by side ({streams!r} streams)" in difference
+    side_by_side = RunConfig(method="opd-multi", suite="math_code", profile="direct", seed=0, budget_flops=2e11,
+                             phase_executor="isolated")
+    assert plan_check([side_by_side], [{**record, "phase_streams": "own"}])["differences"] == []

@@ -21,6 +21,7 @@ def test_experts_then_distillation_until_the_budget(fast_profile, tmp_path):
     summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=0,
                          **NEVER_CONVERGES, **SMALL)
     keys = ledger_keys(summary)
+    assert summary["phase_streams"] == "shared"  # its experts, one after another on the run's stream
     for domain in ("math", "code"):
         expert = f"expert:{domain}"
         assert {(expert, "rollout", expert), (expert, "update", expert)} <= keys

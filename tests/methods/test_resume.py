@@ -28,6 +28,7 @@ def test_killed_in_distillation_resumes_to_the_same_record(fast_profile, tmp_pat
         runner.run()
     state = json.loads((runner.dir / "checkpoints" / "latest" / "state.json").read_text())
     assert state["state"]["distill"]["steps"] >= 1  # the checkpoint is inside distillation
+    assert state["phase_streams"] == whole["phase_streams"] == "shared"  # the experts ran in order
     assert not (runner.dir / "summary.json").exists()
     runner = Runner(config, resume=True, progress=False)
     runner.method_cls = counting(resumed_steps)

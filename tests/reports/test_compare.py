@@ -91,6 +91,16 @@ def test_a_reference_made_before_records_kept_their_settings_is_compared_on_the_
     assert [d.path for d in found.unshared] == ["settings", "provenance.rollout"]
 
 
+def test_phases_that_drew_their_samples_otherwise_are_another_experiment():
+    reference = {**make_record("opd-multi", seed=0), "phase_streams": "shared"}
+    side_by_side = {**rerun(reference), "phase_streams": "own"}
+    found = compare(side_by_side, reference)
+    assert found.verdict == "other inputs" and [d.path for d in found.inputs] == ["phase_streams"]
+    older = {k: v for k, v in reference.items() if k != "phase_streams"}  # made before records kept it
+    found = compare(side_by_side, older)
+    assert found.verdict == "equal" and [d.path for d in found.unshared] == ["phase_streams"]
+
+
 def test_a_field_the_reference_has_and_the_run_lacks_differs():
     reference = make_record("grpo-joint", seed=0)
     again = rerun(reference)

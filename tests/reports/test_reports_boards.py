@@ -260,6 +260,18 @@ def test_a_run_from_another_base_or_world_is_marked(tmp_path):
         records[2]["run_id"], records[3]["run_id"]}
 
 
+def test_a_run_whose_phases_drew_samples_otherwise_than_its_methods_others_is_marked():
+    records = [make_record(method=m, seed=s) for m in ("grpo-joint", "opd-multi", "self-grpo") for s in range(3)]
+    for r in records[3:6]:
+        r["phase_streams"] = "own"  # opd-multi's experts side by side; no other method splits
+    assert not build_boards(to_frames(records))[0].odd_runs  # a majority per method, not per board
+    records[5]["phase_streams"] = "shared"
+    board = build_boards(to_frames(records))[0]
+    assert board.odd_runs == {records[5]["run_id"]}
+    (warning,) = [w for w in board.warnings if "phases' samples" in w]
+    assert "than the majority of opd-multi's runs (own)" in warning and records[5]["run_id"] in warning
+
+
 def test_a_board_made_on_two_kinds_of_cpu_says_which_made_how_many():
     records = [make_record(method=m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
     assert not any("kinds of CPU" in w for w in build_boards(to_frames(records))[0].warnings)
