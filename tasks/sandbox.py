@@ -15,6 +15,9 @@ models' code in a container or VM as well):
   it; in every case an audit hook, installed before the program runs, refuses sockets, new processes
   (`subprocess`, `os.system`, `os.fork`, `exec*`, `spawn*`, and the `_posixsubprocess` module, whose
   `fork_exec` raises no audit event) and `ctypes`;
+- files change only in its own folder: the audit hook refuses writing, creating, removing, renaming,
+  linking or changing the mode or times of a file anywhere else (links followed, from wherever it
+  has moved to), so a program cannot rewrite the harness, the tests or the Python it runs on;
 - its output is read back through the handle it was written to, never by name: the program owns its
   folder and could put a FIFO or a link to an endless file where the output file was.
 
@@ -69,16 +72,35 @@ for _limit, _value in {limits!r}:
     _hard = _resource.getrlimit(_limit)[1]
     _value = _value if _hard == _resource.RLIM_INFINITY else min(_value, _hard)
     _resource.setrlimit(_limit, (_value, _value))
+_opd_bench_home = _os.path.realpath(_os.getcwd())  # the program's own temporary folder
+def _opd_bench_outside(path, _real=_os.path.realpath, _join=_os.path.join, _text=_os.fsdecode, _cwd=_os.getcwd,
+                       _home=_opd_bench_home + "/"):
+    # where a path leads, links followed, from the folder the program is in now: anywhere but its own
+    # folder (or /dev/null); a descriptor (an int) is a file already open
+    if isinstance(path, int):
+        return False
+    real = _real(_join(_cwd(), _text(path)))
+    return not (real + "/").startswith(_home) and real != "/dev/null"
 def _opd_bench_guard(event, args, _blocked=("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn",
                                              "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
                                              "ctypes.", "pty.", "sys._current_frames", "sys._settraceallthreads",
                                              "sys._setprofileallthreads", "gc.get_"),
-                     _modules=("_posixsubprocess",), _name=_os.path.basename, _text=_os.fsdecode):
+                     _modules=("_posixsubprocess",), _name=_os.path.basename, _text=_os.fsdecode,
+                     _writes=_os.O_WRONLY | _os.O_RDWR | _os.O_CREAT | _os.O_TRUNC | _os.O_APPEND,
+                     _changes=("os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.chflags",
+                               "os.truncate", "os.utime", "shutil.rmtree"),
+                     _outside=_opd_bench_outside):
     # _posixsubprocess.fork_exec starts a process without an audit event: the module is not imported.
     # A file named `mem` (/proc/<pid>/mem, by any path or from a folder's descriptor) is the memory.
+    # Files change only in the program's own folder: written, made, removed, renamed, linked.
     if (event.startswith(_blocked) or (event == "import" and args and args[0] in _modules)
             or (event == "open" and args and isinstance(args[0], (str, bytes))
-                and _name(_text(args[0]).rstrip("/")) == "mem")):
+                and _name(_text(args[0]).rstrip("/")) == "mem")
+            or (event == "open" and len(args) > 2 and isinstance(args[2], int) and args[2] & _writes
+                and _outside(args[0]))
+            or (event in _changes and args and _outside(args[0]))
+            or (event in ("os.rename", "os.link") and len(args) > 1 and (_outside(args[0]) or _outside(args[1])))
+            or (event == "os.symlink" and len(args) > 1 and _outside(args[1]))):
         what = str(args[0] if args else "")[:100]
         raise PermissionError("not allowed in the OPD-Bench sandbox: " + event + " " + what)
 _sys.addaudithook(_opd_bench_guard)
@@ -107,7 +129,7 @@ def _opd_bench_run():
     _sys.stdout.flush()
     done.set()
     keeper.join()
-del _resource, _limit, _value, _hard, _opd_bench_guard
+del _resource, _limit, _value, _hard, _opd_bench_guard, _opd_bench_outside
 _opd_bench_run()
 """
 

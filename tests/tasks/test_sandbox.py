@@ -139,3 +139,43 @@ def test_the_program_runs_as_main_with_the_standard_library_whole():
     result = run_python(program, timeout_s=10)
     assert result.passed, result.output
     assert not run_python("import sys\nsys.exit(0)\nassert False\n").passed  # leaving early never passes
+
+
+ELSEWHERE = [
+    "open(TARGET, 'w').write('x')",
+    "open(TARGET, 'a').write('x')",
+    "os.close(os.open(TARGET, os.O_WRONLY | os.O_CREAT))",
+    "pathlib.Path(TARGET).write_text('x')",
+    "os.remove(TARGET)",
+    "os.rename(TARGET, 'taken')",
+    "open('here', 'w').close()\nos.replace('here', TARGET)",
+    "os.chmod(TARGET, 0o777)",
+    "os.utime(TARGET, (0, 0))",
+    "os.truncate(TARGET, 0)",
+    "shutil.rmtree(os.path.dirname(TARGET))",
+    "os.symlink(TARGET, 'link')\nopen('link', 'w').write('x')",
+    "os.chdir(os.path.dirname(TARGET))\nopen(os.path.basename(TARGET), 'w').write('x')",
+    "os.mkdir(TARGET + '.d')",
+]
+
+
+@pytest.mark.parametrize("change", ELSEWHERE)
+def test_a_program_changes_no_file_outside_its_folder(change, tmp_path):
+    target = tmp_path / "harness.py"
+    target.write_text("kept")
+    before = target.stat()
+    program = f"import os, pathlib, shutil\nTARGET = {str(target)!r}\n{change}\n"
+    result = run_python(program, timeout_s=5)
+    assert not result.passed and "not allowed in the OPD-Bench sandbox" in result.output, result.output
+    assert target.read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) == ["harness.py"]
+    after = target.stat()
+    assert (after.st_mode, after.st_mtime_ns) == (before.st_mode, before.st_mtime_ns)
+
+
+def test_a_program_changes_files_in_its_own_folder_as_it_likes():
+    program = ("import os, shutil, tempfile\nos.mkdir('d')\nopen('d/a', 'w').write('1')\nos.rename('d/a', 'd/b')\n"
+               "os.symlink('d/b', 'c')\nopen('c', 'a').write('2')\nassert open('d/b').read() == '12'\n"
+               "os.chmod('d/b', 0o600)\nos.remove('c')\nshutil.rmtree('d')\nopen(os.devnull, 'w').write('x')\n"
+               "os.chdir('/')\nassert open('/etc/hostname').read() is not None\n")
+    result = run_python(program, timeout_s=10)
+    assert result.passed, result.output
