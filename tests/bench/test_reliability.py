@@ -1007,15 +1007,15 @@ CHEATS = {
             pass"""),
     "hides a little work among many evaluations": _cheat("import torch", """\
         shadow = type(ctx.student._model)(ctx.student._model.config)  # never metered""", """\
-            for _ in range(4):  # evaluating twice what it trains: 2% of everything is 6% of its training
-                ctx.evaluate(ctx.student, size=200)
+            for _ in range(4):  # evaluating twice what it trains (held out: uncounted): 2% of everything is 6%
+                ctx.evaluate(ctx.student, split="heldout", size=200)  # of its training
             with torch.no_grad():
                 shadow(input_ids=torch.randint(3, 100, (48, 48)))"""),
 }
 
 
 @pytest.mark.parametrize("cheat, code, needle", [
-    ("books its training as eval", 1, "not conformant"),
+    ("books its training as eval", 2, "booked 'eval' while the method runs"),  # refused by the ledger itself
     ("trains in a thread", 2, "starts a thread"),
     ("searches in a forked child", 2, "starts a process (os.fork)"),
     ("replaces the student's decode", 2, "Policy.decode belongs to the engine"),
