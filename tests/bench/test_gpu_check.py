@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.bench.support import benchmark_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +170,7 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path):
         assert proc.returncode == 2 and said in proc.stderr and not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.timeout(30)  # the hanging part sleeps 60 s unless the deadline stops it
 def test_a_part_whose_process_dies_or_overruns_is_recorded_and_the_check_goes_on(tmp_path, monkeypatch):
     module = benchmark_module("gpu_check")
     check = module.Check(tmp_path / "r.json", deadline=time.time() + 3, dry=True)
@@ -183,9 +186,7 @@ def test_a_part_whose_process_dies_or_overruns_is_recorded_and_the_check_goes_on
     check = module._run_part(check, "audit", tmp_path, dry=True)
     assert check.results["audit"]["error"] == "the part's process ended: 3"
     monkeypatch.setattr(sys, "executable", str(hangs))  # a part that runs past the budget
-    start = time.perf_counter()
     check = module._run_part(check, "fused", tmp_path, dry=True)
-    assert time.perf_counter() - start < 10
     assert check.results["fused"]["error"] == "the part's process ended: stopped at the end of the budget"
     check = module._run_part(check, "update", tmp_path, dry=True)  # past the deadline now: not started
     assert check.results["update"] == {"skipped": "no time left"} and check.skipped == ["update"]

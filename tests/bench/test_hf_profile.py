@@ -162,8 +162,6 @@ def test_hf_profile_needs_a_model(tmp_path):
 
 
 def test_hf_profile_trains_and_evaluates_on_standard_benchmarks_from_local_files(folders, tmp_path, monkeypatch):
-    from pathlib import Path
-
     monkeypatch.setenv("OPD_BENCH_DATA", str(Path(__file__).resolve().parents[1] / "fixtures" / "standard"))
     out = CliRunner().invoke(app, [
         "run", "--profile", "hf", "--model", str(folders[0]), "--method", "grpo-joint", "--suite", "std_math_code",
@@ -172,6 +170,18 @@ def test_hf_profile_trains_and_evaluates_on_standard_benchmarks_from_local_files
     assert out.exit_code == 0, out.output
     record = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
     assert record["suite"] == "std_math_code" and record["domains"] == ["gsm8k", "mbpp"]
+    # trained: the student's rollouts and updates are counted, and steps were logged
+    counted = {r["kind"]: r for r in record["ledger"] if r["category"] == "counted" and r["model"] == "student"}
+    assert {"rollout", "update"} <= set(counted)
+    assert all(counted[kind]["flops"] > 0 and counted[kind]["calls"] > 0 for kind in ("rollout", "update"))
+    assert record["steps"] and record["steps"][-1]["flops"] > 0
+    assert record["flops"]["counted"] == pytest.approx(sum(r["flops"] for r in counted.values()))
+    # evaluated: eval FLOPs spent, a curve point before and after training, each with both domains' accuracy
+    assert record["flops"]["eval"] > 0
+    curve = record["curve"]
+    assert len(curve) >= 2 and curve[0]["flops"] == 0 and curve[-1]["flops"] > 0
+    assert all(set(point["domain_accuracy"]) == {"gsm8k", "mbpp"} for point in curve)
+    assert set(record["final_domain_accuracy"]) == {"gsm8k", "mbpp"}
 
 
 def test_hf_profile_names_the_missing_data_folder_in_one_line(folders, tmp_path, monkeypatch):

@@ -30,7 +30,8 @@ def test_group_advantages_centre_and_scale_per_group():
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
     adv = group_advantages(rewards, 4)
     assert adv[:4].sum().item() == pytest.approx(0.0, abs=1e-6)
-    assert adv[0].item() == pytest.approx(0.75 / math.sqrt(0.1875), rel=1e-3)
+    assert adv[0].item() == pytest.approx(0.75 / math.sqrt(0.1875), rel=1e-3)  # the rewarded sample pushed up
+    assert adv[1:4].tolist() == pytest.approx([-0.25 / math.sqrt(0.1875)] * 3, rel=1e-3)  # the others down
     assert torch.all(adv[4:] == 0)  # a solved group teaches nothing
     unscaled = group_advantages(rewards, 4, scale=False)
     assert unscaled[0].item() == pytest.approx(0.75)
@@ -93,6 +94,21 @@ def test_kl_penalty_is_zero_at_the_reference():
     )
     assert stats["kl_ref"] == pytest.approx(0.0)
     assert loss.item() == pytest.approx(0.0)
+
+
+def test_kl_penalty_away_from_the_reference_is_the_k3_estimate_over_completion_tokens():
+    # ref - logp = 0.5 on the two completion tokens; the prompt token (mask 0) is far off and must not count
+    logp = torch.tensor([[-2.0, -0.5, -0.5]], requires_grad=True)
+    ref = torch.zeros(1, 3)
+    mask = torch.tensor([[0, 1, 1]])
+    loss, stats = policy_gradient_loss(logp, logp.detach(), torch.tensor([0.0]), mask, ref_logprobs=ref, kl_coef=0.1)
+    k3 = math.exp(0.5) - 0.5 - 1
+    assert stats["kl_ref"] == pytest.approx(k3, rel=1e-6)
+    assert loss.item() == pytest.approx(0.1 * k3, rel=1e-6)  # zero advantage: the KL term alone
+    loss.backward()
+    # d/dlogp of 0.1 * (exp(ref - logp) - (ref - logp) - 1), averaged over the 2 completion tokens
+    per_token = 0.1 * (1 - math.exp(0.5)) / 2
+    assert logp.grad[0].tolist() == pytest.approx([0.0, per_token, per_token], rel=1e-6)
 
 
 def test_sft_loss_and_masked_mean():

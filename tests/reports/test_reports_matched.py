@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from reports.metrics import (
     accuracy_at_fractions, area_under_curve, area_under_curve_batch, envelope_segments, expert_tail_share,
-    final_accuracy, interpolate_curve, interpolate_rows, plateau_distillation_share, savings,
-    savings_at_matched_accuracy, targets_from_gain, upper_envelope,
+    final_accuracy, interpolate_curve, interpolate_rows, plateau_distillation_share, savings, targets_from_gain,
+    upper_envelope,
 )
 
 F = [0.0, 1e12, 1e14]
@@ -51,8 +51,6 @@ def test_savings_is_one_vectorised_function_with_explicit_undefined_cases():
     assert out[:2].tolist() == pytest.approx([0.5, -1.0])
     assert out[2] == -np.inf  # the method never reaches the target: unbounded below
     assert np.isnan(out[3]) and np.isnan(out[4])  # the reference reaches it at 0 FLOPs, or never
-    assert savings_at_matched_accuracy(5e12, 1e13) == pytest.approx(0.5)
-    assert savings_at_matched_accuracy(None, 1e13) is None and savings_at_matched_accuracy(5e12, 0.0) is None
 
 
 def test_area_under_the_curve_is_the_mean_accuracy_over_log_flops():

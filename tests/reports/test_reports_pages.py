@@ -2,8 +2,12 @@
 
 import html
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -17,6 +21,8 @@ from reports.records import to_frames
 from reports.reproduce import budget_text, run_command, seeds_text, site_command
 from reports.site import build_site
 from tests.reports.factory import GIT_COMMIT, make_record, make_sweep, write_runs
+
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = {"lr": 0.0005, "use_reward_rule": True, "tags": ["a", "b"], "nested": {"x": 1}, "evil": "$(rm -rf ~)",
           "note": "it's", "teacher": None, "mixes": [[0.5, 0.5]]}
@@ -59,12 +65,21 @@ def _panel(index: str, slug: str) -> str:
 def test_colours_are_fixed_per_method_and_derived_for_others():
     assert len(set(FIXED.values())) == len(FIXED) == 7
     assert set(FIXED) == {"grpo-joint", "grpo", "opd-multi", "opd-external", "self-grpo", "sft", "recover"}
-    assert method_colour("my-plugin") == method_colour("my-plugin") and re.fullmatch(r"#[0-9a-f]{6}",
-                                                                                     method_colour("my-plugin"))
+    assert re.fullmatch(r"#[0-9a-f]{6}", method_colour("my-plugin"))
     assert method_colour("my-plugin") != method_colour("other-plugin")
     assert method_colours(["sft", "opd-multi"]) == {"sft": FIXED["sft"], "opd-multi": FIXED["opd-multi"]}
     # the colour is the name's, not its place on a board
     assert method_colours(["opd-multi", "x"])["opd-multi"] == method_colours(["a", "b", "opd-multi"])["opd-multi"]
+
+
+def test_a_derived_colour_is_the_same_in_every_process_whatever_its_hash_seed():
+    """A plugin's colour is pinned: a fresh process with another PYTHONHASHSEED gives the same one."""
+    code = "from reports.colours import method_colour; print(method_colour('my-plugin'))"
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                             cwd=REPO, timeout=60, check=True)
+        assert out.stdout.strip() == method_colour("my-plugin") == "#4b30cf", seed
 
 
 def test_a_method_has_one_colour_on_every_tab_figure_and_page(site):

@@ -4,6 +4,7 @@ on right, wrong and hostile completions, and suites whose canonical solutions al
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import json
 import shutil
@@ -23,6 +24,7 @@ from tasks.base import Problem
 from tasks.mbpp import MBPP, build_program, extract_code, score_code
 from tasks.sandbox import run_python
 from tasks.standard import DATA_ENV, MissingDataError, data_root, load_split, split_files
+from tasks.suites import SCORE_THREADS
 
 pytest.importorskip("datasets")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "standard"
@@ -287,19 +289,30 @@ def test_mbpp_sanitized_rows_read_too(tmp_path, monkeypatch):
     assert score_code(f"```python\nimport math\n{row['code']}\n```", problem) == 1.0
 
 
-def test_score_many_scores_code_on_threads_in_order():
-    import time
-
+def test_score_many_scores_code_on_threads_in_order_with_programs_running_at_once(monkeypatch):
     suite = get_suite("std_math_code", "easy", "hf")
     heldout = suite.heldout()
     completions = [p.solution if i % 2 else "wrong" for i, p in enumerate(heldout)]
     scores = suite.score_many(heldout, completions)
     assert scores == [suite.score(p, c) for p, c in zip(heldout, completions)]
     assert scores == [float(i % 2) for i in range(len(heldout))]
-    slow = "```python\nimport time\ntime.sleep(1)\n```"
-    start = time.monotonic()
+    # each program prints when it started and ended, then fails; the sandbox's output is kept here
+    outputs = []
+
+    def run_and_keep(program):
+        result = run_python(program)
+        outputs.append(result)
+        return result
+
+    monkeypatch.setattr("tasks.mbpp.run_python", run_and_keep)
+    slow = ("```python\nimport time\nstart = time.time()\ntime.sleep(1)\n"
+            "print('RAN', start, time.time())\nraise SystemExit(1)\n```")
     assert suite.score_many(heldout[-4:], [slow] * 4) == [0.0] * 4
-    assert time.monotonic() - start < 3.5  # four one-second programs at once, not one after another
+    spans = [tuple(map(float, re.search(r"RAN (\S+) (\S+)", r.output).groups())) for r in outputs]
+    assert len(spans) == 4
+    # the most programs running at one moment: as many as score_many has threads, not one after another
+    at_once = max(sum(s <= start < e for s, e in spans) for start, _ in spans)
+    assert at_once == min(4, SCORE_THREADS, os.cpu_count() or 1) >= 2
 
 
 def test_heldout_is_the_test_split_in_a_fixed_shuffled_order():
