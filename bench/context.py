@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from bench.accounting.ledger import Ledger, engine_booking, ledger_context
+from bench.accounting.ledger import Ledger, ledger_context
 from bench.evaluation import Evaluator
 from bench.policy import Policy
 from bench.rollout.base import RolloutBackend, Rollouts, padded_logprobs, to_padded
@@ -175,7 +175,7 @@ class RunContext:
     def teacher(self, name: str = "external") -> Policy:
         """A frozen teacher prepared outside the run (its own training is not counted; its use is)."""
         if name not in self._policies:
-            with engine_booking():  # its training is booked `external` once, as it is loaded
+            with self._ledger.engine_booking():  # its training is booked `external` once, as it is loaded
                 self._policies[name] = self._teacher_loader(name)
             self._teachers.add(name)
             self._from_teacher.add(name)
@@ -342,7 +342,7 @@ class RunContext:
                                               split=split, domains=chosen, counted=split == "validation")
         if split == "validation":
             return self._evaluators[key].evaluate(policy)
-        with engine_booking():
+        with self._ledger.engine_booking():
             return self._evaluators[key].evaluate(policy)
 
     @property

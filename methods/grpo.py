@@ -129,9 +129,9 @@ def grpo_phase(
     - `reward`: its mean sample reward over `window` steps has not beaten its best by `min_gain` for
       `patience` steps in a row (free: the rewards are the rollouts' own);
     - `validation`: its greedy accuracy on `eval_size` validation prompts per domain (checked every
-      `eval_every` steps, booked as evaluation) has not beaten its best by one binomial standard
-      error for `patience` checks in a row (the paper's protocol: experts stopped on a held-out
-      plateau).
+      `eval_every` steps and once before the first; counted in the phase, since the checks decide
+      when it stops) has not beaten its best by one binomial standard error for `patience` checks
+      in a row (the paper's protocol: experts stopped on a held-out plateau).
     The loop, its best point and the count live in the run's state (`grpo_plateau[phase]`, with
     `tail_flops`: the phase's FLOPs after its best point), so a resumed run continues where it
     stopped. Returns the policy's mean sample reward over its last `window` steps (the teacher's
@@ -144,8 +144,10 @@ def grpo_phase(
     plateau = ctx.state.setdefault("grpo_plateau", {}).setdefault(
         phase, {"best": -1.0, "since": 0, "steps": 0, "best_flops": 0.0, "tail_flops": 0.0})
     with ctx.phase(phase):
-        if stop == "validation" and patience and plateau["steps"] == 0 and plateau["best"] < 0:
-            _check(ctx, policy, plateau, domains, eval_size, 0.0)  # the starting point
+        # the starting point, unless the budget or the phase's share is spent: the check is counted work
+        if (stop == "validation" and patience and plateau["steps"] == 0 and plateau["best"] < 0
+                and ctx.phase_flops(phase) < phase_flops and not ctx.should_stop()):
+            _check(ctx, policy, plateau, domains, eval_size, 0.0)
         while ctx.phase_flops(phase) < phase_flops and not ctx.should_stop():
             if patience and plateau["since"] >= patience:
                 break

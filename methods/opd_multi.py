@@ -18,8 +18,8 @@ Departures from the paper:
   (`expert_fraction`, split evenly across domains). By default converged means its mean sample
   reward over 3 steps has not gained `expert_min_gain` for `expert_patience` steps;
   `expert_stop=validation` is the paper's protocol instead: greedy accuracy on a validation
-  sample, checked every `expert_eval_every` steps, has not improved by one standard error for
-  `expert_patience` checks. The FLOPs each expert spent after its best point are reported
+  sample, checked every `expert_eval_every` steps (counted: the checks decide when it stops), has
+  not improved by one standard error for `expert_patience` checks. The FLOPs each expert spent after its best point are reported
   (`expert_tail_flops`); with `score_experts=true`, each expert's accuracy on its own domain's
   held-out prompts once it is trained (`expert_heldout_accuracy:<domain>`; evaluation, never
   counted), which distillation's cost is read against (docs/metrics.md);

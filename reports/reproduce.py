@@ -34,8 +34,10 @@ def site_command(records: list[dict[str, Any]]) -> str:
     """The command that rebuilds every record of the site: SITE_COMMAND with its seeds and each world it
     shows (whether it makes exactly these records is for the engine to check: `bench report` does)."""
     worlds = sorted({str(r["profile"]) for r in records if r.get("profile")})
+    # records made by Ray tasks: their phases ran as tasks too, so the command that makes them says so
+    ray = any((r.get("provenance") or {}).get("phase_executor") == "ray" for r in records)
     return " ".join([SITE_COMMAND, f"--seeds {site_seeds(records)}",
-                     *(f"--profile {shlex.quote(w)}" for w in worlds)])
+                     *(f"--profile {shlex.quote(w)}" for w in worlds), *(["--executor ray"] if ray else [])])
 
 
 def seeds_text(n: int) -> str:

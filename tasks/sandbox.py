@@ -16,8 +16,11 @@ models' code in a container or VM as well):
   (`subprocess`, `os.system`, `os.fork`, `exec*`, `spawn*`, and the `_posixsubprocess` module, whose
   `fork_exec` raises no audit event) and `ctypes`;
 - files change only in its own folder: the audit hook refuses writing, creating, removing, renaming,
-  linking or changing the mode or times of a file anywhere else (links followed, from wherever it
-  has moved to), so a program cannot rewrite the harness, the tests or the Python it runs on;
+  linking or changing the mode, owner or times of a file anywhere else (links followed; a path read
+  from the folder or descriptor it is relative to), opening a folder elsewhere (whose descriptor
+  would lead there) and a database file elsewhere; `os.mkfifo`, `os.mknod` and `os.chroot`, which
+  raise no audit event, are removed; so a program cannot rewrite the harness, the tests or the
+  Python it runs on;
 - its output is read back through the handle it was written to, never by name: the program owns its
   folder and could put a FIFO or a link to an endless file where the output file was.
 
@@ -73,13 +76,24 @@ for _limit, _value in {limits!r}:
     _value = _value if _hard == _resource.RLIM_INFINITY else min(_value, _hard)
     _resource.setrlimit(_limit, (_value, _value))
 _opd_bench_home = _os.path.realpath(_os.getcwd())  # the program's own temporary folder
-def _opd_bench_outside(path, _real=_os.path.realpath, _join=_os.path.join, _text=_os.fsdecode, _cwd=_os.getcwd,
-                       _home=_opd_bench_home + "/"):
-    # where a path leads, links followed, from the folder the program is in now: anywhere but its own
-    # folder (or /dev/null); a descriptor (an int) is a file already open
-    if isinstance(path, int):
-        return False
-    real = _real(_join(_cwd(), _text(path)))
+for _unaudited in ("mkfifo", "mknod", "chroot"):  # they make files (or move the root) without an audit event
+    for _module in (_os, _sys.modules.get("posix")):
+        if _module is not None and hasattr(_module, _unaudited):
+            delattr(_module, _unaudited)
+def _opd_bench_outside(path, dir_fd=-1, _real=_os.path.realpath, _join=_os.path.join, _text=_os.fsdecode,
+                       _cwd=_os.getcwd, _link=_os.readlink, _home=_opd_bench_home + "/"):
+    # where a path leads, links followed, from the folder it is relative to (a descriptor's, else the
+    # one the program is in now): anywhere but the program's own folder or /dev/null. A descriptor is
+    # the file it was opened on (a pipe or a socket is no file); one that cannot be read is outside.
+    try:
+        if isinstance(path, int):
+            path = _link("/proc/self/fd/" + str(path))
+            if not path.startswith("/"):
+                return False
+        base = _link("/proc/self/fd/" + str(dir_fd)) if isinstance(dir_fd, int) and dir_fd >= 0 else _cwd()
+        real = _real(_join(base, _text(path)))
+    except (OSError, TypeError, ValueError):
+        return True
     return not (real + "/").startswith(_home) and real != "/dev/null"
 def _opd_bench_guard(event, args, _blocked=("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn",
                                              "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
@@ -87,20 +101,35 @@ def _opd_bench_guard(event, args, _blocked=("socket.", "subprocess.", "os.system
                                              "sys._setprofileallthreads", "gc.get_"),
                      _modules=("_posixsubprocess",), _name=_os.path.basename, _text=_os.fsdecode,
                      _writes=_os.O_WRONLY | _os.O_RDWR | _os.O_CREAT | _os.O_TRUNC | _os.O_APPEND,
-                     _changes=("os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.chflags",
-                               "os.truncate", "os.utime", "shutil.rmtree"),
-                     _outside=_opd_bench_outside):
+                     _paths=(("os.remove", 0, 1), ("os.rmdir", 0, 1), ("os.mkdir", 0, 2), ("os.chmod", 0, 2),
+                             ("os.chown", 0, 3), ("os.utime", 0, 3), ("shutil.rmtree", 0, 1), ("os.truncate", 0, None),
+                             ("os.chflags", 0, None), ("os.setxattr", 0, None), ("os.removexattr", 0, None),
+                             ("os.rename", 0, 2), ("os.rename", 1, 3), ("os.link", 0, 2), ("os.link", 1, 3),
+                             ("os.symlink", 1, 2)),
+                     _outside=_opd_bench_outside, _isdir=_os.path.isdir, _join=_os.path.join, _cwd=_os.getcwd):
     # _posixsubprocess.fork_exec starts a process without an audit event: the module is not imported.
     # A file named `mem` (/proc/<pid>/mem, by any path or from a folder's descriptor) is the memory.
-    # Files change only in the program's own folder: written, made, removed, renamed, linked.
-    if (event.startswith(_blocked) or (event == "import" and args and args[0] in _modules)
-            or (event == "open" and args and isinstance(args[0], (str, bytes))
-                and _name(_text(args[0]).rstrip("/")) == "mem")
-            or (event == "open" and len(args) > 2 and isinstance(args[2], int) and args[2] & _writes
-                and _outside(args[0]))
-            or (event in _changes and args and _outside(args[0]))
-            or (event in ("os.rename", "os.link") and len(args) > 1 and (_outside(args[0]) or _outside(args[1])))
-            or (event == "os.symlink" and len(args) > 1 and _outside(args[1]))):
+    # Files change only in the program's own folder: written, made, removed, renamed, linked, their mode,
+    # owner or times changed (each event's path read from the folder descriptor it names, if any). The
+    # open event names none, so no folder elsewhere is opened: its descriptor would lead there.
+    if event.startswith(_blocked) or (event == "import" and args and args[0] in _modules):
+        refused = True
+    elif event == "open" and args and isinstance(args[0], (str, bytes)):
+        path, writes = _text(args[0]), len(args) > 2 and isinstance(args[2], int) and args[2] & _writes
+        refused = _name(path.rstrip("/")) == "mem" or ((writes or _isdir(_join(_cwd(), path))) and _outside(path))
+    elif event == "open" and args and isinstance(args[0], int):
+        refused = len(args) > 2 and isinstance(args[2], int) and bool(args[2] & _writes) and _outside(args[0])
+    elif event == "sqlite3.connect" and args:  # a database file; a `file:` URI is refused, whatever it names
+        database = _text(args[0]) if isinstance(args[0], (str, bytes)) else args[0]
+        refused = database not in ("", ":memory:") and (str(database).startswith("file:") or _outside(database))
+    else:
+        refused = False
+        for _event, where, fd_at in _paths:
+            if event == _event and len(args) > where:
+                fd = args[fd_at] if fd_at is not None and len(args) > fd_at else -1
+                if _outside(args[where], fd):
+                    refused = True
+    if refused:
         what = str(args[0] if args else "")[:100]
         raise PermissionError("not allowed in the OPD-Bench sandbox: " + event + " " + what)
 _sys.addaudithook(_opd_bench_guard)
@@ -129,7 +158,7 @@ def _opd_bench_run():
     _sys.stdout.flush()
     done.set()
     keeper.join()
-del _resource, _limit, _value, _hard, _opd_bench_guard, _opd_bench_outside
+del _resource, _limit, _value, _hard, _unaudited, _module, _opd_bench_guard, _opd_bench_outside
 _opd_bench_run()
 """
 

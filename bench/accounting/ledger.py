@@ -35,7 +35,6 @@ _phase: contextvars.ContextVar[str] = contextvars.ContextVar("phase", default="t
 _category: contextvars.ContextVar[str] = contextvars.ContextVar("category", default="counted")
 _kind: contextvars.ContextVar[str | None] = contextvars.ContextVar("kind", default=None)
 _evaluation: contextvars.ContextVar[bool] = contextvars.ContextVar("evaluation", default=False)
-_engine: contextvars.ContextVar[bool] = contextvars.ContextVar("engine", default=False)  # `engine_booking`
 
 
 @contextlib.contextmanager
@@ -90,18 +89,6 @@ def watch_evaluations(watcher: Callable[[bool], None]) -> Iterator[None]:
         yield
     finally:
         _watchers.remove(watcher)
-
-
-@contextlib.contextmanager
-def engine_booking() -> Iterator[None]:
-    """The engine's own uncounted work while a method runs (`Ledger.method_runs`): its held-out
-    evaluations (the runner's and `ctx.evaluate`'s) and the loading of a teacher, whose training is
-    booked `external`. Nothing a method calls through `bench.api` enters it."""
-    token = _engine.set(True)
-    try:
-        yield
-    finally:
-        _engine.reset(token)
 
 
 def current_phase() -> str:
@@ -166,6 +153,7 @@ class Ledger:
         self.rows_written = 0
         self.evaluation_flops = 0.0  # charged inside `evaluation()` by this process (not saved)
         self._method_thread: int | None = None  # while a method runs (`method_runs`): the thread it runs in
+        self._engine_depth = 0  # inside `engine_booking`
         if self.path is not None and self.path.exists():
             if keep_rows is not None:
                 self._cut(keep_rows)
@@ -175,21 +163,32 @@ class Ledger:
     @contextlib.contextmanager
     def method_runs(self) -> Iterator[None]:
         """While a method runs (the runner's `run` and each parallel phase's), the ledger refuses what
-        would spend FLOPs outside the budget: a charge booked `shared` or `external`, or `eval`
-        outside the engine's own evaluations (`engine_booking`), and a charge from a thread other than
-        the method's, which would not be in the method's phase (context variables stay in their
-        thread). Backward passes name the phase and category of their forward, and may run elsewhere."""
+        would spend FLOPs outside the budget: a charge booked `shared`, `external` or `eval` outside
+        the engine's own work (`engine_booking`), and a charge from a thread other than the method's,
+        which would not be in the method's phase (context variables stay in their thread). Backward
+        passes name the phase and category of their forward, and may run elsewhere."""
         previous, self._method_thread = self._method_thread, threading.get_ident()
         try:
             yield
         finally:
             self._method_thread = previous
 
+    @contextlib.contextmanager
+    def engine_booking(self) -> Iterator[None]:
+        """The engine's own uncounted work while a method runs: its held-out evaluations (the
+        runner's and `ctx.evaluate`'s) and the loading of a teacher, whose training is booked
+        `external`. It is this ledger's, which a method reaches through no public name."""
+        self._engine_depth += 1
+        try:
+            yield
+        finally:
+            self._engine_depth -= 1
+
     def _refuse_outside_budget(self, key: Key, ambient: bool) -> None:
         if ambient and threading.get_ident() != self._method_thread:
             raise RuntimeError(f"{key.kind} of {key.model!r} charged from a thread the method started: its phase "
                                "and category are not the method's; run a method's work in the method's own thread")
-        if key.category != "counted" and not _engine.get():
+        if key.category != "counted" and not self._engine_depth:
             raise RuntimeError(f"{key.kind} of {key.model!r} booked {key.category!r} while the method runs: a "
                                "method's work is counted; only the engine's evaluations (ctx.evaluate) and a "
                                "teacher's preparation are booked otherwise")

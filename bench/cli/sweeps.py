@@ -253,7 +253,8 @@ class _BoardCheck:
             return None
         params = _parsed(command, "reproduce", "the site")
         try:
-            configs = _reproduce_configs(params["profile"], params["seeds"], params["runs"], params["rollout"])
+            configs = _as_run(_reproduce_configs(params["profile"], params["seeds"], params["runs"], params["rollout"]),
+                              params["executor"])
             check = plan_check(configs, records)
         except USER_ERRORS as exc:
             self.lines.append(f"the site's command `{command}` was not checked against its records: {exc}")
@@ -294,9 +295,21 @@ def _parsed_sweep(text: str, where: str) -> list:
     """The runs a `bench sweep ...` command line plans, to compare with records: none is run, so a
     `--device cuda` needs no GPU here. Raises a user error (bench.errors) for a bad option's value."""
     params = _parsed(text, "sweep", where)
-    return _sweep_configs(*(params[k] for k in ("methods", "suites", "seeds", "difficulty", "budget", "profile",
-                                                "runs", "rollout", "set_")),
-                          _run_fields(*(params[k] for k in RUN_OPTIONS), planning=True))
+    return _as_run(_sweep_configs(*(params[k] for k in ("methods", "suites", "seeds", "difficulty", "budget",
+                                                        "profile", "runs", "rollout", "set_")),
+                                  _run_fields(*(params[k] for k in RUN_OPTIONS), planning=True)), params["executor"])
+
+
+def _as_run(configs: list, executor: str) -> list:
+    """The planned runs as the sweep's executor runs them: under Ray each run's phases are Ray tasks
+    (`isolated` on a GPU), which changes how they draw their samples (`phase_streams`)."""
+    from dataclasses import replace
+
+    from bench.run.executors import task_config
+
+    if executor != "ray":
+        return configs
+    return [replace(c, phase_executor=task_config(c).phase_executor) for c in configs]
 
 
 @app.command(rich_help_panel=PANEL)

@@ -22,7 +22,7 @@ import torch
 
 from bench import store
 from bench.accounting.flops import FlopSpec
-from bench.accounting.ledger import Ledger, current_phase, engine_booking
+from bench.accounting.ledger import Ledger, current_phase
 from bench.context import RunContext
 from bench.errors import RunError
 from bench.evaluation import Evaluator
@@ -359,7 +359,7 @@ class Runner:
             result = self._last_eval[1]
         else:
             # the point keeps its sample completions in curve.jsonl; the record lists them apart (`samples`)
-            with engine_booking():
+            with self.ledger.engine_booking():
                 result = self.evaluator.evaluate(ctx.student, samples_per_domain=SAMPLES_PER_DOMAIN)
             self._last_eval = (digest, result)
         point = {

@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from bench.accounting.ledger import Ledger, engine_booking, evaluation, ledger_context
+from bench.accounting.ledger import Ledger, evaluation, ledger_context
 from bench.api import group_advantages
 from bench.context import RunContext
 from bench.policy import Policy
@@ -69,7 +69,7 @@ def test_work_booked_outside_the_budget_is_refused_while_a_method_runs():
         assert not any(r["flops"] for r in ledger.rows())  # refused: no FLOPs booked anywhere
         batch = rollout()
         ctx.pg_step(ctx.student, batch, group_advantages(batch.rewards, 2), lr=1e-3)
-        with engine_booking(), evaluation():  # the engine's evaluation: booked eval, as before
+        with ledger.engine_booking(), evaluation():  # the engine's evaluation: booked eval, as before
             ctx.rollout(ctx.student, sampler.next(2), n=1)
     assert {r["category"] for r in ledger.rows() if r["flops"]} == {"counted", "eval"}
     with ledger_context(category="shared"):  # outside a method's run: the world's preparation

@@ -270,3 +270,19 @@ def test_a_record_whose_phases_ran_side_by_side_is_not_made_by_a_command_that_ru
     side_by_side = RunConfig(method="opd-multi", suite="math_code", profile="direct", seed=0, budget_flops=2e11,
                              phase_executor="isolated")
     assert plan_check([side_by_side], [{**record, "phase_streams": "own"}])["differences"] == []
+
+
+def test_a_sweep_or_reproduce_command_on_ray_is_planned_with_its_phases_as_ray_tasks():
+    """`--executor ray` runs each run's phases as Ray tasks: the records that command made (`own`
+    streams) are its, and the site's command for them says `--executor ray`."""
+    from bench.cli.sweeps import _parsed_sweep
+    from reports.reproduce import site_command
+    from tests.reports.factory import make_record
+
+    command = "bench sweep --methods opd-multi --suites math_code --profile direct --seeds 1 --budget 2e11"
+    assert {c.phase_executor for c in _parsed_sweep(command, "test")} == {"sequential"}
+    assert {c.phase_executor for c in _parsed_sweep(command + " --executor ray", "test")} == {"ray"}
+    made = make_record("opd-multi", seed=0)
+    assert "--executor" not in site_command([made])
+    made["provenance"]["phase_executor"] = "ray"
+    assert site_command([made]).endswith(" --executor ray")

@@ -124,6 +124,16 @@ def test_paper_protocol_validation_plateau_and_fixed_distillation_schedule(fast_
         assert 0 <= tail <= phase_flops(summary, f"expert:{d}")
 
 
+def test_a_budget_spent_by_the_first_expert_skips_the_next_experts_validation_check(fast_profile, tmp_path):
+    """A validation check is counted work: where the first expert's last step spends the whole budget, the
+    next expert does not check its starting point (that would be counted work past the budget)."""
+    summary = run_method(fast_profile, tmp_path, "opd-multi", 1e9, expert_fraction=0.9, expert_stop="validation",
+                         expert_patience=1, expert_eval_every=2, expert_eval_size=8, **SMALL)
+    steps = summary["steps"]
+    assert steps[-1]["flops"] >= 1e9 and {s["phase"] for s in steps} == {"expert:math"}
+    assert summary["flops"]["counted"] == steps[-1]["flops"]  # nothing counted after the last step
+
+
 def test_expert_and_distillation_boundaries_are_evaluated(fast_profile, tmp_path):
     summary = run_method(fast_profile, tmp_path, "opd-multi", BUDGET, expert_fraction=0.6, expert_patience=0,
                          **NEVER_CONVERGES, **SMALL)

@@ -84,7 +84,7 @@ def test_the_program_cannot_raise_its_limits():
     assert not result.passed and "ValueError" in result.output
 
 
-@pytest.mark.parametrize("swap", ["os.mkfifo('output.txt')", "os.symlink('/dev/zero', 'output.txt')"])
+@pytest.mark.parametrize("swap", ["os.symlink('/dev/zero', 'output.txt')"])  # a FIFO it cannot make
 def test_a_program_that_swaps_its_output_file_cannot_stall_the_reader(swap):
     # the program owns its folder: its output is read through the handle it was given, never by name
     result = run_python(f"import os\nos.remove('output.txt')\n{swap}\nprint('done')\n", timeout_s=5)
@@ -156,7 +156,14 @@ ELSEWHERE = [
     "os.symlink(TARGET, 'link')\nopen('link', 'w').write('x')",
     "os.chdir(os.path.dirname(TARGET))\nopen(os.path.basename(TARGET), 'w').write('x')",
     "os.mkdir(TARGET + '.d')",
+    "d = os.open(os.path.dirname(TARGET), os.O_RDONLY)\nos.close(os.open('new', os.O_WRONLY | os.O_CREAT, dir_fd=d))",
+    "os.mkdir('new', dir_fd=os.open(os.path.dirname(TARGET), os.O_RDONLY))",
+    "os.chmod(os.open(TARGET, os.O_RDONLY), 0o777)",
+    "import sqlite3\nsqlite3.connect(TARGET + '.db').execute('create table t (x int)')",
+    "import sqlite3\nsqlite3.connect('file:' + TARGET + '.db?mode=rwc', uri=True).execute('create table t (x int)')",
 ]
+UNAUDITED = ["os.mkfifo(TARGET + '.fifo')", "os.mknod(TARGET + '.node')", "import posix\nposix.mknod(TARGET + '.n')",
+             "os.chroot('/')"]
 
 
 @pytest.mark.parametrize("change", ELSEWHERE)
@@ -172,10 +179,21 @@ def test_a_program_changes_no_file_outside_its_folder(change, tmp_path):
     assert (after.st_mode, after.st_mtime_ns) == (before.st_mode, before.st_mtime_ns)
 
 
+@pytest.mark.parametrize("call", UNAUDITED)
+def test_calls_that_make_files_without_an_audit_event_are_gone(call, tmp_path):
+    target = tmp_path / "harness.py"
+    target.write_text("kept")
+    result = run_python(f"import os\nTARGET = {str(target)!r}\n{call}\n", timeout_s=5)
+    assert not result.passed and "has no attribute" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["harness.py"]
+
+
 def test_a_program_changes_files_in_its_own_folder_as_it_likes():
     program = ("import os, shutil, tempfile\nos.mkdir('d')\nopen('d/a', 'w').write('1')\nos.rename('d/a', 'd/b')\n"
                "os.symlink('d/b', 'c')\nopen('c', 'a').write('2')\nassert open('d/b').read() == '12'\n"
                "os.chmod('d/b', 0o600)\nos.remove('c')\nshutil.rmtree('d')\nopen(os.devnull, 'w').write('x')\n"
-               "os.chdir('/')\nassert open('/etc/hostname').read() is not None\n")
+               "os.mkdir('w')\nopen('w/f', 'w').write('x')\nhome = os.getcwd()\nos.chdir('/')\n"
+               "shutil.rmtree(home + '/w')\nassert not os.path.exists(home + '/w')\n"
+               "assert open('/etc/hostname').read() is not None\n")
     result = run_python(program, timeout_s=10)
     assert result.passed, result.output
