@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from bench.update import LossFn, completion_width, length_buckets, pg_update, ru
 # (context, fn, keys) -> one result per key, each with the child's ledger rows, policies and state,
 # or None: run them in order on the context after all.
 PhaseRunner = Callable[["RunContext", Callable[["RunContext", str], Any], list[str]], "list[Any] | None"]
+TRACE_KEYS = ("step", "flops", "phase")  # a step's trace row's own fields, set by the runner (`step_done`)
 
 
 class Sampler:
@@ -287,6 +289,7 @@ class RunContext:
         batch, the update's FLOPs and its wall clock are the engine's, as for `pg_step`.
         Returns {"loss", <the loss function's statistics>, "grad_norm"} (of the last epoch).
         """
+        self._trains(policy, "update")
         return run_update(policy, rollouts, loss_fn, lr=lr, epochs=epochs, weighting=weighting,
                           warmup_updates=warmup_updates)
 
@@ -312,6 +315,7 @@ class RunContext:
         `ref` (scored here, kind `score`). Returns {"loss", "clip_frac", "clip_region", "grad_norm"}
         (`bench.losses.policy_gradient_loss` defines the two clip shares).
         """
+        self._trains(policy, "pg_step")
         ref_logprobs = self.score(ref, rollouts) if ref is not None and kl_coef else None
         return pg_update(policy, rollouts, advantages, lr=lr, loss_type=loss_type, epochs=epochs,
                          clip_eps=clip_eps, ref_logprobs=ref_logprobs, kl_coef=kl_coef,
@@ -319,7 +323,15 @@ class RunContext:
 
     def sft_step(self, policy: Policy, prompts: Sequence[str], targets: Sequence[str], *, lr: float) -> float:
         """One supervised step: maximise log p(target + EOS | prompt). Returns the loss."""
+        self._trains(policy, "sft_step")
         return sft_step(policy, prompts, targets, lr=lr)
+
+    def _trains(self, policy: Policy, what: str) -> None:
+        """Refuse to train a policy this run did not make, or a frozen one, before any work is done."""
+        self._made_here(policy, what)
+        if not policy.trainable:
+            raise ValueError(f"{what}: {policy.name!r} is frozen (a teacher or a snapshot); train ctx.student or a "
+                             "ctx.clone")
 
     def evaluate(
         self, policy: Policy, *, split: str = "validation", domains: Sequence[str] | None = None, size: int = 200
@@ -383,7 +395,16 @@ class RunContext:
         return self._finished or self.spent_flops >= self.budget_flops
 
     def step_done(self, **stats: float) -> None:
-        """Tell the runner a step ended: it may evaluate, checkpoint and update progress here."""
+        """Tell the runner a step ended: it may evaluate, checkpoint and update progress here. `stats`
+        are the step's numbers for its trace (`reward=0.4, loss=...`); `step`, `flops` and `phase`
+        are the runner's, and a value that is not a number (a tensor: `.item()` it) is refused."""
+        for name, value in stats.items():
+            if name in TRACE_KEYS:
+                raise ValueError(f"step_done: {name!r} is the runner's own field of a step's trace; name the "
+                                 "statistic otherwise")
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                raise ValueError(f"step_done: {name}={type(value).__name__} is not a number; a step's statistics "
+                                 "are numbers (a tensor's `.item()`)")
         self._on_step(stats)
 
     # -- independent phases ---------------------------------------------------------------------

@@ -19,10 +19,10 @@ Departures from the paper:
   reward over 3 steps has not gained `expert_min_gain` for `expert_patience` steps;
   `expert_stop=validation` is the paper's protocol instead: greedy accuracy on a validation
   sample, checked every `expert_eval_every` steps (counted: the checks decide when it stops), has
-  not improved by one standard error for `expert_patience` checks. The FLOPs each expert spent after its best point are reported
-  (`expert_tail_flops`); with `score_experts=true`, each expert's accuracy on its own domain's
-  held-out prompts once it is trained (`expert_heldout_accuracy:<domain>`; evaluation, never
-  counted), which distillation's cost is read against (docs/metrics.md);
+  not improved by one standard error for `expert_patience` checks. The FLOPs each expert spent
+  after its best point are reported (`expert_tail_flops`); with `score_experts=true`, each
+  expert's accuracy on its own domain's held-out prompts once it is trained
+  (`expert_heldout_accuracy:<domain>`; evaluation, never counted), which distillation's cost is read against (docs/metrics.md);
 - distillation stops on a convergence rule (per-token reverse KL below `distill.kl_threshold` for
   `distill.patience` steps, or the student's sample accuracy at its experts' on every domain), else
   at the budget; `distill.steps=N` is the paper's fixed schedule instead;

@@ -331,10 +331,16 @@ def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:
     """Runs whose base model (weights hash), world version, rollout engine or settings differ from the
     board's majority: a changed base is detected here, never discovered by accident; on a GPU the
     engines charge the same tokens differently (the torch engine its padding); token caps and the
-    evaluation schedule change the curve. And runs of a method whose phases drew their samples
+    evaluation schedule change the curve. A run evaluated on another number of held-out prompts, or
+    whose base accuracy (its curve's first point: the same base, prompts and token cap give the same
+    one) is not the board's, is not measured as the others are, whether or not its record says why
+    (older records keep no settings). And runs of a method whose phases drew their samples
     otherwise than its other runs' (`phase_streams`: opd-multi's experts one after another or side
     by side give other numbers). Marked on the board and method pages."""
     for column, what in (("base_hash", "started from another base model (weights hash)"),
+                         ("eval_size", "were evaluated on another number of held-out prompts per domain"),
+                         ("base_accuracy", "started from another base accuracy (another base, evaluation or token "
+                                           "cap)"),
                          ("world_version", "started from another world version"),
                          ("rollout", "sampled with another rollout engine"),
                          ("settings", "made with other settings (token caps, evaluation schedule, device)")):
@@ -348,7 +354,7 @@ def _mark_odd(board: Board, runs: pd.DataFrame, column: str, what: str, majority
     known = runs[runs[column].notna()]
     if known.empty:
         return
-    majority = str(known[column].value_counts().index[0])
+    majority = known[column].value_counts().index[0]
     odd = known[known[column] != majority]
     if not odd.empty:
         board.odd_runs.update(odd["run_id"])

@@ -10,8 +10,8 @@ two are read in three parts:
   one after another, or one each side by side). Records whose inputs differ are another experiment,
   never a failed reproduction, and their outcomes are not compared.
 - **environment**, what may change the last digits: package versions, the CPU or GPU, torch's
-  thread count and the phase executor (whose effect on the numbers is `phase_streams`, an input). A CPU's float sums follow its kernels and thread
-  count, and a changed digit changes the samples drawn after it, so across environments a run can
+  thread count and the phase executor (whose effect on the numbers is `phase_streams`, an input).
+  A CPU's float sums follow its kernels and thread count, and a changed digit changes the samples drawn after it, so across environments a run can
   differ in every number (docs/benchmarks.md). Shown where it differs; never a verdict by itself.
 - **outcome**, everything else a record holds (ledger, curve, step trace, accuracies, FLOP totals,
   recovery, the method's own figures), compared value for value, exactly. Times are left out: the

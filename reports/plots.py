@@ -83,7 +83,8 @@ def flops_breakdown(bars: list[dict], groups: Sequence[str]) -> str:
         x_scale = LinearScale(0, total * 1.02, fmt=lambda v: "0" if v == 0 else f"{v:.1e}".replace("e+", "e"))
         panel = Panel(x_scale, LinearScale(-0.5, n - 0.5), (140 + i * 280, 36, 230, 28 * n), f"counted FLOPs {title}",
                       y_ticks=False)
-        used = [(part, colours[j % len(colours)]) for j, part in enumerate(parts) if any(b[key].get(part) for b in bars)]
+        used = [(part, colours[j % len(colours)]) for j, part in enumerate(parts)
+                if any(b[key].get(part) for b in bars)]
         for row, b in enumerate(bars):
             y, left = n - 1 - row, 0.0
             for part, colour in used:

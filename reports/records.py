@@ -133,7 +133,7 @@ def fraction_column(fraction: float) -> str:
 ACCURACY_AT = [fraction_column(f) for f in BUDGET_FRACTIONS]
 RUN_COLUMNS = [
     "run_id", "method", "suite", "difficulty", "profile", "suite_version", "suite_hash", "budget_flops", "seed",
-    "status", "n_domains", "base_accuracy", "final_accuracy", *ACCURACY_AT, "auc", "final_mean_length",
+    "status", "n_domains", "eval_size", "base_accuracy", "final_accuracy", *ACCURACY_AT, "auc", "final_mean_length",
     "counted_flops", "shared_flops", "external_flops", "eval_flops", "gain_per_pflop_spent", "distillation_share",
     "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction", "check_size",
     "recovery_forgetting", "recovery_noise", "base_hash",
@@ -209,7 +209,7 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
         "run_id": r["run_id"], "method": r["method"], "suite": r["suite"], "difficulty": r["difficulty"],
         "profile": r["profile"], "suite_version": r["suite_version"], "suite_hash": r["suite_hash"],
         "budget_flops": float(r["budget_flops"]), "seed": r["seed"], "status": r["status"],
-        "n_domains": len(r["domains"]),
+        "n_domains": len(r["domains"]), "eval_size": r.get("eval_size"),
         "base_accuracy": r["base_accuracy"], "final_accuracy": final,
         "final_mean_length": r["final_mean_length"],
         "counted_flops": float(flops["counted"]), "shared_flops": float(flops.get("shared", 0.0)),

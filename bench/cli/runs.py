@@ -100,7 +100,8 @@ def run(
     if run.already_complete and not as_json:
         console.print(f"already complete, nothing to do: {config.runs_dir / summary['run_id']} (its record below)")
     table = Table(title=f"{summary['run_id']}")
-    for col in ("base acc", "final acc", "counted FLOPs", "mean length", "wall s"):
+    # the last evaluation's (at most one step past the budget); a board reads its curve at the budget itself
+    for col in ("base acc", "last eval acc", "counted FLOPs", "mean length", "wall s"):
         table.add_column(col, justify="right")
     table.add_row(
         f"{100 * summary['base_accuracy']:.1f}%", f"{100 * summary['final_accuracy']:.1f}%",

@@ -205,6 +205,9 @@ class Runner:
             self._run_method(ctx)
             ctx._finish()
             self._within_budget(ctx.spent_flops)
+            if ctx.spent_flops == 0:
+                raise RunError(f"method {self.method_cls.name} returned without spending a counted FLOP: its record "
+                               "would be the base model's, ranked as a method; a method trains before it stops")
             if ctx.spent_flops > 0 and not self._trace["rows"]:
                 raise RunError(f"method {self.method_cls.name} spent {ctx.spent_flops:.3e} counted FLOPs without "
                                "calling ctx.step_done(): the runner evaluates, checkpoints and stops a run at its "
@@ -277,6 +280,11 @@ class Runner:
                 made.setdefault("method_code_at_start", made["method_code"])
                 made["method_code"] = self.method_code  # the code that finishes the run, and the code it began with
                 changed = True
+            if self.method_code and written["provenance"].get("method_source") != self.config.method:
+                made = written["provenance"]  # the fix may be in another file: the one that finishes the run
+                made.setdefault("method_source_at_start", made.get("method_source"))
+                made["method_source"] = self.config.method
+                changed = True
             if changed:
                 store.write_json(config_path, written)
             return
@@ -345,9 +353,8 @@ class Runner:
         trace["max_step_flops"] = max(trace["max_step_flops"], spent - trace["last_flops"])
         trace["last_flops"] = spent
         row = {"step": trace["rows"], "flops": spent, "phase": phase}
-        for key, value in stats.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                row[key] = float(value) if math.isfinite(value) else None
+        for key, value in stats.items():  # numbers (`RunContext.step_done` refuses anything else)
+            row[key] = float(value) if math.isfinite(value) else None
         store.append_row(self.dir / "steps.jsonl", row)
         self.tracker.step(row)
 
@@ -416,7 +423,8 @@ class Runner:
         return record.summary(
             run_id=self.run_id, method=self.method_cls.name, method_config=self.method_config, config=self.config,
             suite=self.suite, curve=self.curve, ledger=self.ledger, reports=self.ctx._reports,
-            phase_streams=self.ctx._phase_streams, steps=store.read_jsonl(self.dir / "steps.jsonl"), max_step_flops=self._trace["max_step_flops"],
+            phase_streams=self.ctx._phase_streams, steps=store.read_jsonl(self.dir / "steps.jsonl"),
+            max_step_flops=self._trace["max_step_flops"],
             provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
             wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),
         )

@@ -104,7 +104,7 @@ def test_validation_checks_are_counted_in_the_phase_and_held_out_ones_are_not():
         ctx.evaluate(ctx.student, split="validation", domains=["math"], size=4)
         counted = ledger.total("counted", phase_prefix="expert:math")
         assert counted > 0 and ledger.total("eval") == 0
-        assert set(ledger.by_kind("counted")) == {"rollout", "score", "update"} and ledger.by_kind()["rollout"] == counted
+        assert ledger.by_kind()["rollout"] == counted  # as rollouts, in the phase
         ctx.evaluate(ctx.student, split="heldout", domains=["math"], size=4)
     assert ledger.total("counted") == counted and ledger.total("eval") > 0
 
@@ -115,3 +115,20 @@ def test_a_negative_keep_is_refused():
     batch = torch.tensor([ids])
     with pytest.raises(ValueError, match="keep is a number of positions"):
         policy.logprobs(batch, batch.ne(-1), keep=-1)
+
+
+def test_a_frozen_policy_is_refused_by_every_update_before_any_work():
+    ledger = Ledger()
+    ctx = context(ledger)
+    frozen = [ctx.snapshot(ctx.student, "frozen"), ctx.teacher("external")]
+    spent = ledger.total("counted")
+    for policy in frozen:
+        batch = ctx.rollout(ctx.student, ctx.sampler("train").next(2), n=2)
+        before = ledger.total("counted")
+        for call in (lambda: ctx.pg_step(policy, batch, group_advantages(batch.rewards, 2), lr=1e-3),
+                     lambda: ctx.update(policy, batch, lambda bucket: bucket.logprobs.sum(), lr=1e-3),
+                     lambda: ctx.sft_step(policy, ["1+1="], ["2"], lr=1e-3)):
+            with pytest.raises(ValueError, match=f"{policy.name!r} is frozen"):
+                call()
+        assert ledger.total("counted") == before  # refused before any forward
+    assert ledger.total("counted") > spent

@@ -476,14 +476,17 @@ def test_a_plugin_that_takes_a_built_in_methods_name_is_refused(tmp_path):
     assert not runs.exists() or not any(runs.iterdir())
 
 
-@pytest.mark.parametrize("step, said", [
-    ("ctx.step_done(**stats)", "went on past its budget"),
-    ("if ctx.should_stop(): return  # one step past the budget, never a step_done",
+@pytest.mark.parametrize("loop, step, said", [
+    ("True", "ctx.step_done(**stats)", "went on past its budget"),
+    ("True", "if ctx.should_stop(): return  # one step past the budget, never a step_done",
      "without calling ctx.step_done()"),
+    ("False", "ctx.step_done(**stats)", "returned without spending a counted FLOP"),  # its record: the base's
+    ("True", "ctx.step_done(flops=1.0, **stats)", "'flops' is the runner's own field of a step's trace"),
+    ("True", "ctx.step_done(rewards=[1.0], **stats)", "rewards=list is not a number"),
 ])
-def test_a_plugin_that_does_not_stop_or_report_its_steps_is_stopped(step, said, tmp_path):
+def test_a_plugin_that_does_not_stop_or_report_its_steps_is_stopped(loop, step, said, tmp_path):
     plugin = tmp_path / "steps.py"
-    plugin.write_text(_cheat("", "", loop="True", step=step))  # it never asks ctx.should_stop() to go on
+    plugin.write_text(_cheat("", "", loop=loop, step=step))  # "True": it never asks ctx.should_stop() to go on
     runs = tmp_path / "runs"
     result = cli.invoke(app, ["run", "--method", f"{plugin}:Cheat", "--profile", PROFILE, "--budget", "2e10",
                               "--no-progress", "--runs", str(runs)])
@@ -528,12 +531,14 @@ def test_a_plugin_fixed_after_a_failure_resumes_and_its_record_says_so(tmp_path,
     (config,) = runs.glob("*/config.json")
     began = json.loads(config.read_text())["provenance"]["method_code"]
     project = json.loads(config.read_text())["provenance"]["code_hash"]
-    plugin.write_text(_cheat("", ""))
+    fixed = tmp_path / "fixed.py"  # the fix, in another file: the record's command names the one that finished
+    fixed.write_text(_cheat("", ""))
     monkeypatch.setattr("bench.run.provenance.code_hash", lambda: "f1xed" * 3 + "0")  # the project's code moved on
-    result = cli.invoke(app, [*args, "--resume"])
+    result = cli.invoke(app, [*RUN_ARGS[:2], f"{fixed}:Cheat", *RUN_ARGS[3:], "--runs", str(runs), "--resume"])
     assert result.exit_code == 0, result.output
     made = json.loads((config.parent / "summary.json").read_text())["provenance"]
     assert made["method_code_at_start"] == began != made["method_code"]
+    assert (made["method_source_at_start"], made["method_source"]) == (f"{plugin}:Cheat", f"{fixed}:Cheat")
     assert (made["code_hash_at_start"], made["code_hash"]) == (project, "f1xed" * 3 + "0")
 
 

@@ -260,6 +260,22 @@ def test_a_run_from_another_base_or_world_is_marked(tmp_path):
         records[2]["run_id"], records[3]["run_id"]}
 
 
+def test_a_run_evaluated_otherwise_is_marked_though_no_record_keeps_its_settings():
+    """A shorter token cap or fewer held-out prompts change the curve from its first point: the base
+    accuracy (same base, same prompts, same cap: the same number) and the evaluation size tell."""
+    records = [make_record(method=m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
+    for r in records:
+        r.pop("settings", None)  # as older records
+    board = build_boards(to_frames(records))[0]
+    assert not board.odd_runs and not board.warnings
+    capped = make_record(method="my-plugin", seed=5, base_accuracy=0.22, eval_size=50)
+    board = build_boards(to_frames(records + [capped]))[0]
+    assert board.odd_runs == {capped["run_id"]}
+    assert any("another number of held-out prompts per domain than the board's majority (1000)" in w
+               and capped["run_id"] in w for w in board.warnings)
+    assert any("another base accuracy" in w and "(0.31)" in w for w in board.warnings)
+
+
 def test_a_run_whose_phases_drew_samples_otherwise_than_its_methods_others_is_marked():
     records = [make_record(method=m, seed=s) for m in ("grpo-joint", "opd-multi", "self-grpo") for s in range(3)]
     for r in records[3:6]:
