@@ -29,4 +29,21 @@ def check_method_class(cls: Any, where: str = "") -> type:
         problems.append("a `run(self, ctx)` method")
     if problems:
         raise AdapterError(f"{label} is not a method adapter: it needs " + "; ".join(problems))
+    if (bare := _without_default(config)) is not None:
+        raise AdapterError(f"{label}: {bare} has no default: every config field needs one, so that `bench run` "
+                           "works without --set")
     return cls
+
+
+def _without_default(config: type) -> str | None:
+    """`Cfg field 'lr'` for the first field that `Config()` cannot fill (no default and no default_factory),
+    nested configs made by their default_factory included; None where every field has a default."""
+    for field in dataclasses.fields(config):
+        if not field.init:
+            continue
+        factory = field.default_factory
+        if field.default is dataclasses.MISSING and factory is dataclasses.MISSING:
+            return f"{config.__name__} field {field.name!r}"
+        if isinstance(factory, type) and dataclasses.is_dataclass(factory) and (inner := _without_default(factory)):
+            return inner
+    return None

@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 from collections.abc import Iterable
 from importlib import metadata
@@ -135,7 +136,17 @@ def get_method(name: str) -> type:
             raise AdapterError(f"method plugin {name!r} ({plugins[name].value}) calls itself {cls.name!r}; an "
                                "installed method's name must be its entry point's")
         return cls
-    raise unknown("method", name, method_names())
+    raise unknown_method(name)
+
+
+def unknown_method(name: str) -> UnknownNameError:
+    """The error for a method name that is none of the known ones: a file named without its class
+    (`path/to/file.py`) is told how to name it; any other name gets the known ones and a did-you-mean."""
+    if name.endswith(".py") or "/" in name or os.sep in name:
+        here = f" ({name}:ClassName)" if name.endswith(".py") else ""
+        return UnknownNameError(f"unknown method {name!r}: a method in a file is named with its class, "
+                                f"path/to/file.py:ClassName{here}")
+    return unknown("method", name, method_names())
 
 
 def get_suite(name: str, difficulty: str, fmt: str) -> Any:

@@ -211,11 +211,15 @@ def _names(methods: list[str], suites: list[str], difficulty: str, profile: str)
     """Names checked before torch is imported, so that a typo is answered in well under a second
     (UnknownNameError, with the known names and a did-you-mean)."""
     import tasks
-    from bench.registry import method_names
+    from bench.registry import method_names, unknown_method
     from bench.world.profiles import PROFILES
 
-    checks = [("method", m, method_names()) for m in methods if ".py:" not in m]
-    checks += [("suite", s, tasks.list_suites()) for s in suites]
+    named = [m for m in methods if ".py:" not in m]
+    known_methods = method_names() if named else []
+    for method in named:
+        if method not in known_methods:
+            raise unknown_method(method)
+    checks = [("suite", s, tasks.list_suites()) for s in suites]
     checks += [("difficulty level", difficulty, list(tasks.DIFFICULTIES)), ("profile", profile, list(PROFILES))]
     for kind, name, known in checks:
         if name not in known:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 import types
 import typing
@@ -254,20 +255,48 @@ def _field_type(node: Any, name: str) -> Any:
             return None
 
 
+class _Unparsable(RunError):
+    """A setting of a type `--set` cannot read (a plain `list` or `dict`, a class of the plugin's own)."""
+
+
+_PARSED = "bool, int, float, str, Literal[...], tuple[...] and list[...] of those, Optional[...]"
+
+
+def _unparsable(key: str, declared: Any) -> _Unparsable:
+    """The refusal of a setting `--set` cannot read, naming its type as written (modules left out)."""
+    if declared is None:
+        return _Unparsable(f"{key}: --set cannot parse a setting whose type annotation cannot be resolved")
+    name = declared.__name__ if isinstance(declared, type) else re.sub(r"\w+\.", "", str(declared))
+    return _Unparsable(f"{key}: --set cannot parse a value of type {name} (it parses {_PARSED})")
+
+
 def _coerce(key: str, raw: str, default: Any, declared: Any = None) -> Any:
     """`raw` parsed as the field's declared type (`float`, `Optional[float]`, `int | float`,
-    `tuple[int, ...]`, `tuple[float, float]`, `list[int]`), or as its default's type where the type
-    is not declared in a form read here."""
+    `tuple[int, ...]`, `tuple[float, float]`, `list[int]`, `Literal["a", "b"]`), or as its default's
+    type where the type is not declared in a form read here (`Any`, an annotation that cannot be
+    resolved). A type it cannot read (`list`, `dict`, a class) is refused, not stored as the string;
+    only a `str` or `Any` setting takes the text as it is."""
     origin, args = typing.get_origin(declared), typing.get_args(declared)
     if origin in (typing.Union, types.UnionType):
         if raw.lower() == "none" and type(None) in args:
             return None
-        for option in (a for a in args if a is not type(None)):  # the first that reads it
+        options = [a for a in args if a is not type(None)]
+        unread = 0
+        for option in options:  # the first that reads it
             try:
                 return _coerce(key, raw, default, option)
+            except _Unparsable:
+                unread += 1
             except RunError:
                 continue
+        if unread == len(options):
+            raise _unparsable(key, declared)
         raise RunError(f"{key}={raw!r}: expected {' or '.join(getattr(a, '__name__', str(a)) for a in args)}")
+    if origin is typing.Literal:
+        for choice in args:
+            if raw == str(choice) or (isinstance(choice, bool) and raw.lower() == str(choice).lower()):
+                return choice
+        raise RunError(f"{key}={raw!r}: expected one of {', '.join(str(a) for a in args)}")
     if origin in (tuple, list):
         items = [x for x in raw.split(",") if x]
         if origin is tuple and args and args[-1] is not Ellipsis:  # fixed length, a type per place
@@ -276,7 +305,8 @@ def _coerce(key: str, raw: str, default: Any, declared: Any = None) -> Any:
             return tuple(_coerce(key, x, None, kind) for x, kind in zip(items, args))
         parsed = [_coerce(key, x, None, args[0] if args else str) for x in items]
         return tuple(parsed) if origin is tuple else parsed
-    kind = declared if declared in (bool, int, float, str) else type(default)
+    undeclared = declared is None or declared is typing.Any  # unresolved, or any type: its default's
+    kind = type(default) if undeclared else declared
     try:
         if kind is bool:
             if raw.lower() not in ("true", "false", "1", "0"):
@@ -291,6 +321,8 @@ def _coerce(key: str, raw: str, default: Any, declared: Any = None) -> Any:
             return value
         if kind is tuple:
             return tuple(x for x in raw.split(",") if x)
-        return raw
     except ValueError:
         raise RunError(f"{key}={raw!r}: expected {kind.__name__}") from None
+    if kind is str or declared is typing.Any:
+        return raw
+    raise _unparsable(key, declared)

@@ -1,5 +1,7 @@
 """Method registry: built-ins, file plugins, protocol checks and did-you-mean errors."""
 
+import re
+
 import pytest
 
 from bench.api import AdapterError, check_method_class
@@ -71,6 +73,48 @@ def test_missing_plugin_file_and_class(tmp_path):
 def test_check_method_class_rejects_instances():
     with pytest.raises(AdapterError, match="expected a class"):
         check_method_class(object())
+
+
+def test_a_config_field_without_a_default_is_refused_when_the_method_is_loaded(tmp_path):
+    """`bench run` builds `Config()` before it applies `--set`: a field without a default made every
+    run fail ("missing 1 required positional argument: 'lr'", with `--set lr=...` given) and
+    `bench list methods -v` list the method as unusable; the registration check names the field."""
+    path = tmp_path / "nodefault.py"
+    path.write_text(GOOD_PLUGIN.replace("lr: float = 1e-3", "lr: float\n    samples: int = 4"))
+    with pytest.raises(AdapterError, match="Cfg field 'lr' has no default: every config field needs one"):
+        get_method(f"{path}:Noop")
+    with_field = GOOD_PLUGIN.replace("from dataclasses import dataclass", "from dataclasses import dataclass, field")
+    nested = with_field.replace("class Cfg:", "class Inner:\n    kl: float\n\n@dataclass(frozen=True)\nclass Cfg:")
+    inner = "lr: float = 1e-3\n    inner: Inner = field(default_factory=Inner)"
+    path.write_text(nested.replace("lr: float = 1e-3", inner))
+    with pytest.raises(AdapterError, match="Inner field 'kl' has no default"):  # a nested config made by its factory
+        get_method(f"{path}:Noop")
+    fields = "lr: float = 1e-3\n    ids: list = field(default_factory=list)\n    seen: int = field(init=False)"
+    path.write_text(with_field.replace("lr: float = 1e-3", fields))
+    assert get_method(f"{path}:Noop").name == "noop"  # a default_factory is a default; `Config()` leaves out seen
+
+
+def test_a_file_named_without_its_class_is_told_to_name_it(tmp_path):
+    """`--method path/to/file.py` (no `:Class`) was "unknown method ...; known methods: grpo, ..."."""
+    path = tmp_path / "plug.py"
+    path.write_text(GOOD_PLUGIN)
+    with pytest.raises(UnknownNameError, match=r"is named with its class, path/to/file.py:ClassName \(") as exc:
+        get_method(str(path))
+    assert str(exc.value).endswith(f"({path}:ClassName)")
+    with pytest.raises(UnknownNameError, match="named with its class, path/to/file.py:ClassName$"):
+        get_method("plugins/rloo")
+    with pytest.raises(UnknownNameError, match="known methods: .*did you mean 'grpo-joint'"):
+        get_method("grpo-jiont")  # a name that is not a file's keeps the known names
+
+
+def test_a_file_plugin_is_loaded_as_one_file(tmp_path):
+    """As docs/plugins.md says: the file's folder is not put on the import path, so a module beside it
+    cannot be imported (a plugin split into modules is packaged)."""
+    (tmp_path / "helpers_beside_the_plugin.py").write_text("LR = 1e-3\n")
+    path = tmp_path / "split.py"
+    path.write_text("import helpers_beside_the_plugin\n" + GOOD_PLUGIN)
+    with pytest.raises(AdapterError, match="failed to import: ModuleNotFoundError: No module named 'helpers_beside"):
+        get_method(f"{path}:Noop")
 
 
 def test_a_world_gives_built_in_methods_its_calibrated_rates_beneath_the_users_set(tmp_path):
@@ -183,6 +227,51 @@ def test_overrides_are_parsed_as_the_fields_declared_types(tmp_path):
                            ("mix", "x", "mix='x': expected int or float")]:
         with pytest.raises(RunError, match=said):
             method_config(cls, ((key, raw),))
+
+
+UNPARSABLE_PLUGIN = '''
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+@dataclass(frozen=True)
+class Cfg:
+    layers: list = field(default_factory=list)
+    table: dict = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    maybe: Optional[list] = None
+    where: Path = Path(".")
+    mode: Literal["a", "b"] = "a"
+    anything: Any = None
+    counted: Any = 3
+    bare: tuple = ()
+
+class Loose:
+    name = "loose"
+    Config = Cfg
+    def __init__(self, config): self.config = config
+    def run(self, ctx): return None
+'''
+
+
+def test_a_setting_of_a_type_set_cannot_parse_is_refused(tmp_path):
+    """`--set layers=1,2` on a plain `list` field stored the string '1,2'; a type `--set` cannot read is
+    one line naming the key and the type; `str`, `Any`, `Literal` and a plain `tuple` still read."""
+    from bench.errors import RunError
+    from bench.run.config import method_config
+
+    path = tmp_path / "loose.py"
+    path.write_text(UNPARSABLE_PLUGIN)
+    cls = get_method(f"{path}:Loose")
+    for key, raw, typ in [("layers", "1,2", "list"), ("table", "a=1", "dict"), ("weights", "a", "dict[str, float]"),
+                          ("maybe", "1", "Optional[list]"), ("where", "/tmp", "Path")]:
+        with pytest.raises(RunError, match=rf"^{key}: --set cannot parse a value of type {re.escape(typ)} \(it parses"):
+            method_config(cls, ((key, raw),))
+    assert method_config(cls, (("maybe", "none"),)).maybe is None
+    config = method_config(cls, (("mode", "b"), ("anything", "x,y"), ("counted", "4"), ("bare", "p,q")))
+    assert (config.mode, config.anything, config.counted, config.bare) == ("b", "x,y", 4, ("p", "q"))
+    with pytest.raises(RunError, match="mode='c': expected one of a, b"):
+        method_config(cls, (("mode", "c"),))
 
 
 def test_a_records_rerun_command_sets_its_config_back(tmp_path):

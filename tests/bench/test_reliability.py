@@ -466,6 +466,58 @@ def test_a_plugin_whose_config_or_constructor_fails_is_one_line(key, setting, sa
     assert not runs.exists() or not any(runs.iterdir())
 
 
+_UNUSABLE = """from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class NoDefaultsConfig:
+    lr: float
+    samples: int = 4
+
+
+@dataclass(frozen=True)
+class LayersConfig:
+    lr: float = 1e-3
+    layers: list = field(default_factory=list)
+
+
+class NoDefaults:
+    name = "no-defaults"
+    Config = NoDefaultsConfig
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        pass
+
+
+class Layers(NoDefaults):
+    name = "layers"
+    Config = LayersConfig
+"""
+
+
+@pytest.mark.parametrize("cls, setting, said", [
+    (":NoDefaults", "lr=1e-3", "NoDefaultsConfig field 'lr' has no default: every config field needs one"),
+    (":Layers", "layers=1,2", "layers: --set cannot parse a value of type list"),
+    ("", "lr=1e-3", "a method in a file is named with its class, path/to/file.py:ClassName"),
+])
+def test_a_plugin_method_that_cannot_run_as_given_is_one_line_before_any_work(cls, setting, said, tmp_path):
+    """A config field without a default (its run failed on `Config()` with --set given), a `--set` of a
+    type it cannot parse (stored as the string) and a file named without its class (answered with the
+    built-in names alone): one line saying what to change, exit 2, no run folder."""
+    plugin = tmp_path / "unusable.py"
+    plugin.write_text(_UNUSABLE)
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["run", "--method", f"{plugin}{cls}", "--profile", PROFILE, "--no-progress",
+                              "--runs", str(runs), "--set", setting])
+    refused(result, said)
+    assert not runs.exists() or not any(runs.iterdir())
+    if cls == ":NoDefaults":  # listed by name, it is refused the same way (it was listed as unusable, exit 0)
+        refused(cli.invoke(app, ["list", "methods", "-v", f"{plugin}{cls}"]), said)
+
+
 def test_a_plugin_that_takes_a_built_in_methods_name_is_refused(tmp_path):
     plugin = tmp_path / "mine.py"
     plugin.write_text("from methods.grpo import GRPOJoint\n\n\nclass Mine(GRPOJoint):\n    name = 'grpo-joint'\n")
