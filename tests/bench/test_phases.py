@@ -105,7 +105,7 @@ def stepping_expert(ctx: RunContext, domain: str) -> None:
         for step in range(2 if domain == "math" else 3):
             problems = sampler.next(4)
             ctx.step_done(loss=ctx.sft_step(expert, [p.prompt for p in problems], [p.answer for p in problems],
-                                            lr=1e-2), step=step)
+                                            lr=1e-2), index=step)
 
 
 @pytest.mark.parametrize("executor", ["isolated", "processes"])
@@ -113,7 +113,7 @@ def test_the_steps_of_parallel_phases_are_traced_in_key_order(executor):
     replayed: list = []
     ctx = make_context(executor, [], replayed=replayed)
     ctx.map_phases(stepping_expert, ctx.domains)
-    assert [(phase, stats["step"]) for _, phase, stats in replayed] == [
+    assert [(phase, stats["index"]) for _, phase, stats in replayed] == [
         ("expert:math", 0), ("expert:math", 1), ("expert:code", 0), ("expert:code", 1), ("expert:code", 2)]
     flops = [spent for spent, _, _ in replayed]
     assert flops == sorted(flops) and flops[0] > 0
