@@ -214,6 +214,21 @@ def test_bench_report_says_when_the_sites_command_does_not_make_its_records(tmp_
     assert f"and {len(check['differences']) - 10} more (results.json has them all)" in index
 
 
+def _record_of(made):
+    """The part of a record of `made` (a shipped world's run) that the plan check reads."""
+    from bench.run import record as records
+    from bench.run.runner import Runner
+    from bench.world import reference
+
+    run = Runner(made, progress=False)
+    fields = ("method", "method_config", "suite", "difficulty", "suite_hash", "profile", "seed", "budget_flops",
+              "eval_size")
+    return {**{k: v for k, v in run.fingerprint().items() if k in fields},
+            "run_id": run.run_id, "settings": records.settings(made),
+            "provenance": {"world_version": run.profile.world_version, "rollout": "torch",
+                           "model_hashes": reference.shipped_hashes(made.profile), "phase_executor": "sequential"}}
+
+
 def test_a_records_rerun_command_plans_it_with_its_settings():
     """The command the site shows for a record (`reports.reproduce.run_command`), read as `bench run` reads
     it, plans exactly that record, its settings (token caps, evaluation schedule) included; a record made
@@ -222,19 +237,11 @@ def test_a_records_rerun_command_plans_it_with_its_settings():
     from bench.cli.sweeps import _parsed
     from bench.run import record as records
     from bench.run.config import RunConfig
-    from bench.run.runner import Runner
-    from bench.world import reference
     from reports.reproduce import run_command
 
     made = RunConfig(method="grpo", suite="math", profile="direct", seed=1, budget_flops=2e11, max_new_tokens=8,
                      eval_every=0.5, eval_early=(0.25,), distill_eval_every=0)
-    run = Runner(made, progress=False)
-    record = {**{k: v for k, v in run.fingerprint().items() if k in ("method", "method_config", "suite", "difficulty",
-                                                                   "suite_hash", "profile", "seed", "budget_flops",
-                                                                   "eval_size")},
-              "run_id": run.run_id, "settings": records.settings(made),
-              "provenance": {"world_version": run.profile.world_version, "rollout": "torch",
-                             "model_hashes": reference.shipped_hashes("direct"), "phase_executor": "sequential"}}
+    record = _record_of(made)
     params = _parsed(run_command(record)["text"].replace("\\\n", " "), "run", "the record's command")
     planned = RunConfig(method=params["method"], suite=params["suite"], difficulty=params["difficulty"],
                         profile=params["profile"], seed=params["seed"], budget_flops=_budget(params["budget"]),
@@ -249,19 +256,10 @@ def test_a_records_rerun_command_plans_it_with_its_settings():
 
 
 def test_a_record_whose_phases_ran_side_by_side_is_not_made_by_a_command_that_runs_them_in_order():
-    from bench.run import record as records
     from bench.run.config import RunConfig
-    from bench.run.runner import Runner
-    from bench.world import reference
 
     made = RunConfig(method="opd-multi", suite="math_code", profile="direct", seed=0, budget_flops=2e11)
-    run = Runner(made, progress=False)
-    record = {**{k: v for k, v in run.fingerprint().items() if k in ("method", "method_config", "suite", "difficulty",
-                                                                   "suite_hash", "profile", "seed", "budget_flops",
-                                                                   "eval_size")},
-              "run_id": run.run_id, "settings": records.settings(made),
-              "provenance": {"world_version": run.profile.world_version, "rollout": "torch",
-                             "model_hashes": reference.shipped_hashes("direct")}}
+    record = _record_of(made)
     for streams in (None, "shared"):
         assert plan_check([made], [{**record, "phase_streams": streams}]) == {"differences": [], "added": []}
     for streams in ("own", "mixed"):
