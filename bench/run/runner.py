@@ -202,7 +202,8 @@ class Runner:
             self.bar = bar
             if not self.curve:
                 self._evaluate(ctx, "start")
-            self._run_method(ctx)
+            with self.ledger.method_runs():
+                self._run_method(ctx)
             ctx._finish()
             self._within_budget(ctx.spent_flops)
             if ctx.spent_flops == 0:
@@ -225,12 +226,10 @@ class Runner:
         """Make the method and run it. A plugin's exception (in `__init__` or `run`) is the plugin's
         fault: one line naming it; a built-in's keeps its traceback."""
         if self.config.method in builtin_methods():
-            with self.ledger.method_runs():
-                self.method_cls(self.method_config).run(ctx)
+            self.method_cls(self.method_config).run(ctx)
             return
         try:
-            with self.ledger.method_runs():
-                self.method_cls(self.method_config).run(ctx)
+            self.method_cls(self.method_config).run(ctx)
         except (RunError, KeyboardInterrupt):
             raise
         except Exception as exc:
