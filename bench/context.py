@@ -416,11 +416,9 @@ class RunContext:
         runner gets one `step_done` (it evaluates and checkpoints after the merge). `fn` must be
         picklable (a module-level function or a `functools.partial` of one). See `bench.run.phases`.
         """
-        if self._phase_runner is None:
-            self._phases_drew("shared")
-            return {key: fn(self, key) for key in keys}
-        results = self._phase_runner(self, fn, list(keys))
-        if results is None:  # the executor could not keep to the budget in parallel: in order, here
+        # None: in order on this context, by default or where the executor could not keep to the budget
+        results = None if self._phase_runner is None else self._phase_runner(self, fn, list(keys))
+        if results is None:
             self._phases_drew("shared")
             return {key: fn(self, key) for key in keys}
         self._phases_drew("own")

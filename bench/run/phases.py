@@ -30,8 +30,9 @@ generator, so the second expert's samples depend on how much the first one drew;
 cannot, and each gets its own. FLOP totals per phase are then equal in kind (same keys, same budget
 per phase) but not to the FLOP. The record says which the run had (`phase_streams`: `shared`,
 `own`, `mixed` where calls differed, null where the method never split), and `bench compare` and
-the site's plan check read it as an input. A child's steps are traced after the merge, in key order, each at
-the run's counted FLOPs before the phases plus those of the children merged before it. What a child
+the site's plan check read it as an input. A child's steps are traced after the merge, in key
+order, each at the run's counted FLOPs before the phases plus those of the children merged before
+it. What a child
 may use: its student (the parent's current student, copied), `clone` / `snapshot` of it, samplers,
 rollout, updates and `step_done` (recorded there for that trace: the runner evaluates and
 checkpoints once, after the merge). Teachers are not available in a child. Each child may spend an

@@ -209,7 +209,7 @@ class Runner:
             if ctx.spent_flops == 0:
                 raise RunError(f"method {self.method_cls.name} returned without spending a counted FLOP: its record "
                                "would be the base model's, ranked as a method; a method trains before it stops")
-            if ctx.spent_flops > 0 and not self._trace["rows"]:
+            if not self._trace["rows"]:
                 raise RunError(f"method {self.method_cls.name} spent {ctx.spent_flops:.3e} counted FLOPs without "
                                "calling ctx.step_done(): the runner evaluates, checkpoints and stops a run at its "
                                "steps")
