@@ -69,4 +69,8 @@ def metric_cell(m: MethodResult, name: str) -> dict[str, str]:
         ftt = m.flops_to_target[next(k for k in TARGET_GAINS if name.endswith(gain_name(k)))]
         if ftt.n_seeds and ftt.value is None:
             missing = "not reached"
-    return fmt_estimate(est, unit, missing)
+    cell = fmt_estimate(est, unit, missing)
+    if name.startswith("savings_") and est.value is not None and est.value <= -1:
+        # −1883% reads better as what it is: 19.8 times the reference's FLOPs to the same accuracy
+        cell["text"] += f" ({1 - est.value:.1f}× the FLOPs)"
+    return cell

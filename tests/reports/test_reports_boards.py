@@ -138,6 +138,16 @@ def test_a_protocol_is_shown_but_never_ranked():
     assert metric_cell(board.method("opd-multi"), "savings_k50")["text"].endswith("%")
 
 
+def test_savings_of_twice_the_references_flops_or_more_say_the_multiple():
+    # the reference reaches tau_0.5 = 0.35 at 10^12.5 FLOPs; the others at 10^12, 10^13 and 10^13.5
+    curves = {"grpo-joint": [0.2, 0.3, 0.4, 0.5], "fast": [0.2, 0.35, 0.4, 0.5], "slow": [0.2, 0.25, 0.35, 0.5],
+              "slower": [0.2, 0.2, 0.3, 0.4]}
+    board = _board([_run(method, s, acc) for method, acc in curves.items() for s in range(3)])
+    cells = {m: metric_cell(board.method(m), "savings_k50")["text"] for m in curves}
+    assert cells == {"grpo-joint": "reference", "fast": "68.4%", "slow": "−216.2% (3.2× the FLOPs)",
+                     "slower": "−900.0% (10.0× the FLOPs)"}
+
+
 def test_a_board_without_the_reference_warns_and_leaves_relative_metrics_empty():
     board = _board([_run("opd-multi", s, [0.2, 0.4, 0.5, 0.6]) for s in range(3)])
     assert board.reference is None and board.targets == {} and board.warnings
