@@ -27,6 +27,9 @@ def check_method_class(cls: Any, where: str = "") -> type:
         problems.append("a frozen `Config` dataclass (@dataclass(frozen=True))")
     if not callable(getattr(cls, "run", None)):
         problems.append("a `run(self, ctx)` method")
+    why = getattr(cls, "reads_heldout", None)
+    if why is not None and not (isinstance(why, str) and why.strip()):
+        problems.append("`reads_heldout`, where set, to say in words why it reads held-out accuracy")
     if problems:
         raise AdapterError(f"{label} is not a method adapter: it needs " + "; ".join(problems))
     if (bare := _without_default(config)) is not None:

@@ -46,7 +46,12 @@ from bench.update import Bucket
 
 @runtime_checkable
 class Method(Protocol):
-    """A post-training method adapter (checked at registration by `check_method_class`)."""
+    """A post-training method adapter (checked at registration by `check_method_class`).
+
+    Optional: a class attribute `reads_heldout: str` saying why the method reads held-out accuracy
+    (`ctx.evaluate(split="heldout")`, which only such a method may call). A run's record keeps how
+    often it did; the board marks runs of a ranked method that did (docs/plugins.md).
+    """
 
     name: ClassVar[str]
     Config: ClassVar[type]

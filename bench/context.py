@@ -80,6 +80,8 @@ class RunContext:
         phase_streams: str | None = None,
         on_progress: Callable[[float, str | None], None] | None = None,
         on_replay: Callable[[float, str, dict], None] | None = None,
+        reads_heldout: str | None = None,
+        heldout_reads: int = 0,
     ) -> None:
         self._suite = suite
         self._seed = seed
@@ -98,6 +100,9 @@ class RunContext:
         self._on_replay = on_replay or (lambda spent, phase, stats: None)
         self._eval_max_new_tokens = eval_max_new_tokens or max_new_tokens
         self._heldout_size = heldout_size
+        # why the method reads held-out accuracy (its `reads_heldout`; None: it may not), and how often it has
+        self._reads_heldout = reads_heldout
+        self._heldout_reads = heldout_reads
         self._evaluators: dict[tuple, Any] = {}
         self._reports: dict[str, Any] = reports if reports is not None else {}
         self._policy_states = policy_states or {}  # checkpointed policies not re-created yet
@@ -342,11 +347,21 @@ class RunContext:
         held-out split: what a method may stop on (an expert's plateau). Deciding when to stop is part
         of making the student, so its FLOPs are counted, in the current phase, as rollouts. `heldout`
         is the split the leaderboard reports, for measurement protocols (a recovery target): booked
-        `eval`, recorded, never counted. Returns {accuracy, domain_accuracy, mean_length, ...}.
+        `eval`, recorded, never counted; only a method that says why (its class's `reads_heldout`)
+        may read it, in the run's own context, and its record counts the reads (`heldout_reads`).
+        Returns {accuracy, domain_accuracy, mean_length, ...}.
         """
         if split not in ("validation", "heldout"):
             raise ValueError(f"split must be 'validation' or 'heldout', got {split!r}")
         self._made_here(policy, "evaluate")
+        if split == "heldout":
+            if self._reads_heldout is None:
+                raise ValueError("evaluate(split='heldout') reads the accuracy the run is scored on: a method that "
+                                 "stops or chooses by it chooses on the test set. Stop on split='validation' "
+                                 "(counted); a measurement protocol says why it reads held-out accuracy in its "
+                                 "class attribute `reads_heldout`, and reads it in the run's own context, not "
+                                 "inside ctx.map_phases")
+            self._heldout_reads += 1
         chosen = tuple(domains or self.domains)
         key = (split, chosen, size)
         if key not in self._evaluators:
@@ -465,6 +480,7 @@ class RunContext:
             "reports": self._reports,
             "student": self._student_name,
             "phase_streams": self._phase_streams,
+            "heldout_reads": self._heldout_reads,
         }
 
     def _merge_child(self, result: Any) -> None:

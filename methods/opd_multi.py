@@ -74,6 +74,8 @@ class OPDMulti:
     """Per-domain GRPO experts, then multi-teacher OPD of the experts into the base student."""
 
     name = "opd-multi"
+    reads_heldout = ("score_experts: each trained expert's held-out accuracy on its domain, reported "
+                     "(expert_heldout_accuracy) and never decided on")
     Config = OPDMultiConfig
 
     def __init__(self, config: OPDMultiConfig) -> None:

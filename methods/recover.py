@@ -136,6 +136,8 @@ class Recover:
     """Learn a domain, forget it, then recover it by GRPO and by OPD from the earlier self."""
 
     name = "recover"
+    reads_heldout = ("the recovery protocol's measurement: each arm stops when the domain's held-out accuracy "
+                     "reaches a target set from the self-teacher's and the lost student's held-out accuracy")
     Config = RecoverConfig
 
     def __init__(self, config: RecoverConfig) -> None:

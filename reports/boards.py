@@ -172,7 +172,7 @@ class Board:
     n_domains: int = 0
     warnings: list[str] = field(default_factory=list)
     label: str = ""  # key.label, plus version and budget where two boards would share it
-    odd_runs: set[str] = field(default_factory=set)  # runs from another base or world than the majority
+    odd_runs: set[str] = field(default_factory=set)  # runs its warnings name (another base, settings, held-out reads)
 
     def __post_init__(self) -> None:
         self.label = self.label or self.key.label
@@ -362,6 +362,18 @@ def _mark_odd(board: Board, runs: pd.DataFrame, column: str, what: str, majority
                               + ", ".join(sorted(odd["run_id"])))
 
 
+def _mark_heldout_reads(board: Board, runs: pd.DataFrame) -> None:
+    """Runs of a ranked method that read held-out accuracy while they ran (`heldout_reads`): whatever the
+    method says it did with it, what it delivered may have been chosen on the prompts it is scored on.
+    A protocol's reads (`PROTOCOL_METHODS`: a recovery target) are its measurement, and are not marked."""
+    read = runs[(runs["heldout_reads"].fillna(0) > 0) & ~runs["method"].isin(PROTOCOL_METHODS)]
+    if not read.empty:
+        board.odd_runs.update(read["run_id"])
+        board.warnings.append(f"{len(read)} run(s) read held-out accuracy while they ran, so what they delivered "
+                              "may have been chosen on the prompts it is scored on: "
+                              + ", ".join(sorted(read["run_id"])))
+
+
 def _note_cpus(board: Board, runs: pd.DataFrame) -> None:
     """Runs made on more than one kind of CPU: a record is rebuilt value for value only on the kind it
     names (each CPU picks its own kernels, so the last bits differ), so the board says which made what."""
@@ -399,6 +411,7 @@ def build_boards(frames: Frames) -> list[Board]:
         if len(seeds) > 1:
             board.warnings.append("methods were run on different seeds; intervals are not paired")
         _mark_odd_provenance(board, runs)
+        _mark_heldout_reads(board, runs)
         _note_cpus(board, runs)
         boards.append(board)
     labels = [b.key.label for b in boards]

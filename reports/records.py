@@ -137,7 +137,7 @@ RUN_COLUMNS = [
     "counted_flops", "shared_flops", "external_flops", "eval_flops", "gain_per_pflop_spent", "distillation_share",
     "distillation_share_plateau", "expert_tail_share", "self_teacher_reduction", "check_size",
     "recovery_forgetting", "recovery_noise", "base_hash",
-    "world_version", "rollout", "settings", "phase_streams", "cpu", "wall_s", "source",
+    "world_version", "rollout", "settings", "phase_streams", "heldout_reads", "cpu", "wall_s", "source",
 ]
 
 
@@ -227,6 +227,7 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
         "rollout": _provenance_str(r, "rollout"),
         "settings": settings_text(r.get("settings")),
         "phase_streams": r.get("phase_streams"),
+        "heldout_reads": r.get("heldout_reads"),  # None: a record made before reads were counted
         "cpu": _provenance_str(r, "hardware", "cpu"),
         "wall_s": r.get("wall_s"), "source": r.get(SOURCE_KEY),
     }

@@ -179,6 +179,8 @@ RECORD_SCHEMA: dict[str, Any] = {
             "device": {"type": "string", "maxLength": MAX_NAME_CHARS}}},
         # how a method's independent phases drew samples (bench/context.py `map_phases`); null: no phases
         "phase_streams": {"enum": ["shared", "own", "mixed", None]},
+        # the method's own reads of held-out accuracy (`ctx.evaluate(split="heldout")`)
+        "heldout_reads": {"type": "integer", "minimum": 0},
         "throughput": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["flops", "seconds", "flop_per_s"],
             "properties": {"flops": _nonneg, "seconds": _nonneg, "flop_per_s": _nonneg, "mfu": _nonneg}}},

@@ -174,7 +174,7 @@ def check_adapter(
     with _one_line():
         budget_flops, overrides, teachers = _budget(budget), _overrides(set_), _overrides(teacher)
         _names([plugin], [suite], "easy", "smoke")
-        get_method(plugin)  # a plugin that cannot be loaded is refused before the check is announced
+        method_cls = get_method(plugin)  # a plugin that cannot be loaded is refused before the check is announced
     if not as_json:
         console.print(f"checking {plugin}: a short run on the smoke world under torch's FLOP counter", highlight=False)
     with _one_line():
@@ -202,8 +202,9 @@ def check_adapter(
                       "or --set/--teacher that reach it (a teacher that finishes answers, say), would")
     if result.heldout_reads:
         console.print(f"[yellow]note[/yellow]: the method read held-out accuracy {result.heldout_reads} times "
-                      "(ctx.evaluate, split heldout): fine for a measurement (a recovery target) or a report, but a "
-                      "method that chooses what it delivers by it chooses on the test set")
+                      f"(ctx.evaluate, split heldout), saying why: {method_cls.reads_heldout}. Fine for a measurement "
+                      "(a recovery target) or a report; a method that chooses what it delivers by it chooses on "
+                      "the test set, and the board marks the runs of a ranked method that read it")
     if not result.ok:
         why = "it spent no counted FLOPs" if result.metered_flops <= 0 else "compute outside the ledger"
         _fail(f"{result.method} is not conformant: {why}", code=1)

@@ -3,9 +3,10 @@
     policies.pt   {name: Policy.state()} of every policy of the run but the external teacher
     rng.pt        {"generator": the run's sampling generator, "torch": torch's global RNG}
     state.json    {"state": the method's ctx.state, "samplers": positions, "reports": ctx.report()s,
-                   "student": the deliverable's name, "phase_streams", "ledger_rows", "curve_rows", "next_milestone",
-                   "trace", "wall_s", "last_eval"}: what the ledger, curve and step trace are cut back to
-                  on resume, and the last evaluation with the digest of the weights it was made on;
+                   "student": the deliverable's name, "phase_streams", "heldout_reads", "ledger_rows",
+                   "curve_rows", "next_milestone", "trace", "wall_s", "last_eval"}: what the ledger, curve and
+                  step trace are cut back to on resume, and the last evaluation with the digest of the weights
+                  it was made on;
                   "hashes": sha256 of policies.pt and rng.pt, and of the first ledger_rows / curve_rows
                   / trace rows lines of ledger.jsonl, curve.jsonl and steps.jsonl
 
@@ -73,6 +74,7 @@ def save(run_dir: Path, context: dict[str, Any], *, ledger_rows: int, curve_rows
                 "trace": trace,
                 "reports": context["reports"],
                 "phase_streams": context["phase_streams"],
+                "heldout_reads": context["heldout_reads"],
                 "wall_s": wall_s,
                 "last_eval": list(last_eval) if last_eval is not None else None,
                 "hashes": hashes,
@@ -135,6 +137,7 @@ def load(run_dir: Path) -> Checkpoint | None:
             "reports": meta["reports"],
             "student_name": meta.get("student"),
             "phase_streams": meta.get("phase_streams"),  # absent from checkpoints made before it was kept
+            "heldout_reads": meta.get("heldout_reads", 0),  # likewise
         }
         return Checkpoint(context, rng["torch"], meta["ledger_rows"], meta["curve_rows"], meta["next_milestone"],
                           meta["trace"], meta["wall_s"],

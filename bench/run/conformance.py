@@ -59,7 +59,7 @@ class ConformanceResult:
     budget_flops: float
     eval_flops: float = 0.0  # charged inside the held-out evaluations (the runner's and ctx.evaluate)
     instrumented_eval_flops: float = 0.0  # what the counter saw inside them
-    heldout_reads: int = 0  # the method's own evaluations of the held-out split (ctx.evaluate)
+    heldout_reads: int = 0  # the method's own evaluations of the held-out split (its record's `heldout_reads`)
     counted_by_kind: dict[str, float] = field(default_factory=dict)  # rollout, score, update
     counted_by_phase: dict[str, float] = field(default_factory=dict)  # the method's phases the run reached
 
@@ -111,7 +111,7 @@ def check_adapter(plugin: str, suite: str = "math_code", budget_flops: float | N
         budget_flops=config.budget,
         eval_flops=runner.ledger.evaluation_flops,
         instrumented_eval_flops=float(evaluations.flops),
-        heldout_reads=evaluations.heldout_reads,
+        heldout_reads=summary["heldout_reads"],
         counted_by_kind=runner.ledger.by_kind("counted"),
         counted_by_phase=runner.ledger.by_phase("counted"),
     )
@@ -126,7 +126,7 @@ class _Evaluations:
                                                         sys.modules[__name__]))
 
     def __init__(self, cls: type) -> None:
-        self.cls, self.flops, self.heldout_reads, self._began = cls, 0, 0, 0
+        self.cls, self.flops, self._began = cls, 0, 0
 
     def watcher(self, mode: Any, refused: list[str]) -> Callable[[bool], None]:
         def watch(entering: bool) -> None:
@@ -147,8 +147,6 @@ class _Evaluations:
             refused.append(f"{self.cls.name} begins a held-out evaluation itself{where}; its work would be booked "
                            "eval, outside the budget. Evaluations are the engine's: use ctx.evaluate")
             raise RunError(refused[-1])
-        if frame.f_code is bench.context.RunContext.evaluate.__code__ and frame.f_locals.get("split") == "heldout":
-            self.heldout_reads += 1
 
 
 @contextlib.contextmanager

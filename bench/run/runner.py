@@ -193,6 +193,7 @@ class Runner:
             on_replay=self._trace_step,
             eval_max_new_tokens=self.config.eval_tokens,
             heldout_size=self.config.heldout_size,
+            reads_heldout=getattr(self.method_cls, "reads_heldout", None),
             **(restored or {}),
         )
         self.ctx = ctx
@@ -422,7 +423,8 @@ class Runner:
         return record.summary(
             run_id=self.run_id, method=self.method_cls.name, method_config=self.method_config, config=self.config,
             suite=self.suite, curve=self.curve, ledger=self.ledger, reports=self.ctx._reports,
-            phase_streams=self.ctx._phase_streams, steps=store.read_jsonl(self.dir / "steps.jsonl"),
+            phase_streams=self.ctx._phase_streams, heldout_reads=self.ctx._heldout_reads,
+            steps=store.read_jsonl(self.dir / "steps.jsonl"),
             max_step_flops=self._trace["max_step_flops"],
             provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
             wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),

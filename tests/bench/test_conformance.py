@@ -191,3 +191,45 @@ def test_training_cannot_hide_inside_an_evaluation():
     assert ctx.student.updates == 0
     with pytest.raises(RuntimeError, match="inside a held-out evaluation"), evaluation():
         Ledger().charge(model="student", flops=1.0, tokens=1, kind="update")
+
+
+PEEKS = '''
+from methods.grpo import GRPOConfig, grpo_step
+
+
+class Peeks:
+    """GRPO that reads the student's held-out accuracy after every step."""
+
+    name = "peeks"{declares}
+    Config = GRPOConfig
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        sampler = ctx.sampler("train")
+        while not ctx.should_stop():
+            stats = grpo_step(ctx, ctx.student, sampler, self.config)
+            ctx.evaluate(ctx.student, split="heldout", size=4)  # the accuracy the run is scored on
+            ctx.step_done(**stats)
+'''
+
+
+def test_held_out_reads_are_refused_unless_the_method_says_why_and_then_reported(tmp_path):
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    path = tmp_path / "peeks.py"
+    path.write_text(PEEKS.format(declares=""))
+    out = CliRunner().invoke(app, ["check-adapter", f"{path}:Peeks", "--budget", str(QUICK)])
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert "reads the accuracy the run is scored on" in (out.stderr or out.output).strip().splitlines()[-1]
+    path.write_text(PEEKS.format(declares='\n    reads_heldout = "a score it reports"'))
+    out = CliRunner().invoke(app, ["check-adapter", f"{path}:Peeks", "--budget", str(QUICK), "--json"])
+    outcome = json.loads(out.stdout)
+    assert out.exit_code == 0 and outcome["ok"] and outcome["heldout_reads"] >= 1
+    out = CliRunner().invoke(app, ["check-adapter", f"{path}:Peeks", "--budget", str(QUICK)])
+    said = " ".join(out.output.split())
+    assert f"read held-out accuracy {outcome['heldout_reads']} times" in said
+    assert "saying why: a score it reports" in said

@@ -23,8 +23,9 @@ def tiny_policy(name: str, ledger: Ledger, trainable: bool = True) -> Policy:
     return Policy(name, model, tokenizer, ledger=ledger, trainable=trainable)
 
 
-def context(ledger: Ledger) -> RunContext:
-    """A run's context whose teacher is loaded as the runner loads one: its training booked `external`."""
+def context(ledger: Ledger, reads_heldout: str | None = None) -> RunContext:
+    """A run's context whose teacher is loaded as the runner loads one: its training booked `external`;
+    `reads_heldout`: the method's reason to read held-out accuracy, as the runner passes it."""
 
     def load_teacher(name: str) -> Policy:
         ledger.charge(model=name, flops=1e15, tokens=1, kind="update", phase="external", category="external")
@@ -32,7 +33,7 @@ def context(ledger: Ledger) -> RunContext:
 
     return RunContext(suite=get_suite("math_code", "easy", "tiny"), seed=3, budget_flops=1e12, ledger=ledger,
                       student=tiny_policy("student", ledger), backend=TorchRollout(), teacher_loader=load_teacher,
-                      max_new_tokens=8, on_step=lambda stats: None)
+                      max_new_tokens=8, on_step=lambda stats: None, reads_heldout=reads_heldout)
 
 
 def test_a_teacher_or_a_copy_of_one_is_never_the_deliverable():
@@ -99,7 +100,7 @@ def test_a_charge_from_a_thread_the_method_started_is_refused():
 
 def test_validation_checks_are_counted_in_the_phase_and_held_out_ones_are_not():
     ledger = Ledger()
-    ctx = context(ledger)
+    ctx = context(ledger, reads_heldout="a measurement")
     with ledger.method_runs(), ctx.phase("expert:math"):
         ctx.evaluate(ctx.student, split="validation", domains=["math"], size=4)
         counted = ledger.total("counted", phase_prefix="expert:math")
@@ -107,6 +108,15 @@ def test_validation_checks_are_counted_in_the_phase_and_held_out_ones_are_not():
         assert ledger.by_kind()["rollout"] == counted  # as rollouts, in the phase
         ctx.evaluate(ctx.student, split="heldout", domains=["math"], size=4)
     assert ledger.total("counted") == counted and ledger.total("eval") > 0
+    assert ctx._checkpoint()["heldout_reads"] == 1  # the held-out read, not the validation check
+
+
+def test_only_a_method_that_says_why_reads_held_out_accuracy():
+    ledger = Ledger()
+    ctx = context(ledger)
+    with ledger.method_runs(), pytest.raises(ValueError, match="reads the accuracy the run is scored on"):
+        ctx.evaluate(ctx.student, split="heldout", domains=["math"], size=4)
+    assert not any(r["flops"] for r in ledger.rows()) and ctx._checkpoint()["heldout_reads"] == 0
 
 
 def test_a_negative_keep_is_refused():

@@ -51,6 +51,8 @@ def test_file_plugin_loads(tmp_path):
         (GOOD_PLUGIN.replace("frozen=True", "frozen=False"), "frozen"),
         ("raise RuntimeError('boom')\n", "failed to import: RuntimeError: boom"),
         ("x = (\n", "failed to import: SyntaxError"),
+        (GOOD_PLUGIN.replace('name = "noop"', 'name = "noop"\n    reads_heldout = True'), "`reads_heldout`, where set"),
+        (GOOD_PLUGIN.replace('name = "noop"', 'name = "noop"\n    reads_heldout = " "'), "`reads_heldout`, where set"),
     ],
 )
 def test_malformed_plugins_get_one_clear_error(tmp_path, source, needle):

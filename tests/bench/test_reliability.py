@@ -1007,9 +1007,9 @@ def test_duplicate_seeds_count_once(tmp_path):
 
 
 def _cheat(imports: str, before: str, each_step: str = "", loop: str = "not ctx.should_stop()",
-           step: str = "ctx.step_done(**stats)") -> str:
-    """A plugin's source: GRPO whose `run` does `before` once, then while `loop`: `each_step`, a
-    counted step (its `stats`) and `step`."""
+           step: str = "ctx.step_done(**stats)", declares: str = "") -> str:
+    """A plugin's source: GRPO (with class attributes `declares`) whose `run` does `before` once, then
+    while `loop`: `each_step`, a counted step (its `stats`) and `step`."""
     return f"""{imports}
 from methods.grpo import GRPOConfig, grpo_step
 
@@ -1017,6 +1017,7 @@ from methods.grpo import GRPOConfig, grpo_step
 class Cheat:
     name = "cheat"
     Config = GRPOConfig
+{declares}
 
     def __init__(self, config):
         self.config = config
@@ -1067,7 +1068,8 @@ CHEATS = {
             for _ in range(4):  # evaluating twice what it trains (held out: uncounted): 2% of everything is 6%
                 ctx.evaluate(ctx.student, split="heldout", size=200)  # of its training
             with torch.no_grad():
-                shadow(input_ids=torch.randint(3, 100, (48, 48)))"""),
+                shadow(input_ids=torch.randint(3, 100, (48, 48)))""",
+        declares='    reads_heldout = "a score it reports"'),
 }
 
 

@@ -22,6 +22,7 @@ def test_experts_then_distillation_until_the_budget(fast_profile, tmp_path):
                          **NEVER_CONVERGES, **SMALL)
     keys = ledger_keys(summary)
     assert summary["phase_streams"] == "shared"  # its experts, one after another on the run's stream
+    assert summary["heldout_reads"] == 0  # it declares reads (to score its experts) but, by default, makes none
     for domain in ("math", "code"):
         expert = f"expert:{domain}"
         assert {(expert, "rollout", expert), (expert, "update", expert)} <= keys
@@ -158,6 +159,7 @@ def test_with_score_experts_each_expert_is_scored_on_its_own_domain_as_evaluatio
     assert not any(k.startswith("expert_heldout_accuracy") for k in plain["method_metrics"])
     assert summary["steps"] == plain["steps"] and summary["flops"]["counted"] == plain["flops"]["counted"]
     assert summary["curve"][-1]["accuracy"] == plain["curve"][-1]["accuracy"]
+    assert (summary["heldout_reads"], plain["heldout_reads"]) == (2, 0)  # one read per expert, in its record
     for domain in ("math", "code"):
         assert 0.0 <= summary["method_metrics"][f"expert_heldout_accuracy:{domain}"] <= 1.0
     # the experts' stopping rule is off (no validation checks), so these rows are the scoring alone

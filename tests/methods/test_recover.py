@@ -39,6 +39,8 @@ def _check_phases(summary: dict) -> None:
             # Reached: the phase stopped right there, so its FLOPs are the recorded ones.
             assert recovery[f"{how}_flops"] == pytest.approx(phase_flops(summary, f"recover:{how}"))
     assert not any(m == "recover:grpo" and p != "recover:grpo" for p, _, m in keys)
+    # its own reads of held-out accuracy: the target's two, then every check of both arms
+    assert summary["heldout_reads"] == 2 + sum(len(recovery["checks"][how]) for how in ("grpo", "opd"))
     check_curve(summary)
 
 

@@ -9,7 +9,7 @@ from reports.findings import FAILS, HOLDS, NOT_MEASURED, UNSURE, direction, find
 from reports.leaders import board_leads, lead_sentence
 from reports.records import to_frames
 from reports.stats import Estimate
-from tests.reports.factory import make_record, make_sweep
+from tests.reports.factory import make_record, make_recover_record, make_sweep
 
 BUDGET = 1e14
 FLOPS = [0.0, 1e12, 1e13, 1e14]
@@ -296,6 +296,21 @@ def test_a_run_whose_phases_drew_samples_otherwise_than_its_methods_others_is_ma
     assert board.odd_runs == {records[5]["run_id"]}
     (warning,) = [w for w in board.warnings if "phases' samples" in w]
     assert "than the majority of opd-multi's runs (own)" in warning and records[5]["run_id"] in warning
+
+
+def test_a_ranked_methods_run_that_read_held_out_accuracy_is_marked_and_a_protocols_is_not():
+    records = [make_record(method=m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(3)]
+    for r in records:
+        r["heldout_reads"] = 0
+    records[0].pop("heldout_reads")  # a record made before reads were counted
+    recovery = make_recover_record(seed=0, lost=0.1, ratio=2.0)
+    recovery["heldout_reads"] = 12  # the protocol's checks: its measurement
+    assert not build_boards(to_frames(records + [recovery]))[0].odd_runs
+    records[4]["heldout_reads"] = 2  # opd-multi with its experts scored
+    board = build_boards(to_frames(records + [recovery]))[0]
+    assert board.odd_runs == {records[4]["run_id"]}
+    (warning,) = [w for w in board.warnings if "held-out accuracy" in w]
+    assert warning.startswith("1 run(s) read held-out accuracy while they ran") and records[4]["run_id"] in warning
 
 
 def test_a_board_made_on_two_kinds_of_cpu_says_which_made_how_many():
