@@ -214,7 +214,9 @@ class Runner:
                 raise RunError(f"method {self.method_cls.name} spent {ctx.spent_flops:.3e} counted FLOPs without "
                                "calling ctx.step_done(): the runner evaluates, checkpoints and stops a run at its "
                                "steps")
-            if self.curve[-1]["flops"] < ctx.spent_flops:
+            # the deliverable as it is: after the last step's FLOPs, or a student declared (`set_student`) since
+            evaluated = self._last_eval[0] if self._last_eval else None
+            if self.curve[-1]["flops"] < ctx.spent_flops or evaluated != state_digest(ctx.student._model):
                 self._evaluate(ctx, "final")
         self.ledger.flush()
         self._save_final(ctx.student)

@@ -77,3 +77,38 @@ def test_a_clone_declared_the_student_is_evaluated_again_after_resume(fast_profi
     assert comparable(resumed) == comparable(whole)
     assert runner.ctx.student.name == "alt"
     assert {r["model"] for r in resumed["ledger"] if r["phase"] == "train"} == {"alt"}
+
+
+class DeliversItsStart:
+    """Supervised steps (which move the weights whatever the rewards), then the student it started from
+    declared the deliverable after its last step, as a method that keeps its best checkpoint would."""
+
+    name = "delivers-its-start"
+    Config = GRPOStepConfig
+
+    def __init__(self, config: GRPOStepConfig) -> None:
+        self.config = config
+
+    def run(self, ctx: RunContext) -> None:
+        start = ctx.snapshot(ctx.student, "start")
+        with ctx.phase("train"):
+            while not ctx.should_stop():
+                ctx.sft_step(ctx.student, ["12+7="] * 8, ["19"] * 8, lr=1e-2)
+                ctx.step_done()
+        ctx.set_student(start)
+
+
+def test_a_student_declared_after_the_last_step_is_the_one_the_record_scores(fast_profile, tmp_path):
+    """The record's final accuracy is the deliverable's (`final/`), not the student's before `set_student`."""
+    from bench.world.models import load_model, state_digest
+
+    runner = Runner(run_config(fast_profile, tmp_path, "grpo", 4e10, eval_every=0.5, **SMALL_GRPO), progress=False)
+    runner.method_cls = DeliversItsStart
+    summary = runner.run()
+    last, final = summary["curve"][-2:]
+    assert last["phase"] != "final" and final["phase"] == "final" and final["flops"] == last["flops"]
+    assert summary["final_accuracy"] == final["accuracy"] == summary["base_accuracy"]
+    delivered, _ = load_model(runner.dir / "final")
+    trained = runner.ctx._policies["student"]
+    assert runner.ctx.student.name == "start" and trained.updates > 0
+    assert state_digest(delivered) == state_digest(runner.ctx.student._model) != state_digest(trained._model)
