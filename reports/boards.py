@@ -328,8 +328,9 @@ def _board_order(key: BoardKey) -> tuple:
 
 
 def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:
-    """Runs whose base model (weights hash), world version, rollout engine or settings differ from the
-    board's majority: a changed base is detected here, never discovered by accident; on a GPU the
+    """Runs whose base model (weights hash), suite content (its prompts and answers, hashed), world
+    version, rollout engine or settings differ from the board's majority: a changed base or suite
+    is detected here, never discovered by accident; on a GPU the
     engines charge the same tokens differently (the torch engine its padding); token caps and the
     evaluation schedule change the curve. A run evaluated on another number of held-out prompts, or
     whose base accuracy (its curve's first point: the same base, prompts and token cap give the same
@@ -338,6 +339,7 @@ def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:
     otherwise than its other runs' (`phase_streams`: opd-multi's experts one after another or side
     by side give other numbers). Marked on the board and method pages."""
     for column, what in (("base_hash", "started from another base model (weights hash)"),
+                         ("suite_hash", "drew their prompts from another suite (content hash)"),
                          ("eval_size", "were evaluated on another number of held-out prompts per domain"),
                          ("base_accuracy", "started from another base accuracy (another base, evaluation or token "
                                            "cap)"),

@@ -91,6 +91,7 @@ class Runner:
         model, tokenizer = prepared.load_student()
         FlopSpec.from_config(model.config)  # an architecture the ledger cannot meter: refused before the directory
         self._check_positions(model)
+        self._check_eval_size()
         with store.locked(self.dir / store.LOCK, what=f"run directory {self.dir}"):
             self._check_dir()  # again, under the lock: another writer may have finished meanwhile
             try:
@@ -166,6 +167,18 @@ class Runner:
         if kv_bytes > available / 2:
             raise RunError(f"max_new_tokens {wanted} needs {kv_bytes / 2**30:.1f} GiB of KV cache per sequence, "
                            f"more than half the {available / 2**30:.1f} GiB of memory available; use fewer")
+
+    def _check_eval_size(self) -> None:
+        """An `--eval-size` larger than every domain's held-out split is refused before any work: the
+        record would say more prompts were scored than were (a standard benchmark's smaller test split,
+        HumanEval's 164 beside MBPP's 500, is scored whole under a size that another domain fills)."""
+        if self.config.eval_size is None:
+            return
+        sizes = {d: len(self.suite.heldout(d)) for d in self.suite.domains}
+        if self.config.eval_size > max(sizes.values()):
+            held = ", ".join(f"{d} {n}" for d, n in sizes.items())
+            raise RunError(f"--eval-size {self.config.eval_size} is more held-out prompts per domain than "
+                           f"{self.config.suite} has ({held}); use at most {max(sizes.values())}")
 
     def _run(self, prepared: Any, model: Any, tokenizer: Any) -> dict:
         self._open_dir(prepared)

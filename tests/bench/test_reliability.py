@@ -125,6 +125,8 @@ def readonly(tmp_path):
         (["--eval-early", "0"], "eval_early fractions"),
         (["--eval-size", "0"], "eval_size must be at least 1"),
         (["--eval-size", "-1"], "eval_size must be at least 1"),
+        (["--eval-size", "1001"], "--eval-size 1001 is more held-out prompts per domain than math_code has (math "
+                                  "1000, code 1000); use at most 1000"),
         (["--set", "lr=inf"], "expected a finite number"),
         (["--set", "lr=nan"], "expected a finite number"),
         (["--set", "lr=-inf"], "expected a finite number"),

@@ -278,6 +278,11 @@ def test_a_run_evaluated_otherwise_is_marked_though_no_record_keeps_its_settings
         r.pop("settings", None)  # as older records
     board = build_boards(to_frames(records))[0]
     assert not board.odd_runs and not board.warnings
+    altered = make_record(method="my-plugin", seed=5, suite_hash="0" * 64)  # a cache file edited, say
+    board = build_boards(to_frames(records + [altered]))[0]
+    assert board.odd_runs == {altered["run_id"]}
+    (warning,) = [w for w in board.warnings if "another suite" in w]
+    assert "drew their prompts from another suite (content hash)" in warning and altered["run_id"] in warning
     capped = make_record(method="my-plugin", seed=5, base_accuracy=0.22, eval_size=50)
     board = build_boards(to_frames(records + [capped]))[0]
     assert board.odd_runs == {capped["run_id"]}
