@@ -61,6 +61,8 @@ class ForgettingScale:
     """The protocol's stage on the domain, then the other domain's stage checked at every scale."""
 
     name = "forgetting-scale"
+    reads_heldout = ("a calibration of the recovery protocol: the domain's held-out accuracy, as the protocol "
+                     "checks it, after each stage of forgetting")
     Config = ForgettingScaleConfig
 
     def __init__(self, config: ForgettingScaleConfig) -> None:

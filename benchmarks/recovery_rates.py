@@ -99,6 +99,8 @@ class RecoveryRates:
     student, each on its own copy and in its own ledger phase."""
 
     name = "recovery-rates"
+    reads_heldout = ("a calibration of the recovery protocol: every arm's checks of the domain's held-out "
+                     "accuracy, at each of its candidate rates")
     Config = RecoveryRatesConfig
 
     def __init__(self, config: RecoveryRatesConfig) -> None:
