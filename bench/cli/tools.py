@@ -271,11 +271,13 @@ def eval_(
     suite: Optional[str] = typer.Option(None, help="suite (default: the run's, else math_code)"),
     difficulty: Optional[str] = typer.Option(None, help="easy, medium or hard (default: the run's, else easy)"),
     profile: Optional[str] = typer.Option(None, help="prompt format and token cap (default: the run's, else hf)"),
-    limit: Optional[int] = typer.Option(None, help="first N held-out problems per domain (default: all)"),
+    limit: Optional[int] = typer.Option(
+        None, help="first N held-out problems per domain (default: the run's --eval-size, else all)"),
     task: list[str] = typer.Option([], help="also run this lm-eval task, e.g. gsm8k (repeatable; data must be cached)"),
     include_path: list[Path] = typer.Option([], help="extra folder of lm-eval task YAMLs (repeatable)"),
-    max_new_tokens: Optional[int] = typer.Option(None, help="generation cap (default: the profile's evaluation cap)"),
-    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
+    max_new_tokens: Optional[int] = typer.Option(
+        None, help="generation cap (default: the run's evaluation cap, else the profile's)"),
+    device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: the run's kind, else cpu)"),
     batch_size: int = typer.Option(16),
     out: Optional[Path] = typer.Option(None, help="also write the scores and each prompt's completion as JSON here"),
 ) -> None:
@@ -311,11 +313,25 @@ def eval_(
         if target.profile not in PROFILES:
             raise unknown("profile", target.profile, list(PROFILES))
         chosen = PROFILES[target.profile]
+        from_run = {}  # the options a run directory's record gave their defaults, said before the evaluation
+        if limit is None and target.eval_size:
+            limit = from_run["--limit"] = target.eval_size
+        if max_new_tokens is None and target.max_new_tokens:
+            max_new_tokens = from_run["--max-new-tokens"] = target.max_new_tokens
+        if device is None and target.device:
+            device = from_run["--device"] = target.device
         cap = chosen.eval_max_new_tokens if max_new_tokens is None else max_new_tokens
         check_positions(target.model, cap, chosen.name)
         problems = get_suite(target.suite, target.difficulty, chosen.task_format)
         group = task_name(problems)
-        device = _device(device)
+        try:
+            device = _device(device or "cpu")
+        except RunError as exc:
+            raise RunError(f"{exc} (the run's device; --device cpu scores it here)" if "--device" in from_run
+                           else str(exc)) from None
+        if from_run:
+            console.print("defaults from the run: " + ", ".join(f"{k} {v}" for k, v in from_run.items()),
+                          highlight=False)
         matmul_precision(chosen)  # gpu-small's TF32, as its runs evaluate
         with tempfile.TemporaryDirectory(prefix="opd-bench-lm-eval-") as tmp:
             export(problems, tmp, max_gen_toks=cap)

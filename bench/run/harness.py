@@ -33,12 +33,17 @@ class EvalTarget:
     difficulty: str
     profile: str
     run_id: str | None = None
+    # the run's own evaluation settings, `bench eval`'s defaults: held-out prompts per domain, the cap of
+    # an answer and the kind of device (None where the model is no run's, or its record lacks one)
+    eval_size: int | None = None
+    max_new_tokens: int | None = None
+    device: str | None = None
 
 
 def resolve_target(path: str, *, suite: str | None, difficulty: str | None, profile: str | None) -> EvalTarget:
-    """A run directory (scores its `final/`; suite, difficulty and profile default to the run's), one of
-    a run's model folders (`final/`, `milestones/...`: the run's defaults too) or any other model
-    folder / tiny spec name (defaults: math_code, easy, and hf, or tiny for a tiny spec). Raises
+    """A run directory (scores its `final/`; suite, difficulty, profile and `run_settings` default to the
+    run's), one of a run's model folders (`final/`, `milestones/...`: the run's defaults too) or any other
+    model folder / tiny spec name (defaults: math_code, easy, and hf, or tiny for a tiny spec). Raises
     `RunError` for a run that has not finished and `UnknownModelError` for a path that holds no model."""
     folder = Path(path)
     if (folder / "ledger.jsonl").exists() or (folder / "final").is_dir():
@@ -60,10 +65,26 @@ def resolve_target(path: str, *, suite: str | None, difficulty: str | None, prof
             return given or run[key]
 
         run_id = run.get("run_id") if isinstance(run.get("run_id"), str) else None
+        settings = run_settings(owner, run)
+        if profile not in (None, run.get("profile")):  # another profile's prompts: that profile's cap
+            settings.pop("max_new_tokens", None)
         return EvalTarget(model, default(suite, "suite"), default(difficulty, "difficulty"),
-                          default(profile, "profile"), run_id=run_id)
+                          default(profile, "profile"), run_id=run_id, **settings)
     default_profile = "tiny" if path in TINY_SPECS else "hf"
     return EvalTarget(model, suite or "math_code", difficulty or "easy", profile or default_profile)
+
+
+def run_settings(owner: Path, run: dict) -> dict[str, Any]:
+    """A finished run's evaluation settings (`EvalTarget`'s `eval_size`, `max_new_tokens`, `device`):
+    its summary's `settings` where it keeps them, else what its config.json (`run`) names. A record
+    made before a setting was kept lacks it, and a value of the wrong type is left out."""
+    summary = store.read_json(owner / "summary.json") if (owner / "summary.json").exists() else {}
+    kept = summary.get("settings") if isinstance(summary, dict) else None
+    kept = kept if isinstance(kept, dict) else {}
+    found = {"eval_size": run.get("eval_size"), "max_new_tokens": kept.get("eval_max_new_tokens",
+             run.get("eval_max_new_tokens")), "device": kept.get("device", run.get("device"))}
+    return {key: value for key, value in found.items()
+            if (isinstance(value, str) if key == "device" else type(value) is int and value > 0)}
 
 
 def check_positions(model: Path, max_new_tokens: int, profile: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 
 import pytest
 import torch
@@ -86,6 +87,42 @@ def test_eval_of_a_partly_right_model_folder_equals_the_evaluator(partly_right, 
     scores = json.loads(out.read_text())
     assert scores["domain_accuracy"] == pytest.approx(ours["domain_accuracy"], abs=1e-12)
     assert scores["accuracy"] == pytest.approx(ours["accuracy"], abs=1e-12)
+
+
+def test_eval_of_a_run_takes_its_eval_size_cap_and_device(run_dir, partly_right, fast_profile, tmp_path):
+    """A run made with `--eval-size 4 --max-new-tokens 2` is scored on 4 problems per domain with
+    answers of at most 2 tokens, as its record says; options given still win."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    shutil.rmtree(run / "final")
+    shutil.copytree(partly_right, run / "final")
+    config, summary = json.loads((run / "config.json").read_text()), json.loads((run / "summary.json").read_text())
+    config["eval_size"] = summary["eval_size"] = 4
+    summary["settings"]["eval_max_new_tokens"] = 2
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "summary.json").write_text(json.dumps(summary))
+    out = tmp_path / "scores.json"
+    result = CliRunner().invoke(app, ["eval", str(run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "defaults from the run: --limit 4, --max-new-tokens 2, --device cpu" in result.output
+    scores = json.loads(out.read_text())
+    suite = get_suite("math_code", "easy", fast_profile.task_format)
+    policy = Policy("student", *load_model(partly_right), ledger=Ledger(), trainable=False)
+    for domain in suite.domains:
+        problems = suite.heldout(domain)[:4]
+        texts, _ = Evaluator(suite, 4, 2).completions(policy, problems)
+        assert texts != Evaluator(suite, 4, fast_profile.eval_max_new_tokens).completions(policy, problems)[0]
+        assert [s["completion"] for s in scores["samples"][f"opd_bench_math_code_easy_tiny_{domain}"]] == texts
+    assert scores["limit"] == 4
+    result = CliRunner().invoke(app, ["eval", str(run), "--limit", "2", "--max-new-tokens", "3", "--device", "cpu",
+                                      "--out", str(out)])
+    assert result.exit_code == 0 and "defaults from the run" not in result.output, result.output
+    assert json.loads(out.read_text())["limit"] == 2
+    if not torch.cuda.is_available():  # a run trained on CUDA is scored on CUDA unless told otherwise
+        summary["settings"]["device"] = "cuda"
+        (run / "summary.json").write_text(json.dumps(summary))
+        result = CliRunner().invoke(app, ["eval", str(run)])
+        assert result.exit_code == 2 and "--device cpu scores it here" in (result.stderr or result.output)
 
 
 def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path):
