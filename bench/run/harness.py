@@ -6,10 +6,11 @@
 The model is a run directory's `final/` folder (the run's suite, difficulty and profile are the
 defaults) or any local model folder. The CLI exports the suite as lm-eval tasks
 (`tasks.lm_eval_export`) and this module hands them, with any lm-eval task the user names, to
-`lm_eval.simple_evaluate` on its `hf` backend. Decoding is the benchmark's own: greedy, EOS-only stop,
-the profile's evaluation cap, no BOS added, and the chat template where the benchmark uses one (hf
-prompts on a tokenizer that has a template), so the suite accuracy equals `bench.evaluation.Evaluator`'s
-on the same first N problems of each domain (tests/bench/test_harness.py).
+`lm_eval.simple_evaluate` on its `hf` backend. Decoding is the benchmark's own: greedy, stopped by the
+tokenizer's EOS only (the folder's generation_config.json set aside), the evaluation cap, no BOS
+added, and the chat template where the benchmark uses one (hf prompts on a tokenizer that has a
+template), so the suite accuracy equals `bench.evaluation.Evaluator`'s on the same first N problems
+of each domain (tests/bench/test_harness.py).
 """
 
 from __future__ import annotations
@@ -132,7 +133,9 @@ def evaluate(
     import logging
 
     import lm_eval
+    from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
+    from transformers import GenerationConfig
 
     # lm-eval warns once per task that uses a `custom_dataset` hook, as every exported task does.
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
@@ -140,15 +143,17 @@ def evaluate(
     for name in task_names:
         if name not in manager.all_tasks:
             raise unknown("lm-eval task", name, list(manager.all_tasks), most=SHOWN_TASKS)
+    lm = HFLM(pretrained=str(model), dtype=dtype, add_bos_token=False, device=device, batch_size=batch_size)
+    # the benchmark's decoding (bench.rollout): greedy, stopped by the tokenizer's EOS only, none of the
+    # folder's generation_config.json (a repetition penalty, more EOS ids, ...)
+    lm.model.generation_config = GenerationConfig(eos_token_id=lm.tokenizer.eos_token_id,
+                                                  pad_token_id=lm.tokenizer.pad_token_id)
     try:
         return lm_eval.simple_evaluate(
-            model="hf",
-            model_args={"pretrained": str(model), "dtype": dtype, "add_bos_token": False},
+            model=lm,
             tasks=task_names,
             task_manager=manager,
-            device=device,
             limit=limit,
-            batch_size=batch_size,
             apply_chat_template=chat,
             log_samples=True,
             bootstrap_iters=0,

@@ -89,6 +89,27 @@ def test_eval_of_a_partly_right_model_folder_equals_the_evaluator(partly_right, 
     assert scores["accuracy"] == pytest.approx(ours["accuracy"], abs=1e-12)
 
 
+def test_eval_decodes_as_the_benchmark_whatever_the_folders_generation_config(partly_right, fast_profile, tmp_path):
+    """A folder whose generation_config.json sets a repetition penalty and another EOS id (as chat models
+    ship them) is scored as the benchmark's evaluator scores it: greedy, the tokenizer's EOS only."""
+    suite = get_suite("math_code", "easy", fast_profile.task_format)
+    ours = bench_accuracy(partly_right, suite, fast_profile.eval_max_new_tokens)
+    folder = tmp_path / "model"
+    shutil.copytree(partly_right, folder)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    tokenizer = load_model(partly_right)[1]
+    digit = tokenizer.convert_tokens_to_ids("1")  # answers are numbers: this stops many early
+    assert digit != tokenizer.unk_token_id
+    generation.update(repetition_penalty=1.3, eos_token_id=[tokenizer.eos_token_id, digit])
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    out = tmp_path / "scores.json"
+    args = ["eval", str(folder), "--profile", fast_profile.name, "--limit", str(N), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    scores = json.loads(out.read_text())
+    assert scores["domain_accuracy"] == pytest.approx(ours["domain_accuracy"], abs=1e-12)
+
+
 def test_eval_of_a_run_takes_its_eval_size_cap_and_device(run_dir, partly_right, fast_profile, tmp_path):
     """A run made with `--eval-size 4 --max-new-tokens 2` is scored on 4 problems per domain with
     answers of at most 2 tokens, as its record says; options given still win."""
