@@ -287,8 +287,7 @@ def eval_(
 
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from bench.registry import get_suite
-    from bench.run.harness import (check_positions, eval_dtype, evaluate, metric_rows, resolve_target,
-                                   scores_record, uses_chat_template)
+    from bench.run.harness import check_positions, eval_dtype, evaluate, metric_rows, resolve_target, scores_record
     from bench.store import write_json
     from bench.world.profiles import PROFILES
     from bench.world.warmup import matmul_precision
@@ -338,7 +337,7 @@ def eval_(
             output = evaluate(
                 target.model, [group, *task], [Path(tmp), *include_path], limit=limit, device=device,
                 dtype=eval_dtype(device, chosen.task_format),
-                chat=uses_chat_template(target.model, chosen.task_format), batch_size=batch_size,
+                task_format=chosen.task_format, batch_size=batch_size,
                 include_defaults=any(not p.startswith("opd_bench_") for p in task),
             )
     except USER_ERRORS as exc:

@@ -22,7 +22,7 @@ from typing import Any
 from bench import store
 from bench.errors import RunError, unknown
 from bench.world.hf import _dtype
-from bench.world.models import TINY_SPECS, resolve_model
+from bench.world.models import TINY_SPECS, load_error, resolve_model
 
 
 @dataclass(frozen=True)
@@ -101,15 +101,6 @@ def check_positions(model: Path, max_new_tokens: int, profile: str) -> None:
                        f"{positions // 2} or less, or a profile with a smaller cap (--profile tiny)")
 
 
-def uses_chat_template(model: Path, task_format: str) -> bool:
-    """Whether the benchmark would feed this model chat-formatted prompts (`bench.policy.Policy`)."""
-    if task_format != "hf":
-        return False
-    from transformers import AutoTokenizer
-
-    return bool(getattr(AutoTokenizer.from_pretrained(model, local_files_only=True), "chat_template", None))
-
-
 def eval_dtype(device: str, task_format: str) -> str:
     """The dtype a run of this world used for its model, which its evaluation here uses too: bf16 on
     CUDA for real models (`--profile hf`, as `bench.world.hf` loads them), fp32 elsewhere (every world
@@ -121,14 +112,16 @@ SHOWN_TASKS = 5  # an unknown task's message offers the closest few of lm-eval's
 
 
 def evaluate(
-    model: Path, task_names: list[str], include_paths: list[Path], *, chat: bool, limit: int | None,
+    model: Path, task_names: list[str], include_paths: list[Path], *, task_format: str, limit: int | None,
     device: str = "cpu", dtype: str = "float32", batch_size: int = 16, include_defaults: bool = False,
 ) -> dict[str, Any]:
     """`lm_eval.simple_evaluate` on the hf backend; returns its output (`results`, `samples`, ...).
 
-    `include_defaults`: also index lm-eval's own tasks (gsm8k, ...; seconds), needed only when the
-    user names one. Unknown task names raise `UnknownNameError` before any model loads, a task whose
-    data is not cached `RunError`.
+    Prompts are chat-formatted where the benchmark would feed them so (`bench.policy.Policy`): hf-format
+    ones on a tokenizer that has a template. `include_defaults`: also index lm-eval's own tasks (gsm8k,
+    ...; seconds), needed only when the user names one. Unknown task names raise `UnknownNameError`
+    before any model loads, a model folder that cannot be loaded and a task whose data is not cached
+    `RunError`.
     """
     import logging
 
@@ -143,7 +136,10 @@ def evaluate(
     for name in task_names:
         if name not in manager.all_tasks:
             raise unknown("lm-eval task", name, list(manager.all_tasks), most=SHOWN_TASKS)
-    lm = HFLM(pretrained=str(model), dtype=dtype, add_bos_token=False, device=device, batch_size=batch_size)
+    try:
+        lm = HFLM(pretrained=str(model), dtype=dtype, add_bos_token=False, device=device, batch_size=batch_size)
+    except Exception as exc:  # truncated weights, no tokenizer, no weights: the folder's, as `bench run` says
+        raise load_error(model, exc) from exc
     # the benchmark's decoding (bench.rollout): greedy, stopped by the tokenizer's EOS only, none of the
     # folder's generation_config.json (a repetition penalty, more EOS ids, ...)
     lm.model.generation_config = GenerationConfig(eos_token_id=lm.tokenizer.eos_token_id,
@@ -154,7 +150,7 @@ def evaluate(
             tasks=task_names,
             task_manager=manager,
             limit=limit,
-            apply_chat_template=chat,
+            apply_chat_template=task_format == "hf" and bool(getattr(lm.tokenizer, "chat_template", None)),
             log_samples=True,
             bootstrap_iters=0,
             verbosity="ERROR",

@@ -204,13 +204,17 @@ def load_model(
     except RunError:
         raise
     except Exception as exc:  # a broken config.json, truncated weights (SafetensorError), ...: the folder's fault
-        why = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise RunError(f"cannot load the model in {folder} ({type(exc).__name__}: {why}); "
-                       f"repair or replace the folder") from exc
+        raise load_error(folder, exc) from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def load_error(folder: Path, exc: Exception) -> RunError:
+    """The one line for a model folder that cannot be loaded (`exc`: what loading it raised)."""
+    why = (str(exc).strip().splitlines() or [""])[0][:200]
+    return RunError(f"cannot load the model in {folder} ({type(exc).__name__}: {why}); repair or replace the folder")
 
 
 def param_count(model: torch.nn.Module) -> int:

@@ -197,6 +197,25 @@ def test_eval_bad_input_is_one_line_and_exit_2(run_dir, tmp_path, make_args, say
     assert says in message and "Traceback" not in message
 
 
+@pytest.mark.parametrize("breaks, says", [
+    (lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:1000]), "SafetensorError"),
+    (lambda f: [(f / name).unlink() for name in ("tokenizer.json", "tokenizer_config.json")], "tokenizer"),
+    (lambda f: (f / "model.safetensors").unlink(), "model.safetensors"),
+])
+@pytest.mark.parametrize("profile", ["tiny", "hf"])
+def test_eval_of_a_broken_model_folder_is_one_line(tmp_path, breaks, says, profile):
+    """Truncated weights, no tokenizer, no weights: one line, as `bench run` says it, not lm-eval's traceback."""
+    folder = tmp_path / "model"
+    save_model(*load_model(tiny_model_dir("tiny-llama")), folder)
+    breaks(folder)
+    result = CliRunner().invoke(app, ["eval", str(folder), "--profile", profile, "--limit", "1",
+                                      "--max-new-tokens", "8"])
+    assert result.exit_code == 2, result.output
+    message = result.stderr or result.output
+    assert message.startswith(f"error: cannot load the model in {folder}") and says in message, message
+    assert len(message.strip().splitlines()) == 1
+
+
 def test_an_unknown_lm_eval_task_is_named_with_the_closest_few_not_every_task(monkeypatch, tmp_path):
     import lm_eval.tasks
 
@@ -211,11 +230,11 @@ def test_an_unknown_lm_eval_task_is_named_with_the_closest_few_not_every_task(mo
 
     monkeypatch.setattr(lm_eval.tasks, "TaskManager", Manager)
     with pytest.raises(UnknownNameError) as caught:
-        evaluate(tmp_path, ["gsm8kk"], [], chat=False, limit=1, include_defaults=True)
+        evaluate(tmp_path, ["gsm8kk"], [], task_format="tiny", limit=1, include_defaults=True)
     assert str(caught.value) == ("unknown lm-eval task 'gsm8kk' (did you mean 'gsm8k' or 'gsm8k_cot'?); "
                                  "14003 lm-eval tasks are known here")
     with pytest.raises(UnknownNameError) as caught:
-        evaluate(tmp_path, ["nothing-like-it"], [], chat=False, limit=1, include_defaults=True)
+        evaluate(tmp_path, ["nothing-like-it"], [], task_format="tiny", limit=1, include_defaults=True)
     assert str(caught.value) == "unknown lm-eval task 'nothing-like-it'; 14003 lm-eval tasks are known here"
 
 
