@@ -135,7 +135,8 @@ def _fractions(value: str) -> tuple[float, ...]:
 EVAL_SIZE_HELP = "held-out prompts per domain at each evaluation"
 MODEL_HELP = "hf profile: the student, a local HF model folder or a hub id in the local HF cache"
 EXTERNAL_HELP = "hf profile: the external teacher's folder"
-TEACHER_HELP = "a named teacher NAME=PATH, a local model folder, for ctx.teacher(NAME) (repeatable)"
+TEACHER_HELP = ("a named teacher NAME=PATH, a local model folder or a run directory (its final/), for "
+                "ctx.teacher(NAME) (repeatable)")
 DEVICE_HELP = "cpu, cuda or cuda:N"
 MAX_NEW_TOKENS_HELP = "generation limit (default: the profile's)"
 EVAL_EVERY_HELP = "evaluate at each multiple of this fraction of the budget"

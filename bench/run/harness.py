@@ -46,15 +46,8 @@ def resolve_target(path: str, *, suite: str | None, difficulty: str | None, prof
     run's), one of a run's model folders (`final/`, `milestones/...`: the run's defaults too) or any other
     model folder / tiny spec name (defaults: math_code, easy, and hf, or tiny for a tiny spec). Raises
     `RunError` for a run that has not finished and `UnknownModelError` for a path that holds no model."""
-    folder = Path(path)
-    if (folder / "ledger.jsonl").exists() or (folder / "final").is_dir():
-        if not (folder / "final" / "config.json").exists():
-            raise RunError(f"{folder} is a run directory without a final/ model: the run has not finished "
-                           "(finish it with `bench run ... --resume`)")
-        model, owner = folder / "final", folder
-    else:  # perhaps a run's own model folder (`final/`, `milestones/<index>_<flops>/`)
-        model = resolve_model(path)
-        owner = folder.parent.parent if folder.parent.name == "milestones" else folder.parent
+    model = resolve_model(path)  # perhaps a run's own model folder (`final/`, `milestones/<index>_<flops>/`)
+    owner = model.parent.parent if model.parent.name == "milestones" else model.parent
     if (owner / "config.json").exists() and (owner / "ledger.jsonl").exists():
         run = store.read_json(owner / "config.json")
         run = run if isinstance(run, dict) else {}

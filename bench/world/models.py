@@ -174,12 +174,18 @@ def hub_snapshot(repo_id: str) -> Path | None:
 
 
 def resolve_model(name_or_path: str | Path) -> Path:
-    """A tiny spec name, a local folder holding a HF causal LM, or a hub id (`org/name`) already in the
-    local Hugging Face cache; clear errors otherwise. Nothing is downloaded."""
+    """A tiny spec name, a local folder holding a HF causal LM, a run directory (its `final/`), or a hub
+    id (`org/name`) already in the local Hugging Face cache; clear errors otherwise (`RunError` for a
+    run that has not finished). Nothing is downloaded."""
     name = str(name_or_path)
     if name in TINY_SPECS:
         return tiny_model_dir(name)
     path = Path(name_or_path)
+    if (path / "ledger.jsonl").exists() or (path / "final").is_dir():  # a run directory: its deliverable
+        if not (path / "final" / "config.json").exists():
+            raise RunError(f"{path} is a run directory without a final/ model: the run has not finished "
+                           "(finish it with `bench run ... --resume`)")
+        return path / "final"
     if path.is_dir():
         if not (path / "config.json").exists():
             raise UnknownModelError(name, sorted(TINY_SPECS), missing_path=True)

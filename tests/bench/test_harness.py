@@ -3,6 +3,7 @@ benchmark's own greedy evaluator on the same suite, prompts and problems."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -14,13 +15,15 @@ from typer.testing import CliRunner
 
 from bench.accounting.ledger import Ledger
 from bench.cli import app
+from bench.errors import RunError
 from bench.evaluation import Evaluator
 from bench.policy import Policy
 from bench.registry import get_suite
 from bench.run.harness import eval_dtype, metric_rows
+from bench.run.runner import Runner
 from bench.update import sft_step
-from bench.world.models import load_model, save_model, tiny_model_dir
-from tests.methods.support import run_method
+from bench.world.models import load_model, resolve_model, save_model, tiny_model_dir
+from tests.methods.support import run_config, run_method
 
 pytest.importorskip("lm_eval")
 N = 16  # held-out problems per domain
@@ -261,13 +264,22 @@ def test_eval_refuses_an_unfinished_run(tmp_path):
     assert result.exit_code == 2 and "final/" in (result.stderr or result.output)
 
 
+def test_a_teacher_named_by_its_run_directory_is_the_runs_final_model(run_dir, fast_profile, tmp_path):
+    """`--teacher NAME=RUN_DIR`, as `bench eval RUN_DIR`: the run's final/ (not its config.json taken for
+    a model's); a run that has not finished is refused in one line."""
+    config = dataclasses.replace(run_config(fast_profile, tmp_path, "sft", 4e10), teachers=(("math", str(run_dir)),))
+    assert Runner(config, progress=False).models().extra_teachers == {"math": run_dir / "final"}
+    assert resolve_model(run_dir) == run_dir / "final"
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "ledger.jsonl").write_text("")
+    with pytest.raises(RunError, match="the run has not finished"):
+        resolve_model(unfinished)
+
+
 def test_save_milestones_keeps_the_student_behind_every_curve_point(fast_profile, tmp_path):
     """`--save-milestones`: one HF folder per evaluation, holding the very model that point scored."""
-    import dataclasses
-
-    from bench.run.runner import Runner
     from bench.world.models import state_digest
-    from tests.methods.support import run_config
 
     config = dataclasses.replace(run_config(fast_profile, tmp_path, "sft", 4e10, keep="all", prompts_per_step=8),
                                  save_milestones=True)
