@@ -73,8 +73,11 @@ def _card(suite: Suite, sizes: dict[str, int], train_size: int, seed: int) -> st
         pretty_name=f"OPD-Bench {suite.id}",
         tags=["opd-bench", "synthetic", "reasoning"],
         task_categories=["text-generation"],
-        configs=[{"config_name": "default",
-                  "data_files": [{"split": s, "path": f"data/{s}-*.parquet"} for s in SPLITS]}],
+        # `datasets` caches a folder with a card by its name and the card's configs, not by its files: a
+        # description of what the files hold makes a new export there (or in a folder of the same name)
+        # load as itself, not as the one before
+        configs=[{"config_name": "default", "description": f"{suite.id} {suite.content_hash}, train seed {seed} "
+                  f"size {train_size}", "data_files": [{"split": s, "path": f"data/{s}-*.parquet"} for s in SPLITS]}],
         opd_bench={"suite": suite.name, "difficulty": suite.difficulty, "format": suite.fmt,
                    "domains": list(suite.domains), "version": suite.version, "content_hash": suite.content_hash,
                    "train_seed": seed, "train_size": train_size},
@@ -176,7 +179,9 @@ def load(folder: str | os.PathLike) -> LoadedSuite:
 
     meta = card_metadata(folder)
     get_suite(meta["suite"], meta["difficulty"], meta["format"])  # unknown names fail here, in one line
-    splits = datasets.load_dataset(str(folder), cache_dir=str(cache_dir() / "hf-datasets"))
+    # rebuilt each time from the files as they are (a cached copy would hide files altered since)
+    splits = datasets.load_dataset(str(folder), cache_dir=str(cache_dir() / "hf-datasets"),
+                                   download_mode="force_redownload")
     missing = [s for s in SPLITS if s not in splits]
     if missing:
         raise SuiteFolderError(f"{folder}: missing split(s) {', '.join(missing)}")

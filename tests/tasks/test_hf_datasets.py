@@ -67,6 +67,24 @@ def test_load_refuses_altered_files(suite, folder, tmp_path):
         load(altered)
 
 
+def test_an_export_written_again_into_its_folder_loads_as_itself(suite, tmp_path):
+    """`datasets` caches a folder with a card by the card: a new export there (another train sample)
+    loads as the new one, through `datasets.load_dataset` and `load`; and files altered after a load
+    are read as they are, not from the cache."""
+    out, cache = tmp_path / "ds", str(tmp_path / "cache")
+    export(suite, out, train_size=4, seed=0)
+    assert len(datasets.load_dataset(str(out), cache_dir=cache)["train"]) == len(load(out).train_sample) == 4
+    export(suite, out, train_size=6, seed=1)
+    fresh = list(itertools.islice(suite.train_sampler(1), 6))
+    assert [r["prompt"] for r in datasets.load_dataset(str(out), cache_dir=cache)["train"]] == [p.prompt for p in fresh]
+    assert load(out).train_sample == fresh
+    heldout = datasets.load_dataset(str(out), cache_dir=cache)["heldout"]
+    heldout.map(lambda r, i: {"answer": r["answer"] + "0" if i == 0 else r["answer"]}, with_indices=True).to_parquet(
+        str(out / "data" / "heldout-00000-of-00001.parquet"))
+    with pytest.raises(SuiteFolderError, match="do not match the card"):
+        load(out)
+
+
 def test_export_refuses_data_it_did_not_write(suite, tmp_path):
     mine = tmp_path / "mine"
     (mine / "data").mkdir(parents=True)
