@@ -348,7 +348,7 @@ class RunContext:
         of making the student, so its FLOPs are counted, in the current phase, as rollouts. `heldout`
         is the split the leaderboard reports, for measurement protocols (a recovery target): booked
         `eval`, recorded, never counted; only a method that says why (its class's `reads_heldout`)
-        may read it, in the run's own context, and its record counts the reads (`heldout_reads`).
+        may read it, outside `map_phases`, and its record counts the reads (`heldout_reads`).
         Returns {accuracy, domain_accuracy, mean_length, ...}.
         """
         if split not in ("validation", "heldout"):
@@ -359,8 +359,7 @@ class RunContext:
                 raise ValueError("evaluate(split='heldout') reads the accuracy the run is scored on: a method that "
                                  "stops or chooses by it chooses on the test set. Stop on split='validation' "
                                  "(counted); a measurement protocol says why it reads held-out accuracy in its "
-                                 "class attribute `reads_heldout`, and reads it in the run's own context, not "
-                                 "inside ctx.map_phases")
+                                 "class attribute `reads_heldout`, and reads it outside ctx.map_phases")
             self._heldout_reads += 1
         chosen = tuple(domains or self.domains)
         key = (split, chosen, size)
@@ -435,7 +434,11 @@ class RunContext:
         results = None if self._phase_runner is None else self._phase_runner(self, fn, list(keys))
         if results is None:
             self._phases_drew("shared")
-            return {key: fn(self, key) for key in keys}
+            reads, self._reads_heldout = self._reads_heldout, None  # as in a child: no held-out reads
+            try:
+                return {key: fn(self, key) for key in keys}
+            finally:
+                self._reads_heldout = reads
         self._phases_drew("own")
         start = self.spent_flops
         for result in results:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bench import store
 from bench.errors import RunError, unknown
 from bench.world.hf import _dtype
@@ -131,6 +133,8 @@ def evaluate(
             raise unknown("lm-eval task", name, list(manager.all_tasks), most=SHOWN_TASKS)
     try:
         lm = HFLM(pretrained=str(model), dtype=dtype, add_bos_token=False, device=device, batch_size=batch_size)
+    except torch.cuda.OutOfMemoryError:
+        raise  # the device's fault, not the folder's
     except Exception as exc:  # truncated weights, no tokenizer, no weights: the folder's, as `bench run` says
         raise load_error(model, exc) from exc
     # the benchmark's decoding (bench.rollout): greedy, stopped by the tokenizer's EOS only, none of the

@@ -175,7 +175,9 @@ def summary(
     """`summary.json`: the result record (docs/records.md). `reports` are the method's `ctx.report`s:
     `recovery` fills the recovery block, the rest are `method_metrics`."""
     base, final = curve[0], curve[-1]
-    samples = [{"flops": p["flops"], **s} for p in curve for s in p.get("samples", [])]
+    # listed by FLOPs: where two evaluations share them (a student declared after the last step), the later's
+    latest = list({p["flops"]: p for p in curve}.values())
+    samples = [{"flops": p["flops"], **s} for p in latest for s in p.get("samples", [])]
     curve = [{k: v for k, v in p.items() if k != "samples"} for p in curve]
     return {
         "schema_version": SCHEMA_VERSION,

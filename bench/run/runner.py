@@ -87,11 +87,11 @@ class Runner:
             self.already_complete = True
             return done
         self._check_dir()
+        self._check_eval_size()
         prepared = self.models()
         model, tokenizer = prepared.load_student()
         FlopSpec.from_config(model.config)  # an architecture the ledger cannot meter: refused before the directory
         self._check_positions(model)
-        self._check_eval_size()
         with store.locked(self.dir / store.LOCK, what=f"run directory {self.dir}"):
             self._check_dir()  # again, under the lock: another writer may have finished meanwhile
             try:
@@ -228,8 +228,9 @@ class Runner:
                                "calling ctx.step_done(): the runner evaluates, checkpoints and stops a run at its "
                                "steps")
             # the deliverable as it is: after the last step's FLOPs, or a student declared (`set_student`) since
-            evaluated = self._last_eval[0] if self._last_eval else None
-            if self.curve[-1]["flops"] < ctx.spent_flops or evaluated != state_digest(ctx.student._model):
+            # the last evaluation (known where it was made here or its checkpoint kept it)
+            changed = self._last_eval is not None and self._last_eval[0] != state_digest(ctx.student._model)
+            if self.curve[-1]["flops"] < ctx.spent_flops or changed:
                 self._evaluate(ctx, "final")
         self.ledger.flush()
         self._save_final(ctx.student)

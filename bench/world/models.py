@@ -181,7 +181,7 @@ def resolve_model(name_or_path: str | Path) -> Path:
     if name in TINY_SPECS:
         return tiny_model_dir(name)
     path = Path(name_or_path)
-    if (path / "ledger.jsonl").exists() or (path / "final").is_dir():  # a run directory: its deliverable
+    if is_run_dir(path):  # its deliverable
         if not (path / "final" / "config.json").exists():
             raise RunError(f"{path} is a run directory without a final/ model: the run has not finished "
                            "(finish it with `bench run ... --resume`)")
@@ -195,6 +195,18 @@ def resolve_model(name_or_path: str | Path) -> Path:
         looked_up = huggingface_hub.constants.HF_HUB_CACHE if _HUB_ID.fullmatch(name) else None
         raise UnknownModelError(name, sorted(TINY_SPECS), missing_path=True, hub_cache=looked_up)
     return cached
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a run's directory (`runs/<run_id>/`): it has a ledger, or a config.json that is a
+    run's (with its fingerprint), not a model's. A model folder with a `final/` of its own is no run."""
+    if (path / "ledger.jsonl").is_file():
+        return True
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "fingerprint" in config and "run_id" in config
 
 
 def load_model(

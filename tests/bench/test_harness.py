@@ -111,6 +111,13 @@ def test_eval_decodes_as_the_benchmark_whatever_the_folders_generation_config(pa
     assert result.exit_code == 0, result.output
     scores = json.loads(out.read_text())
     assert scores["domain_accuracy"] == pytest.approx(ours["domain_accuracy"], abs=1e-12)
+    # answer for answer: a penalty could change completions and leave the accuracy where it was
+    policy = Policy("student", *load_model(partly_right), ledger=Ledger(), trainable=False)
+    evaluator = Evaluator(suite, N, fast_profile.eval_max_new_tokens)
+    for domain in suite.domains:
+        texts, _ = evaluator.completions(policy, suite.heldout(domain)[:N])
+        (task,) = [t for t in scores["samples"] if t.endswith(f"_{domain}")]
+        assert [row["completion"] for row in scores["samples"][task]] == texts
 
 
 def test_eval_of_a_run_takes_its_eval_size_cap_and_device(run_dir, partly_right, fast_profile, tmp_path):
@@ -275,6 +282,13 @@ def test_a_teacher_named_by_its_run_directory_is_the_runs_final_model(run_dir, f
     (unfinished / "ledger.jsonl").write_text("")
     with pytest.raises(RunError, match="the run has not finished"):
         resolve_model(unfinished)
+    # a model folder with a `final/` of its own (a trainer's logs, another model) is that model, no run
+    model = tmp_path / "my-model"
+    shutil.copytree(run_dir / "final", model)
+    (model / "final").mkdir()
+    assert resolve_model(model) == model
+    shutil.copytree(run_dir / "final", model / "final", dirs_exist_ok=True)
+    assert resolve_model(model) == model
 
 
 def test_save_milestones_keeps_the_student_behind_every_curve_point(fast_profile, tmp_path):

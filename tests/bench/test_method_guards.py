@@ -111,6 +111,23 @@ def test_validation_checks_are_counted_in_the_phase_and_held_out_ones_are_not():
     assert ctx._checkpoint()["heldout_reads"] == 1  # the held-out read, not the validation check
 
 
+def test_held_out_reads_are_refused_inside_map_phases_whatever_the_executor():
+    """In order on the run's own context (this one), as in a child context: a method that reads held-out
+    accuracy in a phase would pass `check-adapter` and stop under a parallel executor."""
+    ledger = Ledger()
+    ctx = context(ledger, reads_heldout="a measurement")
+
+    def read(phase_ctx, domain):
+        return phase_ctx.evaluate(phase_ctx.student, split="heldout", domains=[domain], size=4)
+
+    with ledger.method_runs():
+        with pytest.raises(ValueError, match="reads it outside ctx.map_phases"):
+            ctx.map_phases(read, ["math"])
+        assert ctx._checkpoint()["heldout_reads"] == 0
+        read(ctx, "math")  # outside, as before
+    assert ctx._checkpoint()["heldout_reads"] == 1
+
+
 def test_only_a_method_that_says_why_reads_held_out_accuracy():
     ledger = Ledger()
     ctx = context(ledger)

@@ -146,6 +146,18 @@ def test_nonsense_input_is_refused_before_any_work(args, needle, tmp_path):
     assert not any(tmp_path.iterdir())  # no run directory
 
 
+def test_an_eval_size_the_held_out_split_cannot_fill_is_refused_before_any_model_is_built(tmp_path, monkeypatch):
+    from bench.run.runner import Runner
+
+    def built(self):
+        raise AssertionError("the world was prepared before the evaluation size was checked")
+
+    monkeypatch.setattr(Runner, "models", built)
+    result = cli.invoke(app, ["run", "--method", "grpo-joint", "--profile", PROFILE, "--eval-size", "1001",
+                              "--runs", str(tmp_path)])
+    refused(result, "use at most 1000")
+
+
 def test_a_device_a_world_does_not_run_on_is_refused_before_any_work():
     """A CPU world's models run on the CPU whatever `--device` says: taken as a GPU run, it would have
     trained there with a GPU's phase executor and sweep settings, other numbers than without it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 
@@ -108,6 +109,8 @@ def test_a_student_declared_after_the_last_step_is_the_one_the_record_scores(fas
     last, final = summary["curve"][-2:]
     assert last["phase"] != "final" and final["phase"] == "final" and final["flops"] == last["flops"]
     assert summary["final_accuracy"] == final["accuracy"] == summary["base_accuracy"]
+    per_evaluation = collections.Counter(sample["flops"] for sample in summary["samples"])
+    assert set(per_evaluation.values()) == {per_evaluation[final["flops"]]}  # the final's, not both at those FLOPs
     delivered, _ = load_model(runner.dir / "final")
     trained = runner.ctx._policies["student"]
     assert runner.ctx.student.name == "start" and trained.updates > 0
