@@ -332,12 +332,13 @@ def eval_(
             console.print("defaults from the run: " + ", ".join(f"{k} {v}" for k, v in from_run.items()),
                           highlight=False)
         matmul_precision(chosen)  # gpu-small's TF32, as its runs evaluate
+        settings = {"max_new_tokens": cap, "device": device, "dtype": eval_dtype(device, chosen.task_format),
+                    "batch_size": batch_size}
         with tempfile.TemporaryDirectory(prefix="opd-bench-lm-eval-") as tmp:
             export(problems, tmp, max_gen_toks=cap)
             output = evaluate(
                 target.model, [group, *task], [Path(tmp), *include_path], limit=limit, device=device,
-                dtype=eval_dtype(device, chosen.task_format),
-                task_format=chosen.task_format, batch_size=batch_size,
+                dtype=settings["dtype"], task_format=chosen.task_format, batch_size=batch_size,
                 include_defaults=any(not p.startswith("opd_bench_") for p in task),
             )
     except USER_ERRORS as exc:
@@ -353,5 +354,5 @@ def eval_(
     console.print(f"suite accuracy ({problems.id}): {100 * results[group]['acc,none']:.2f}%")
     if out is not None:
         with _one_line():
-            write_json(out, scores_record(target, problems.id, group, problems.domains, limit, output))
+            write_json(out, scores_record(target, problems.id, group, problems.domains, limit, output, settings))
         console.print(f"wrote {out}")

@@ -158,12 +158,13 @@ def evaluate(
 
 
 def scores_record(target: EvalTarget, suite_id: str, group: str, domains: tuple[str, ...], limit: int | None,
-                  output: dict[str, Any]) -> dict[str, Any]:
-    """What `bench eval --out` writes: the suite accuracy and its domains', every lm-eval result, and
-    each suite prompt with its completion and score."""
+                  output: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """What `bench eval --out` writes: the suite accuracy and its domains', how the model was evaluated
+    (`settings`: the answers' cap, device, dtype and batch size), every lm-eval result, and each suite
+    prompt with its completion and score."""
     results = output["results"]
     return {
-        "model": str(target.model), "run_id": target.run_id, "suite": suite_id, "limit": limit,
+        "model": str(target.model), "run_id": target.run_id, "suite": suite_id, "limit": limit, "settings": settings,
         "accuracy": results[group]["acc,none"],
         "domain_accuracy": {d: results[f"{group}_{d}"]["acc,none"] for d in domains},
         "results": results, "n_samples": output.get("n-samples"), "lm_eval_config": output.get("config"),

@@ -145,6 +145,7 @@ def test_eval_of_a_run_takes_its_eval_size_cap_and_device(run_dir, partly_right,
         assert texts != Evaluator(suite, 4, fast_profile.eval_max_new_tokens).completions(policy, problems)[0]
         assert [s["completion"] for s in scores["samples"][f"opd_bench_math_code_easy_tiny_{domain}"]] == texts
     assert scores["limit"] == 4
+    assert scores["settings"] == {"max_new_tokens": 2, "device": "cpu", "dtype": "float32", "batch_size": 16}
     result = CliRunner().invoke(app, ["eval", str(run), "--limit", "2", "--max-new-tokens", "3", "--device", "cpu",
                                       "--out", str(out)])
     assert result.exit_code == 0 and "defaults from the run" not in result.output, result.output
