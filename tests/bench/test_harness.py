@@ -62,6 +62,15 @@ def bench_accuracy(folder, suite, max_new_tokens: int) -> dict:
     return Evaluator(suite, N, max_new_tokens).evaluate(policy)
 
 
+def eval_folder(folder, profile, tmp_path) -> dict:
+    """`bench eval FOLDER --profile P --limit N --out ...`'s JSON record (the command must succeed)."""
+    out = tmp_path / "scores.json"
+    result = CliRunner().invoke(app, ["eval", str(folder), "--profile", profile.name, "--limit", str(N),
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())
+
+
 def test_eval_of_a_run_equals_the_evaluator(run_dir, fast_profile, tmp_path):
     out = tmp_path / "scores.json"
     result = CliRunner().invoke(app, ["eval", str(run_dir), "--limit", str(N), "--out", str(out)])
@@ -83,11 +92,7 @@ def test_eval_of_a_partly_right_model_folder_equals_the_evaluator(partly_right, 
     ours = bench_accuracy(partly_right, suite, fast_profile.eval_max_new_tokens)
     right = round(ours["accuracy"] * len(suite.domains) * N)
     assert 3 <= right <= len(suite.domains) * N - 3, f"the model should be partly right, got {ours}"
-    out = tmp_path / "scores.json"
-    args = ["eval", str(partly_right), "--profile", fast_profile.name, "--limit", str(N), "--out", str(out)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    scores = json.loads(out.read_text())
+    scores = eval_folder(partly_right, fast_profile, tmp_path)
     assert scores["domain_accuracy"] == pytest.approx(ours["domain_accuracy"], abs=1e-12)
     assert scores["accuracy"] == pytest.approx(ours["accuracy"], abs=1e-12)
 
@@ -105,11 +110,7 @@ def test_eval_decodes_as_the_benchmark_whatever_the_folders_generation_config(pa
     assert digit != tokenizer.unk_token_id
     generation.update(repetition_penalty=1.3, eos_token_id=[tokenizer.eos_token_id, digit])
     (folder / "generation_config.json").write_text(json.dumps(generation))
-    out = tmp_path / "scores.json"
-    args = ["eval", str(folder), "--profile", fast_profile.name, "--limit", str(N), "--out", str(out)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    scores = json.loads(out.read_text())
+    scores = eval_folder(folder, fast_profile, tmp_path)
     assert scores["domain_accuracy"] == pytest.approx(ours["domain_accuracy"], abs=1e-12)
     # answer for answer: a penalty could change completions and leave the accuracy where it was
     policy = Policy("student", *load_model(partly_right), ledger=Ledger(), trainable=False)
