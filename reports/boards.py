@@ -11,6 +11,7 @@ frontier of whole curves) and at matched accuracy (FLOPs to each target, savings
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -173,6 +174,7 @@ class Board:
     warnings: list[str] = field(default_factory=list)
     label: str = ""  # key.label, plus version and budget where two boards would share it
     odd_runs: set[str] = field(default_factory=set)  # runs its warnings name (another base, settings, held-out reads)
+    run_marks: dict[str, list[str]] = field(default_factory=dict)  # each of them: why, in a few words
 
     def __post_init__(self) -> None:
         self.label = self.label or self.key.label
@@ -338,30 +340,38 @@ def _mark_odd_provenance(board: Board, runs: pd.DataFrame) -> None:
     (older records keep no settings). And runs of a method whose phases drew their samples
     otherwise than its other runs' (`phase_streams`: opd-multi's experts one after another or side
     by side give other numbers). Marked on the board and method pages."""
-    for column, what in (("base_hash", "started from another base model (weights hash)"),
-                         ("suite_hash", "drew their prompts from another suite (content hash)"),
-                         ("eval_size", "were evaluated on another number of held-out prompts per domain"),
-                         ("base_accuracy", "started from another base accuracy (another base, evaluation or token "
-                                           "cap)"),
-                         ("world_version", "started from another world version"),
-                         ("rollout", "sampled with another rollout engine"),
-                         ("settings", "made with other settings (token caps, evaluation schedule, device)")):
-        _mark_odd(board, runs, column, what, "the board's majority")
+    for column, what, mark in (
+            ("base_hash", "started from another base model (weights hash)", "another base model"),
+            ("suite_hash", "drew their prompts from another suite (content hash)", "another suite"),
+            ("eval_size", "were evaluated on another number of held-out prompts per domain", "another eval size"),
+            ("base_accuracy", "started from another base accuracy (another base, evaluation or token cap)",
+             "another base accuracy"),
+            ("world_version", "started from another world version", "another world version"),
+            ("rollout", "sampled with another rollout engine", "another rollout engine"),
+            ("settings", "made with other settings (token caps, evaluation schedule, device)", "other settings")):
+        _mark_odd(board, runs, column, what, "the board's majority", mark)
     for method, of_method in runs.groupby("method", sort=True):
         _mark_odd(board, of_method, "phase_streams", "drew their phases' samples otherwise",
-                  f"the majority of {method}'s runs")
+                  f"the majority of {method}'s runs", "phases drew samples otherwise")
 
 
-def _mark_odd(board: Board, runs: pd.DataFrame, column: str, what: str, majority_of: str) -> None:
+def _mark_odd(board: Board, runs: pd.DataFrame, column: str, what: str, majority_of: str, mark: str) -> None:
     known = runs[runs[column].notna()]
     if known.empty:
         return
     majority = known[column].value_counts().index[0]
     odd = known[known[column] != majority]
     if not odd.empty:
-        board.odd_runs.update(odd["run_id"])
+        _mark(board, odd["run_id"], mark)
         board.warnings.append(f"{len(odd)} run(s) {what} than {majority_of} ({majority}): "
                               + ", ".join(sorted(odd["run_id"])))
+
+
+def _mark(board: Board, run_ids: Iterable[str], why: str) -> None:
+    """Mark runs on the board (`odd_runs`), each with why (`run_marks`, shown on its method page)."""
+    for run_id in run_ids:
+        board.odd_runs.add(run_id)
+        board.run_marks.setdefault(run_id, []).append(why)
 
 
 def _mark_heldout_reads(board: Board, runs: pd.DataFrame) -> None:
@@ -370,7 +380,7 @@ def _mark_heldout_reads(board: Board, runs: pd.DataFrame) -> None:
     A protocol's reads (`PROTOCOL_METHODS`: a recovery target) are its measurement, and are not marked."""
     read = runs[(runs["heldout_reads"].fillna(0) > 0) & ~runs["method"].isin(PROTOCOL_METHODS)]
     if not read.empty:
-        board.odd_runs.update(read["run_id"])
+        _mark(board, read["run_id"], "read held-out accuracy")
         board.warnings.append(f"{len(read)} run(s) read held-out accuracy while they ran, so what they delivered "
                               "may have been chosen on the prompts it is scored on: "
                               + ", ".join(sorted(read["run_id"])))

@@ -125,7 +125,9 @@ def _update_rate(throughput: dict) -> str:
     return text + (f" ({100 * update['mfu']:.0f}% MFU)" if "mfu" in update else "")
 
 
-def _provenance(records: list[dict], odd_runs: set[str] = frozenset()) -> tuple[list[dict], list[dict]]:
+def _provenance(records: list[dict], marks: dict[str, list[str]] | None = None) -> tuple[list[dict], list[dict]]:
+    """Per run its provenance row (`odd`: why the board marks it, or ""), and the package versions."""
+    marks = marks or {}
     runs, packages = [], defaultdict(set)
     for r in records:
         p = r.get("provenance") or {}
@@ -133,7 +135,7 @@ def _provenance(records: list[dict], odd_runs: set[str] = frozenset()) -> tuple[
         hashes = p.get("model_hashes") if isinstance(p.get("model_hashes"), dict) else {}
         runs.append({"run_id": r["run_id"], "seed": r["seed"], "final": fmt(final_accuracy_of(r), "acc"),
                      "base_hash": str(hashes.get("base", "—")), "world": str(p.get("world_version") or "—"),
-                     "odd": r["run_id"] in odd_runs,
+                     "odd": "; ".join(marks.get(r["run_id"], [])),
                      "counted": fmt(r["flops"]["counted"], "flops"), "wall_s": fmt(r.get("wall_s"), "len"),
                      "update_rate": _update_rate(r.get("throughput") or {}),
                      "code_hash": str(p.get("code_hash", "—")),
@@ -169,7 +171,7 @@ def method_view(board: Board, m: MethodResult, records: list[dict], plot_src: st
     for r in records:
         configs[json.dumps(r["method_config"], indent=2, sort_keys=True, ensure_ascii=False)].append(r["seed"])
     ledger, categories = _ledger_rows(records)
-    runs, packages = _provenance(records, board.odd_runs)
+    runs, packages = _provenance(records, board.run_marks)
     metrics = [{"title": title, "help": help_, **metric_cell(m, name)} for name, (title, _, help_) in METRICS.items()]
     fit = None
     if m.fit is not None:

@@ -257,7 +257,9 @@ def test_a_run_from_another_base_or_world_is_marked(tmp_path):
     assert not clean.odd_runs and not any("another" in w for w in clean.warnings)
     summary = build_site([write_runs(records, tmp_path / "runs")], tmp_path / "site")
     page = next(p for p in summary.pages if "opd-multi" in p)
-    assert (tmp_path / "site" / page).read_text().count("differs from the board</span>") == 3
+    html = (tmp_path / "site" / page).read_text()
+    for why in ("another rollout engine", "another base model", "another world version"):  # each run, with why
+        assert html.count(f">{why}</span>") == 1
     # run settings: a shorter token cap than the board's majority is marked, a record without settings is not
     kept = {"max_new_tokens": 96, "eval_max_new_tokens": 128, "eval_every": 0.1, "eval_early": [0.01],
             "distill_eval_every": 5, "device": "cpu"}
@@ -316,6 +318,7 @@ def test_a_ranked_methods_run_that_read_held_out_accuracy_is_marked_and_a_protoc
     assert board.odd_runs == {records[4]["run_id"]}
     (warning,) = [w for w in board.warnings if "held-out accuracy" in w]
     assert warning.startswith("1 run(s) read held-out accuracy while they ran") and records[4]["run_id"] in warning
+    assert board.run_marks == {records[4]["run_id"]: ["read held-out accuracy"]}  # its method page says so
 
 
 def test_a_board_made_on_two_kinds_of_cpu_says_which_made_how_many():
