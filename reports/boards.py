@@ -173,11 +173,15 @@ class Board:
     n_domains: int = 0
     warnings: list[str] = field(default_factory=list)
     label: str = ""  # key.label, plus version and budget where two boards would share it
-    odd_runs: set[str] = field(default_factory=set)  # runs its warnings name (another base, settings, held-out reads)
-    run_marks: dict[str, list[str]] = field(default_factory=dict)  # each of them: why, in a few words
+    run_marks: dict[str, list[str]] = field(default_factory=dict)  # runs its warnings name: why, in a few words
 
     def __post_init__(self) -> None:
         self.label = self.label or self.key.label
+
+    @property
+    def odd_runs(self) -> set[str]:
+        """The runs the board marks (another base, suite, settings, ..., or held-out reads)."""
+        return set(self.run_marks)
 
     def method(self, name: str) -> MethodResult:
         return next(m for m in self.methods if m.method == name)
@@ -368,9 +372,8 @@ def _mark_odd(board: Board, runs: pd.DataFrame, column: str, what: str, majority
 
 
 def _mark(board: Board, run_ids: Iterable[str], why: str) -> None:
-    """Mark runs on the board (`odd_runs`), each with why (`run_marks`, shown on its method page)."""
+    """Mark runs on the board, each with why (`run_marks`, shown on its method page)."""
     for run_id in run_ids:
-        board.odd_runs.add(run_id)
         board.run_marks.setdefault(run_id, []).append(why)
 
 
