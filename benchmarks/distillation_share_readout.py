@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:
 
 from reports.boards import build_boards  # noqa: E402
 from reports.findings import Claim, claim_distillation_share  # noqa: E402
-from reports.metrics import distillation_share, plateau_distillation_share  # noqa: E402
+from reports.metrics import distillation_share, evaluation_prompts, plateau_distillation_share  # noqa: E402
 from reports.records import load_many, to_frames  # noqa: E402
 
 METHOD = "opd-multi"
@@ -32,7 +32,8 @@ BAND = 2.0  # the verdict's factor around the paper's share (reports.findings.wi
 def shares(record: dict) -> tuple[float | None, float | None]:
     """(share at the stopping rule, share at the held-out plateau) of one opd-multi record."""
     return (distillation_share(record["ledger"]),
-            plateau_distillation_share(record["curve"], record.get("eval_size"), len(record["domains"])))
+            plateau_distillation_share(record["curve"], evaluation_prompts(
+                record.get("eval_size"), len(record["domains"]), record.get("domain_eval_size"))))
 
 
 def boards_of(records: list[dict]) -> dict[tuple[str, str, str], list[dict]]:

@@ -321,23 +321,32 @@ def _distillation_start(curve: Sequence[Mapping[str, Any]]) -> int | None:
     return i
 
 
-def plateau_distillation_share(curve: Sequence[Mapping[str, Any]], eval_size: int | None,
-                               n_domains: int) -> float | None:
+def evaluation_prompts(eval_size: int | None, n_domains: int,
+                       domain_eval_size: Mapping[str, int] | None = None) -> float | None:
+    """N of one evaluation's binomial standard error, sqrt(p (1 - p) / N), for a suite accuracy that is
+    the mean of its domains' accuracies: eval_size x n_domains, or, where domains scored different
+    numbers of prompts (`domain_eval_size`), n_domains^2 / sum(1 / n_d), which the variance of a mean
+    of proportions gives (and which is eval_size x n_domains when they are equal)."""
+    if domain_eval_size:
+        return len(domain_eval_size) ** 2 / sum(1.0 / n for n in domain_eval_size.values())
+    return eval_size * n_domains if eval_size and n_domains >= 1 else None
+
+
+def plateau_distillation_share(curve: Sequence[Mapping[str, Any]], prompts: float | None) -> float | None:
     """Distillation share at the held-out plateau (docs/metrics.md, "Distillation share").
 
     From the start of distillation on, the first evaluation whose accuracy is within one binomial
-    standard error, sqrt(best (1 - best) / N), of the best of those evaluations; N = eval_size x
-    n_domains held-out prompts per evaluation. The share is that point's distillation FLOPs / its
-    expert (or stage) FLOPs, both from its `phase_flops`.
+    standard error, sqrt(best (1 - best) / N), of the best of those evaluations; N = the held-out
+    prompts of one evaluation (`evaluation_prompts`). The share is that point's distillation FLOPs /
+    its expert (or stage) FLOPs, both from its `phase_flops`.
 
     Args:
         curve: the record's curve points; each needs `phase_flops` (and may have `ledger_phase`).
-        eval_size: held-out prompts per domain per evaluation (the record's `eval_size`).
+        prompts: N, from the record's `eval_size`, domains and `domain_eval_size`.
     Returns:
         the share, or None when the record lacks these fields, never distils, or has no experts.
     """
-    if not eval_size or n_domains < 1 or not curve or any(not isinstance(p.get("phase_flops"), dict)
-                                                          for p in curve):
+    if not prompts or not curve or any(not isinstance(p.get("phase_flops"), dict) for p in curve):
         return None
     start = _distillation_start(curve)
     if start is None:
@@ -345,7 +354,7 @@ def plateau_distillation_share(curve: Sequence[Mapping[str, Any]], eval_size: in
     points = curve[start:]
     accuracy = np.array([p["accuracy"] for p in points], dtype=float)
     best = float(accuracy.max())
-    se = math.sqrt(best * (1.0 - best) / (eval_size * n_domains))
+    se = math.sqrt(best * (1.0 - best) / prompts)
     plateau = points[int(np.argmax(accuracy >= best - se - _TOL))]
     experts = expert_flops(plateau["phase_flops"])
     if experts <= 0:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from reports.metrics import (
     BUDGET_FRACTIONS, accuracy_at_fractions, area_under_curve, distillation_share, expert_tail_share, final_accuracy,
-    gain_per_pflop_spent, plateau_distillation_share, recovery_forgetting, self_teacher_reduction,
+    evaluation_prompts, gain_per_pflop_spent, plateau_distillation_share, recovery_forgetting, self_teacher_reduction,
 )
 from reports.schema import RecordParseError, parse_record_text, validate_record
 
@@ -217,7 +217,8 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
         **curve,
         "gain_per_pflop_spent": gain_per_pflop_spent(final, r["base_accuracy"], flops["counted"]),
         "distillation_share": distillation_share(r["ledger"]),
-        "distillation_share_plateau": plateau_distillation_share(r["curve"], r.get("eval_size"), len(r["domains"])),
+        "distillation_share_plateau": plateau_distillation_share(
+            r["curve"], evaluation_prompts(r.get("eval_size"), len(r["domains"]), r.get("domain_eval_size"))),
         "expert_tail_share": expert_tail_share(r.get("method_metrics"), r["ledger"]),
         "self_teacher_reduction": self_teacher_reduction(r.get("recovery")),
         "check_size": recovery.get("check_size"),

@@ -7,7 +7,7 @@ faster than `jsonschema`, which matters at a thousand records; it names the firs
 cross-field rules (status "complete", curve starts at 0 FLOPs and never goes back, base and final
 accuracy equal the first and last evaluations, the counted total equals the ledger's counted rows and
 stays within one step of the budget, per-step FLOPs never go back) are checked by hand afterwards.
-Fields added after version 1 was first published (`eval_size`, `curve[*].phase_flops`,
+Fields added after version 1 was first published (`eval_size`, `domain_eval_size`, `curve[*].phase_flops`,
 `curve[*].ledger_phase`, `steps`, `method_metrics`, `max_step_flops`, more of `recovery`, `samples`,
 `provenance.git_commit`) are optional: older records stay valid.
 Non-finite numbers (NaN, Infinity) are rejected when the JSON is parsed (`parse_record_text`).
@@ -164,6 +164,9 @@ RECORD_SCHEMA: dict[str, Any] = {
         "provenance": _PROVENANCE,
         "wall_s": _nonneg,
         "eval_size": {"type": "integer", "minimum": 1},  # held-out prompts per domain per evaluation
+        # where a domain's held-out split is smaller than eval_size: the prompts each domain scored
+        "domain_eval_size": {"type": "object", "minProperties": 1,
+                             "additionalProperties": {"type": "integer", "minimum": 1}},
         "steps": {"type": "array", "items": _STEP},
         "method_metrics": {"type": "object", "propertyNames": {"maxLength": MAX_NAME_CHARS},
                            "additionalProperties": {"type": ["number", "null"]}},
@@ -241,7 +244,19 @@ def _consistency(record: dict[str, Any]) -> list[str]:
         reasons.append(
             f"flops.counted ({record['flops']['counted']:.6g}) differs from the ledger's counted rows ({counted:.6g})"
         )
-    return reasons + _ledger_rows(record["ledger"]) + _budget_and_steps(record)
+    return reasons + _ledger_rows(record["ledger"]) + _budget_and_steps(record) + _domain_sizes(record)
+
+
+def _domain_sizes(record: dict[str, Any]) -> list[str]:
+    """`domain_eval_size` names the record's domains, each scored on at most `eval_size` prompts."""
+    sizes = record.get("domain_eval_size")
+    if sizes is None:
+        return []
+    if set(sizes) != set(record["domains"]):
+        return [f"domain_eval_size names {sorted(sizes)}, not the record's domains {record['domains']}"]
+    if (size := record.get("eval_size")) is None or any(n > size for n in sizes.values()):
+        return [f"domain_eval_size {sizes} is not at most eval_size ({size}) per domain"]
+    return []
 
 
 def _ledger_rows(ledger: list[dict[str, Any]]) -> list[str]:

@@ -179,6 +179,9 @@ def summary(
     latest = list({p["flops"]: p for p in curve}.values())
     samples = [{"flops": p["flops"], **s} for p in latest for s in p.get("samples", [])]
     curve = [{k: v for k, v in p.items() if k != "samples"} for p in curve]
+    # prompts each domain's evaluations scored: a held-out split smaller than eval_size (a standard
+    # benchmark's test split, HumanEval's 164) is scored whole, and the record says so
+    scored = {d: min(config.heldout_size, len(suite.heldout(d))) for d in suite.domains}
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
@@ -204,6 +207,7 @@ def summary(
         "recovery": reports.get("recovery"),
         "method_metrics": {k: v for k, v in reports.items() if k != "recovery"},
         "eval_size": config.heldout_size,
+        **({"domain_eval_size": scored} if any(n < config.heldout_size for n in scored.values()) else {}),
         "settings": settings(config),
         "phase_streams": phase_streams,
         "heldout_reads": heldout_reads,

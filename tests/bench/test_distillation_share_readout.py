@@ -24,7 +24,7 @@ def test_each_seed_then_the_claims_rows_and_verdict(tmp_path):
     assert list(readout.boards_of(records + others)) == [("tiny", "four_domain", "easy")]
     stop, plateau = readout.shares(records[0])
     assert abs(stop - 0.08) < 1e-12
-    assert plateau == plateau_distillation_share(records[0]["curve"], records[0]["eval_size"], 4) and plateau < stop
+    assert plateau == plateau_distillation_share(records[0]["curve"], records[0]["eval_size"] * 4) and plateau < stop
     write_runs(records + others, tmp_path / "runs")
     figure = tmp_path / "shares.png"
     out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "runs"), "--figure", str(figure)],

@@ -17,6 +17,7 @@ from bench.accounting.ledger import Ledger
 from bench.world.hf import folder_digest
 from bench.world.models import load_model, save_model, tiny_model_dir
 from bench.policy import Policy
+from reports.schema import validate_record
 
 TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -165,11 +166,14 @@ def test_hf_profile_trains_and_evaluates_on_standard_benchmarks_from_local_files
     monkeypatch.setenv("OPD_BENCH_DATA", str(Path(__file__).resolve().parents[1] / "fixtures" / "standard"))
     out = CliRunner().invoke(app, [
         "run", "--profile", "hf", "--model", str(folders[0]), "--method", "grpo-joint", "--suite", "std_math_code",
-        "--budget", "2e9", "--eval-size", "4", "--max-new-tokens", "12", "--runs", str(tmp_path), "--no-progress",
+        "--budget", "2e9", "--eval-size", "8", "--max-new-tokens", "12", "--runs", str(tmp_path), "--no-progress",
     ])
     assert out.exit_code == 0, out.output
     record = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
     assert record["suite"] == "std_math_code" and record["domains"] == ["gsm8k", "mbpp"]
+    # the fixture's MBPP test split has 6 problems, fewer than the 8 asked for: scored whole, and said so
+    assert record["eval_size"] == 8 and record["domain_eval_size"] == {"gsm8k": 8, "mbpp": 6}
+    assert validate_record(record) == []
     # trained: the student's rollouts and updates are counted, and steps were logged
     counted = {r["kind"]: r for r in record["ledger"] if r["category"] == "counted" and r["model"] == "student"}
     assert {"rollout", "update"} <= set(counted)

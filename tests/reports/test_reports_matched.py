@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reports.metrics import (
-    accuracy_at_fractions, area_under_curve, area_under_curve_batch, envelope_segments, expert_tail_share,
-    final_accuracy, interpolate_curve, interpolate_rows, plateau_distillation_share, savings, targets_from_gain,
-    upper_envelope,
+    accuracy_at_fractions, area_under_curve, area_under_curve_batch, envelope_segments, evaluation_prompts,
+    expert_tail_share, final_accuracy, interpolate_curve, interpolate_rows, plateau_distillation_share, savings,
+    targets_from_gain, upper_envelope,
 )
 
 F = [0.0, 1e12, 1e14]
@@ -114,28 +114,43 @@ def test_plateau_distillation_share_on_a_hand_made_curve():
     # 2 domains x 100 prompts: N = 200; best 0.60, one standard error sqrt(0.6 x 0.4 / 200) = 0.0346
     curve = _opd_curve([0.45, 0.55, 0.58, 0.60, 0.59])
     # 0.55 is 0.05 below the best (> 1 SE); 0.58 is within it: the third distillation point, 3 FLOPs
-    assert plateau_distillation_share(curve, 100, 2) == pytest.approx(3 / 100)
+    assert plateau_distillation_share(curve, 200) == pytest.approx(3 / 100)
     # more prompts, a tighter standard error (0.0110 for N = 2000): only 0.60 and 0.59 are within it
-    assert plateau_distillation_share(curve, 1000, 2) == pytest.approx(4 / 100)
+    assert plateau_distillation_share(curve, 2000) == pytest.approx(4 / 100)
+
+
+def test_evaluation_prompts_of_domains_scored_on_different_numbers_of_prompts():
+    assert evaluation_prompts(100, 2) == 200
+    assert evaluation_prompts(None, 2) is None
+    # equal sizes: the same N as eval_size x domains
+    assert evaluation_prompts(100, 2, {"a": 100, "b": 100}) == pytest.approx(200)
+    # HumanEval's 164 beside MBPP's 500 under eval_size 1,000: the variance of the mean of the two
+    # accuracies is p (1 - p) (1/164 + 1/500) / 4, so N = 4 / (1/164 + 1/500) = 494, not 2,000
+    assert evaluation_prompts(1000, 2, {"humaneval": 164, "mbpp": 500}) == pytest.approx(4 / (1 / 164 + 1 / 500))
+    # on the hand-made curve below, 494 prompts put 0.58 within one standard error of 0.60 (0.022)
+    curve = _opd_curve([0.45, 0.55, 0.58, 0.60, 0.59])
+    assert plateau_distillation_share(curve, evaluation_prompts(1000, 2)) == pytest.approx(4 / 100)
+    assert plateau_distillation_share(
+        curve, evaluation_prompts(1000, 2, {"humaneval": 164, "mbpp": 500})) == pytest.approx(3 / 100)
 
 
 def test_plateau_counts_the_evaluation_where_distillation_starts():
     # distillation bought nothing: the plateau is the end of the last expert, at 0 distillation FLOPs,
     # whether that point is booked to the last expert's phase or to distillation
     flat = [0.3, 0.29, 0.3]
-    assert plateau_distillation_share(_opd_curve(flat), 1000, 2) == 0.0
-    assert plateau_distillation_share(_opd_curve(flat, boundary_ledger_phase="distill"), 1000, 2) == 0.0
+    assert plateau_distillation_share(_opd_curve(flat), 2000) == 0.0
+    assert plateau_distillation_share(_opd_curve(flat, boundary_ledger_phase="distill"), 2000) == 0.0
 
 
 def test_plateau_share_is_none_without_the_fields_or_without_distillation():
     curve = _opd_curve([0.5, 0.6])
-    assert plateau_distillation_share(curve, None, 2) is None  # no eval_size
+    assert plateau_distillation_share(curve, None) is None  # no evaluation size
     bare = [{k: v for k, v in p.items() if k != "phase_flops"} for p in curve]
-    assert plateau_distillation_share(bare, 100, 2) is None  # an old record: no per-evaluation phase FLOPs
+    assert plateau_distillation_share(bare, 200) is None  # an old record: no per-evaluation phase FLOPs
     grpo = [_point(f, a, {"train": f}, "train") for f, a in ((0, 0.3), (10, 0.5))]
-    assert plateau_distillation_share(grpo, 100, 2) is None  # no distillation
+    assert plateau_distillation_share(grpo, 200) is None  # no distillation
     external = [_point(f, a, {"distill": f}, "distill") for f, a in ((0, 0.3), (10, 0.5))]
-    assert plateau_distillation_share(external, 100, 2) is None  # distillation, but no experts to divide by
+    assert plateau_distillation_share(external, 200) is None  # distillation, but no experts to divide by
 
 
 def _row(phase, flops):

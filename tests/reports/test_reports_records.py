@@ -107,6 +107,17 @@ def test_steps_must_not_go_back_in_flops():
     assert any("steps FLOPs go backwards" in x for x in validate_record(r))
 
 
+def test_domain_eval_size_names_the_domains_each_at_most_eval_size():
+    r = make_record(suite="math_code")
+    sizes = {d: 6 for d in r["domains"]}
+    assert validate_record({**r, "domain_eval_size": sizes}) == []
+    assert validate_record({**r, "domain_eval_size": {r["domains"][0]: 6}}) == [
+        f"domain_eval_size names {[r['domains'][0]]}, not the record's domains {r['domains']}"]
+    too_many = {**sizes, r["domains"][0]: r["eval_size"] + 1}
+    assert any("not at most eval_size" in x for x in validate_record({**r, "domain_eval_size": too_many}))
+    assert any("domain_eval_size" in x for x in validate_record({**r, "domain_eval_size": {d: 0 for d in sizes}}))
+
+
 def test_cross_field_rules():
     r = make_record()
     r["curve"][2]["flops"], r["curve"][3]["flops"] = r["curve"][3]["flops"], r["curve"][2]["flops"]
