@@ -280,7 +280,8 @@ def claim_self_teachers(boards: list[Board], over: str = EVERY) -> Claim:
     claim = Claim(4, "Self-GRPO teachers cut the FLOPs needed to recover a domain",
                   "up to 50x fewer FLOPs than GRPO to recover single-domain accuracy",
                   "holds when the reduction's interval lies above 1 (self-OPD recovers with fewer FLOPs); an "
-                  "interval that spans 1 is inconclusive",
+                  "interval that spans 1 is inconclusive; a board on which no seed's student measurably forgot "
+                  "the domain is not measured, since nothing was recovered",
                   f"recovery FLOPs, GRPO / self-OPD, aggregated over {seeds} with its 95% bootstrap interval "
                   "(docs/metrics.md, \"Self-teacher reduction\")")
     # The recovery protocol runs as its own method (`recover`); a self-grpo record carrying a
@@ -293,6 +294,12 @@ def claim_self_teachers(boards: list[Board], over: str = EVERY) -> Claim:
         values = [v for v in m.per_run["self_teacher_reduction"] if _known(v)]
         note = (f"largest single run: {_ratio_text(max(values))}; " if values else "") + _recovery_note(m, est)
         every = direction(est, 1.0, want_above=True)
+        if over == EVERY and _nothing_lost(m):
+            # every ratio is one step's cost against another's: there is no recovery for a verdict to read
+            claim.rows.append(_row(b, "recovery FLOPs, GRPO / self-OPD", "up to 50x", est, "ratio", NOT_MEASURED,
+                                   f"no seed's student measurably forgot the domain, so nothing was recovered and "
+                                   f"no verdict is read (judged alone, {every}); {note}", decides=False))
+            continue
         claim.rows.append(_row(b, "recovery FLOPs, GRPO / self-OPD", "up to 50x", est, "ratio",
                                every if over == EVERY else CONTEXT,
                                note if over == EVERY else f"judged alone, {every}; {note}", decides=over == EVERY))
@@ -307,6 +314,14 @@ def claim_self_teachers(boards: list[Board], over: str = EVERY) -> Claim:
                 judged if over == FORGOT else CONTEXT, which if over == FORGOT else f"{which}; judged alone, {judged}",
                 decides=over == FORGOT))
     return claim
+
+
+def _nothing_lost(m) -> bool:
+    """Every seed with a ratio has a record saying how much its student lost, and none lost anything
+    measurable (`metrics.run_forgot`)."""
+    ratio_seeds = {s for s, v in zip(m.seeds, m.per_run["self_teacher_reduction"]) if _known(v)}
+    forgot = {seed: measured for seed, _, _, measured in _forgetting(m)}
+    return bool(ratio_seeds) and all(forgot.get(s) is False for s in ratio_seeds)
 
 
 def _forgetting(m) -> list[tuple[int, float, float, bool]]:

@@ -177,3 +177,21 @@ def test_claim_4_shows_beside_its_verdict_the_ratio_over_the_seeds_that_measurab
     # where every seed with a ratio forgot measurably, or none did, there is nothing to add
     assert len(claim_self_teachers(_boards([runs[1], runs[3]])).rows) == 1
     assert len(claim_self_teachers(_boards([runs[0], runs[2]])).rows) == 1
+
+
+def test_claim_4_is_not_measured_on_a_board_where_no_student_measurably_forgot():
+    # ratios of 20-30x would hold, but every seed lost under two standard errors of one check (5.7
+    # points): both arms reached a target within a check's noise, so nothing was recovered
+    runs = [_recovery_run(s, v, 300, 0.6, lost) for s, v, lost in ((0, 20, 0.59), (1, 25, 0.58), (2, 30, 0.61))]
+    claim = claim_self_teachers(_boards(runs))
+    [row] = claim.rows
+    assert row.verdict == NOT_MEASURED and not row.decides and claim.verdict == NOT_MEASURED
+    assert "no seed's student measurably forgot the domain" in row.note and "judged alone, holds" in row.note
+    assert claim.world_verdicts == {"tiny": NOT_MEASURED}
+    # one seed that measurably forgot, or one whose record does not say, and the ratios decide as before
+    forgot = runs[:2] + [_recovery_run(2, 30, 300, 0.6, 0.50)]
+    assert claim_self_teachers(_boards(forgot)).verdict == HOLDS
+    unknown = runs[:2] + [_recovery_run(2, 30)]
+    assert claim_self_teachers(_boards(unknown)).verdict == HOLDS
+    # a study that decides over the seeds that forgot says the same, from its own rule
+    assert claim_self_teachers(_boards(runs), over="forgot").verdict == NOT_MEASURED
