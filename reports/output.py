@@ -10,21 +10,40 @@ SiteOverwriteError before anything in the folder is touched, unless forced.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
-from reports import figures
+from reports import figures, locks
 from reports.formatting import is_safe_slug
 
 
 class SiteOverwriteError(RuntimeError):
     """The output folder holds a built site with records this build would lose; nothing was written."""
+
+
+class SiteBusyError(SiteOverwriteError):
+    """Another process is building a site into the same folder; nothing was written."""
+
+
+@contextlib.contextmanager
+def building(root: Path) -> Iterator[None]:
+    """One build into a site folder at a time: a build clears staging folders and the previous site's
+    files, which a second build would be writing or checking. The second raises SiteBusyError before it
+    reads or writes anything there. The lock is on the folder itself (`reports.locks`): no file of its
+    own is left in the site."""
+    if root.exists() and not root.is_dir():
+        check_site_folder(root)  # a file: its own message
+    with locks.exclusive_folder(root, lambda: SiteBusyError(
+            f"{root} is being built by another process (another `bench report` or `bench reproduce`); wait "
+            "for it to finish. Nothing was written.")):
+        yield
 
 
 class Writer:

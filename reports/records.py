@@ -12,8 +12,6 @@ nothing is dropped silently.
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from reports import locks
 from reports.metrics import (
     BUDGET_FRACTIONS, accuracy_at_fractions, area_under_curve, distillation_share, expert_tail_share, final_accuracy,
     evaluation_prompts, gain_per_pflop_spent, plateau_distillation_share, recovery_forgetting, self_teacher_reduction,
@@ -96,7 +95,7 @@ def load_many(runs_dirs: Iterable[Path | str]) -> tuple[list[dict[str, Any]], li
             seed = tuple(record.get(k) for k in SEED_KEY) if not reasons else None
             if seed in seeds:
                 reasons = [f"the same method, suite, profile, budget and seed as {seeds[seed]}; one seed counts once"]
-            holder = _lock_holder(path.parent / RUN_LOCK)
+            holder = locks.holder(path.parent / RUN_LOCK)
             if not reasons and holder:
                 reasons = [f"the run is being written (its directory is locked by PID {holder})"]
             if reasons:
@@ -105,21 +104,6 @@ def load_many(runs_dirs: Iterable[Path | str]) -> tuple[list[dict[str, Any]], li
             seen[record["run_id"]], seeds[seed] = path, path
             records.append({**record, SOURCE_KEY: str(path)})
     return records, skipped
-
-
-def _lock_holder(path: Path) -> str | None:
-    """The PID written in a held lock file, or None when the file is absent or nobody holds it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return None
-    except BlockingIOError:
-        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-    finally:
-        os.close(fd)
 
 
 BOARD_COLUMNS = ["profile", "suite", "difficulty", "suite_version", "budget_flops"]

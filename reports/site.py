@@ -39,7 +39,7 @@ from reports.formatting import Slugs, csv_safe
 from reports.leaders import board_leads, lead_sentence
 from reports.method_page import method_view
 from reports.metrics import REFERENCE_METHOD
-from reports.output import SiteOverwriteError, Writer, check_overwrite, remove_previous
+from reports.output import SiteOverwriteError, Writer, building, check_overwrite, remove_previous
 from reports.records import SOURCE_KEY, Frames, load_many, to_frames
 from reports.reproduce import commits, seeds_text, site_command, site_seeds
 from reports.stats import CURVE_REPS, DEFAULT_REPS
@@ -269,51 +269,53 @@ def build_site(runs_dirs: list[Path], out_dir: Path, generated: str | None = Non
     for study in studies:
         inputs |= {study.manifest.resolve(), *(Path(r[SOURCE_KEY]).resolve() for r in study.records),
                    *(Path(p).resolve() for p, _ in study.skipped)}
-    if not force:
-        check_overwrite(out_dir, {r["run_id"] for r in records}, inputs)
-    command = site_command(records)
-    check = board_check(records, command) if board_check is not None else None
-    frames = to_frames(records)
-    boards = build_boards(frames)
-    claims = findings(boards)
-    with (figures.drawing_pool(n_figures=len(figures.SEABORN_FIGURES) * len(boards)) as pool,
-          Writer(out_dir, pool) as writer):
-        env = _environment()
-        record_files = _write_records(records, writer)
-        common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER,
-                  "paper_title": PAPER_TITLE, "paper_id": PAPER_ID, "site_command": command, "board_check": check,
-                  "site_seeds": seeds_text(site_seeds(records)),
-                  "commits": commits(records), "reference": REFERENCE_METHOD,
-                  "reps": {"per_run": DEFAULT_REPS, "curve": CURVE_REPS}, "has_studies": bool(studies)}
-        pages, views, slug_of = _write_boards(boards, frames, records, record_files, writer, env, common)
-        common["worlds"] = worlds_view(worlds or [], views)
-        study_pages, study_list, study_results = _write_studies(studies, writer, env, common)
-        pages += study_pages
-        writer.write("index.html", env.get_template("index.html").render(
-            root="", boards=views, skipped=[(str(p), r) for p, r in skipped], **common))
-        writer.write("findings.html", env.get_template("findings.html").render(
-            root="", claims=claims_view(claims, slug_of), regimes=worlds or [], studies=study_list,
-            studies_of={n: [s for s in study_list if n in s["verdicts"]] for n in range(1, 5)}, **common))
-        results = _results_json(boards, slug_of, claims, skipped, generated)
-        results["worlds"] = worlds or []
-        results["studies"] = study_results
-        results["board_check"] = {"command": command, **check} if check is not None else None
-        writer.write("results.json", json.dumps(results, indent=1, ensure_ascii=False))
-        writer.write("results.csv", _results_csv(results))
-        for name in ("site.css", "site.js"):
-            writer.write(f"static/{name}", (_HERE / "static" / name).read_text(encoding="utf-8"))
-        # every file made, in its staging folder: only now does the previous site change, file by file
-        writer.commit()
-        remove_previous(out_dir, keep=inputs | {(out_dir / rel).resolve() for rel in [*writer.written, "site.json"]})
-        pages[:0] = [{"path": "index.html", "kind": "index", "title": "Leaderboard"},
-                     {"path": "findings.html", "kind": "findings", "title": "Findings"}]
-        files = writer.written + ["site.json"]
-        site = {"schema": SITE_SCHEMA, "generated": generated, "records": len(records), "skipped": len(skipped),
-                "boards": [v["slug"] for v in views], "studies": [s.slug for s in studies], "pages": pages,
-                "downloads": ["results.csv", "results.json"],
-                "record_files": record_files, "files": files}
-        writer.write("site.json", json.dumps(site, indent=1, ensure_ascii=False))
-        writer.commit()
+    with building(out_dir):  # one build into out_dir at a time: it checks, then writes, alone
+        if not force:
+            check_overwrite(out_dir, {r["run_id"] for r in records}, inputs)
+        command = site_command(records)
+        check = board_check(records, command) if board_check is not None else None
+        frames = to_frames(records)
+        boards = build_boards(frames)
+        claims = findings(boards)
+        with (figures.drawing_pool(n_figures=len(figures.SEABORN_FIGURES) * len(boards)) as pool,
+              Writer(out_dir, pool) as writer):
+            env = _environment()
+            record_files = _write_records(records, writer)
+            common = {"generated": generated, "n_records": len(records), "n_skipped": len(skipped), "paper": PAPER,
+                      "paper_title": PAPER_TITLE, "paper_id": PAPER_ID, "site_command": command, "board_check": check,
+                      "site_seeds": seeds_text(site_seeds(records)),
+                      "commits": commits(records), "reference": REFERENCE_METHOD,
+                      "reps": {"per_run": DEFAULT_REPS, "curve": CURVE_REPS}, "has_studies": bool(studies)}
+            pages, views, slug_of = _write_boards(boards, frames, records, record_files, writer, env, common)
+            common["worlds"] = worlds_view(worlds or [], views)
+            study_pages, study_list, study_results = _write_studies(studies, writer, env, common)
+            pages += study_pages
+            writer.write("index.html", env.get_template("index.html").render(
+                root="", boards=views, skipped=[(str(p), r) for p, r in skipped], **common))
+            writer.write("findings.html", env.get_template("findings.html").render(
+                root="", claims=claims_view(claims, slug_of), regimes=worlds or [], studies=study_list,
+                studies_of={n: [s for s in study_list if n in s["verdicts"]] for n in range(1, 5)}, **common))
+            results = _results_json(boards, slug_of, claims, skipped, generated)
+            results["worlds"] = worlds or []
+            results["studies"] = study_results
+            results["board_check"] = {"command": command, **check} if check is not None else None
+            writer.write("results.json", json.dumps(results, indent=1, ensure_ascii=False))
+            writer.write("results.csv", _results_csv(results))
+            for name in ("site.css", "site.js"):
+                writer.write(f"static/{name}", (_HERE / "static" / name).read_text(encoding="utf-8"))
+            # every file made, in its staging folder: only now does the previous site change, file by file
+            writer.commit()
+            made = {(out_dir / rel).resolve() for rel in [*writer.written, "site.json"]}
+            remove_previous(out_dir, keep=inputs | made)
+            pages[:0] = [{"path": "index.html", "kind": "index", "title": "Leaderboard"},
+                         {"path": "findings.html", "kind": "findings", "title": "Findings"}]
+            files = writer.written + ["site.json"]
+            site = {"schema": SITE_SCHEMA, "generated": generated, "records": len(records), "skipped": len(skipped),
+                    "boards": [v["slug"] for v in views], "studies": [s.slug for s in studies], "pages": pages,
+                    "downloads": ["results.csv", "results.json"],
+                    "record_files": record_files, "files": files}
+            writer.write("site.json", json.dumps(site, indent=1, ensure_ascii=False))
+            writer.commit()
     return SiteSummary(out_dir=out_dir, n_records=len(records), skipped=skipped, boards=[b.label for b in boards],
                        pages=[p["path"] for p in pages], record_files=record_files, files=files,
                        wall_s=time.perf_counter() - t0)

@@ -100,7 +100,7 @@ def reproduce(
     """Every method on math_code and four_domain at each world's budget, the recovery protocol, then the report."""
     from bench.world.regime import shipped_worlds
     from bench.run.sweep import run_sweep
-    from reports.output import check_site_folder
+    from reports.output import SiteBusyError, check_site_folder
     from reports.site import SiteOverwriteError, build_site
 
     with _one_line():
@@ -123,7 +123,8 @@ def reproduce(
                                  board_check=checks)
     except SiteOverwriteError as exc:
         _sweep_outcome(result, fail=False)
-        _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out} --force` builds the site "
+        flag = "" if isinstance(exc, SiteBusyError) else " --force"  # busy: the same command, once it is free
+        _fail(f"{exc} The runs are in {runs}: `bench report --runs {runs} --out {out}{flag}` builds the site "
               "from them.")
     checks.say()
     console.print(f"leaderboard: {summary.n_records} records -> {out / 'index.html'}; "

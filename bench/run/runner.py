@@ -86,7 +86,7 @@ class Runner:
         if (done := self._complete_record()) is not None:
             self.already_complete = True
             return done
-        self._check_dir()
+        self._check_dir(probe=True)
         self._check_eval_size()
         prepared = self.models()
         model, tokenizer = prepared.load_student()
@@ -269,14 +269,19 @@ class Runner:
         return prepared
 
     # -- run directory --------------------------------------------------------------------------
-    def _check_dir(self) -> None:
-        """Refuse, before any work, to overwrite a run or to resume one that is not there."""
+    def _check_dir(self, probe: bool = False) -> None:
+        """Refuse, before any work, to overwrite a run or to resume one that is not there. `probe` (when
+        this process does not hold the directory's lock): a run another process is writing is named as
+        such, with its PID, rather than sent to `--resume`."""
         if self.resume:
             if not (self.dir / "config.json").exists():
                 raise RunError(f"nothing to resume: {self.dir} has no config.json")
             if (self.dir / "summary.json").exists():
                 raise RunError(f"nothing to resume: {self.dir} is complete (summary.json is written)")
         elif self.dir.is_dir() and any(p.name != store.LOCK for p in self.dir.iterdir()):
+            if probe:
+                with store.locked(self.dir / store.LOCK, what=f"run directory {self.dir}"):
+                    pass
             raise RunError(f"{self.dir} already exists; pass --resume to continue it or choose --runs elsewhere")
 
     def _open_dir(self, prepared: Any) -> None:
@@ -435,6 +440,7 @@ class Runner:
 
     # -- result ---------------------------------------------------------------------------------
     def _summary(self, prepared: Any) -> dict:
+        wall_s = round(self._wall_offset + time.perf_counter() - self._t0, 3)
         provenance = store.read_json(self.dir / "config.json")["provenance"]
         return record.summary(
             run_id=self.run_id, method=self.method_cls.name, method_config=self.method_config, config=self.config,
@@ -443,7 +449,7 @@ class Runner:
             steps=store.read_jsonl(self.dir / "steps.jsonl"),
             max_step_flops=self._trace["max_step_flops"],
             provenance=provenance, model_hashes=prepared.model_hashes(), device_type=self.ctx.student.device.type,
-            wall_s=round(self._wall_offset + time.perf_counter() - self._t0, 3),
+            wall_s=wall_s,
         )
 
 

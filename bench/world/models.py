@@ -34,6 +34,7 @@ from transformers import (
 )
 from transformers.utils import logging as transformers_logging
 
+from bench import store
 from bench.errors import RunError, UnknownModelError
 
 # No "Loading weights" bar in a run's output or an error's one line. Importing `bench` asks the hub
@@ -47,8 +48,9 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
 def cache_root() -> Path:
-    """Where built models, suites and prepared checkpoints live (env `OPD_BENCH_CACHE`)."""
-    return Path(os.environ.get("OPD_BENCH_CACHE", Path.home() / ".cache" / "opd-bench"))
+    """Where built models, suites and prepared checkpoints live (env `OPD_BENCH_CACHE`; unset or empty:
+    ~/.cache/opd-bench, as the task caches)."""
+    return Path(os.environ.get("OPD_BENCH_CACHE") or Path.home() / ".cache" / "opd-bench")
 
 
 @dataclass(frozen=True)
@@ -145,8 +147,11 @@ def tiny_model_dir(name: str) -> Path:
     spec = TINY_SPECS[name]
     folder = cache_root() / "models" / f"{name}-{spec.digest()}"
     if not (folder / "config.json").exists():
-        model, tokenizer = build_tiny(spec)
-        save_model(model, tokenizer, folder)
+        # one builder at a time (`save_model` replaces the folder): a second waits, then finds it built
+        with store.locked(folder.with_name(folder.name + ".lock"), what=f"cache entry {folder}", wait=True):
+            if not (folder / "config.json").exists():
+                model, tokenizer = build_tiny(spec)
+                save_model(model, tokenizer, folder)
     return folder
 
 

@@ -63,6 +63,7 @@ class Prepared:
     # run saved): trained elsewhere, so nothing is booked for their training.
     extra_teachers: dict[str, Path] = dataclasses.field(default_factory=dict)
     verified: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> weights hash, recomputed
+    hashed: bool = False  # `model_hashes` has verified every built model in this process
 
     @property
     def device(self) -> str:
@@ -90,15 +91,16 @@ class Prepared:
     def _check_files(self, sub: str, name: str, info_file: str) -> None:
         """Refuse a cached model whose config or tokenizer files changed since its first load (edited
         in place, or damaged yet still loadable: the weights hash would not see it)."""
-        digest = folder_digest(self.folder / sub, (".json",))
-        with _building(self.folder):
-            info = store.read_json(self.folder / info_file)
-            if "files_hash" not in info:  # built or installed, never loaded yet: its files as they are now
-                store.write_json(self.folder / info_file, {**info, "files_hash": digest})
-            elif info["files_hash"] != digest:
-                raise RunError(f"the cached {name} model in {self.folder / sub} is damaged (its config and "
-                               f"tokenizer files hash {digest}, recorded {info['files_hash']}); delete "
-                               f"{self.folder} and run `bench prepare` again")
+        digest, path = folder_digest(self.folder / sub, (".json",)), self.folder / info_file
+        info = store.read_json(path)  # written whole (`store.write_json`): read without waiting on a builder
+        if "files_hash" not in info:  # built or installed, never loaded yet: its files as they are now, once
+            with _building(self.folder):
+                if "files_hash" not in (info := store.read_json(path)):
+                    store.write_json(path, info := {**info, "files_hash": digest})
+        if info["files_hash"] != digest:
+            raise RunError(f"the cached {name} model in {self.folder / sub} is damaged (its config and "
+                           f"tokenizer files hash {digest}, recorded {info['files_hash']}); delete "
+                           f"{self.folder} and run `bench prepare` again")
 
     def verify(self) -> None:
         """Load and hash every model this world has built (`bench prepare` reports only what passes)."""
@@ -144,8 +146,13 @@ class Prepared:
         return self.info["ledger"]
 
     def model_hashes(self) -> dict[str, str]:
-        """Weights hashes of the built models, recomputed from the files (`verify`), never copied."""
-        self.verify()
+        """Weights hashes of the built models, recomputed from the files (`verify`), never copied: once
+        per process, and for a model loaded since (a run's teacher) the hash it was loaded with, so a
+        finished run records the models it ran without loading them again (which would wait on, or
+        fail at, a cache entry another process is building or replacing)."""
+        if not self.hashed:
+            self.verify()
+            self.hashed = True
         extra = {name: folder_digest(path) for name, path in self.extra_teachers.items()}
         return {**self.verified, **extra}
 
@@ -224,7 +231,8 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
     key = world_key(profile, config, suite.content_hash)
     folder = cache_root() / "prepared" / f"{profile.name}-{key}{'-rebuild' if rebuild else ''}"
     info_path = folder / "prepared.json"
-    with _building(folder):
+    # a built base is read without waiting on the entry's lock (a teacher being built there holds it)
+    with _building(folder) if checkpoints or not info_path.exists() else contextlib.nullcontext():
         if "base" in checkpoints or (not info_path.exists() and (
                 rebuild or not reference.install(profile.name, key, folder, "student",
                                                  part_keys(profile, suite.content_hash)["student"]))):

@@ -23,6 +23,7 @@ compares weights hashes; `bench prepare --rebuild --write-reference` replaces th
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -83,7 +84,9 @@ def install(profile_name: str, key: str, folder: Path, part: str, part_key: str 
     shutil.copytree(source / PARTS[part][0], tmp)
     shutil.rmtree(folder / PARTS[part][0], ignore_errors=True)
     tmp.rename(folder / PARTS[part][0])
-    shutil.copyfile(source / PARTS[part][1], folder / PARTS[part][1])  # last: it marks the part as ready
+    # last, and whole (its readers do not wait on the installer): it marks the part as ready
+    shutil.copyfile(source / PARTS[part][1], folder / f".{PARTS[part][1]}.tmp")
+    os.replace(folder / f".{PARTS[part][1]}.tmp", folder / PARTS[part][1])
     return True
 
 

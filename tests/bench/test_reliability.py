@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,8 +28,11 @@ from bench.run import checkpoint
 from bench.run.config import RunConfig
 from bench.run.runner import Runner
 from bench.world import reference
-from bench.world.models import load_model, save_model
+from bench.world.models import TINY_SPECS, cache_root, load_model, save_model, tiny_model_dir
+from bench.world.prepare import prepare
+from bench.world.profiles import PROFILES
 from methods.grpo import GRPOJoint
+from tasks.suites import cache_dir
 from tests.methods.support import Killed
 
 cli = CliRunner()
@@ -640,6 +644,16 @@ def test_a_second_writer_is_refused_naming_the_holder(runs):
         assert snapshot(runs) == before
 
 
+def test_a_second_start_of_a_run_being_written_names_the_holder_not_resume(runs):
+    """The same command in a second terminal: the run is in use, and `--resume` would not help."""
+    before = snapshot(runs)
+    with store.locked(runs / RUN_ID / store.LOCK, what="test"):
+        refused(cli.invoke(app, RUN_ARGS + ["--runs", str(runs)]), f"in use by another process (PID {os.getpid()})")
+    assert snapshot(runs) == before
+    # nobody writes it: a run that stopped is sent to --resume, as before
+    refused(cli.invoke(app, RUN_ARGS + ["--runs", str(runs)]), "already exists; pass --resume to continue it")
+
+
 def test_report_skips_a_run_being_written(tmp_path):
     from tests.reports.factory import make_record, write_runs
 
@@ -649,6 +663,62 @@ def test_report_skips_a_run_being_written(tmp_path):
     assert result.exit_code == 0, result.output
     assert f"being written (its directory is locked by PID {os.getpid()})" in result.output
     assert "1 records, 1 skipped" in result.output
+
+
+def test_a_built_world_does_not_hold_up_a_run_while_another_process_holds_its_cache_entry(tmp_path):
+    """A process building in the world's cache entry (a teacher the world does not ship: hours) holds its
+    lock; a run of the built world neither starts nor ends waiting on it, nor loads its models again to
+    write its record."""
+    prepared = prepare(PROFILES[PROFILE], teacher=False, progress=False)
+    prepared.verify()  # every model loaded once: the entry has nothing left to write
+    held, release, waited = threading.Event(), threading.Event(), []
+
+    def other_process():  # a separate open of the lock file: flock refuses it to this thread's as to another's
+        with store.locked(prepared.folder.with_name(prepared.folder.name + ".lock"), what="test"):
+            held.set()
+            if not release.wait(timeout=120):  # the run waited on the lock: let it go, and say so
+                waited.append(True)
+
+    holder = threading.Thread(target=other_process)
+    holder.start()
+    held.wait()
+    result = cli.invoke(app, RUN_ARGS + ["--runs", str(tmp_path)])
+    release.set()
+    holder.join()
+    assert not waited, "the run waited on the cache entry's lock"
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / RUN_ID / "summary.json").read_text())
+    assert record["provenance"]["model_hashes"] == prepared.model_hashes()
+
+
+def test_a_tiny_model_is_built_by_one_process_while_another_waits(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path))
+    folder = tmp_path / "models" / f"tiny-llama-{TINY_SPECS['tiny-llama'].digest()}"
+    built: list = []
+    waiter = threading.Thread(target=lambda: built.append(tiny_model_dir("tiny-llama")))
+    with store.locked(folder.with_name(folder.name + ".lock"), what="test"):  # another process building it
+        waiter.start()
+        waiter.join(timeout=2)
+        assert waiter.is_alive() and not folder.exists()  # waiting, not building (and replacing) beside it
+    waiter.join(timeout=300)
+    assert built == [folder] and load_model(folder)[0].config.model_type == "llama"
+
+
+def test_an_empty_cache_setting_is_the_default_cache_for_models_and_tasks(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPD_BENCH_CACHE", "")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cache_root() == cache_dir() == tmp_path / ".cache" / "opd-bench"
+
+
+def test_report_into_a_site_being_built_is_one_line(tmp_path):
+    from reports import locks
+    from tests.reports.factory import make_record, write_runs
+
+    runs = write_runs([make_record(seed=0)], tmp_path / "runs")
+    with locks.exclusive_folder(tmp_path / "site", RuntimeError):  # what another build holds
+        result = cli.invoke(app, ["report", "--runs", str(runs), "--out", str(tmp_path / "site")])
+    refused(result, "is being built by another process (another `bench report` or `bench reproduce`); wait")
+    assert not any((tmp_path / "site").iterdir())
 
 
 def test_two_writers_at_once_one_wins_and_the_files_agree(tmp_path):

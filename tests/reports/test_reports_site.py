@@ -11,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from reports import locks
 from reports.formatting import Slugs, csv_safe, is_safe_slug, slugify
+from reports.output import SiteBusyError
 from reports.records import load_records
 from reports.site import SiteOverwriteError, build_site
 from tests.reports.factory import make_record, make_sweep, write_runs
@@ -150,6 +152,21 @@ def test_a_build_that_fails_half_way_leaves_the_previous_site_whole(tmp_path, mo
 def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_second_build_into_the_same_folder_is_refused_while_the_first_runs(tmp_path):
+    runs = write_runs([make_record(m, seed=s) for m in ("grpo-joint", "opd-multi") for s in range(2)], tmp_path / "a")
+    out = tmp_path / "site"
+    build_site([runs], out)
+    before = _snapshot(out)
+    with locks.exclusive_folder(out, RuntimeError):  # what a build in another process holds
+        with pytest.raises(SiteBusyError, match="being built by another process"):
+            build_site([runs], out)
+        with pytest.raises(SiteBusyError):
+            build_site([runs], out, force=True)  # force replaces a site, never one being built
+    assert _snapshot(out) == before  # not a file touched, none added (no staging folder, no lock file)
+    build_site([runs], out)  # once the first is done
+    assert _snapshot(out).keys() == before.keys()
 
 
 def test_a_build_that_would_lose_records_refuses_and_touches_nothing(tmp_path):
