@@ -2,14 +2,32 @@
 
 The protocol it checks is `bench.api.Method`; the registry runs this check on every method it
 loads (built-in, entry point or file), and `bench.api` re-exports it for plugins' own tests.
+
+It also reads the source of the module that defines the class (`api_breach`), as much of it as the
+class can reach: a method uses the engine only through `bench.api`, so code that imports another
+part of `bench`, or names a private member of the objects a method is handed (the context, its
+samplers, policies, rollouts and buckets: `ctx._ledger`, `policy._model`, ... also through
+`getattr`), is refused. Work done past the API may not be metered (docs/design.md, "The method
+contract"). What the source cannot show (a name built at run time, a helper module of the
+plugin's own) `bench check-adapter` measures instead.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
+import re
+from pathlib import Path
 from typing import Any
 
 from bench.errors import AdapterError
+
+# the engine's objects a method is handed; their private members are theirs
+_ENGINE_SOURCES = ("context.py", "policy.py", "rollout/base.py", "update.py")
+_OWN = ("self", "cls")  # a class's own members, whatever their names
+_BY_NAME = ("getattr", "setattr", "delattr", "hasattr")
 
 
 def check_method_class(cls: Any, where: str = "") -> type:
@@ -35,7 +53,89 @@ def check_method_class(cls: Any, where: str = "") -> type:
     if (bare := _without_default(config)) is not None:
         raise AdapterError(f"{label}: {bare} has no default: every config field needs one, so that `bench run` "
                            "works without --set")
+    if (breach := api_breach(cls)) is not None:
+        raise AdapterError(f"{label} reaches past the method API at {breach}: a method uses the engine only "
+                           "through bench.api and the public members of the objects it is handed, so that all its "
+                           "work is metered (docs/design.md, \"The method contract\")")
     return cls
+
+
+@functools.cache
+def engine_private_names() -> frozenset[str]:
+    """Private member names of the engine's objects a method is handed, read from their sources: the
+    attributes they set on themselves and the methods they define (dunders aside)."""
+    root, names = Path(__file__).resolve().parent, set()
+    for rel in _ENGINE_SOURCES:
+        text = (root / rel).read_text(encoding="utf-8")
+        names |= set(re.findall(r"\bself\.(_[A-Za-z]\w*)", text))  # attributes set or read on themselves
+        names |= set(re.findall(r"(?m)^[ \t]+def (_[A-Za-z]\w*)", text))  # methods (module functions aside)
+    return frozenset(n for n in names if not n.endswith("__"))
+
+
+def api_breach(cls: type) -> str | None:
+    """The first place where the module defining `cls` goes past `bench.api`, as "FILE:LINE (what)", or
+    None (also where its source cannot be read: a class made at run time)."""
+    try:
+        path = inspect.getsourcefile(cls)
+        tree = ast.parse(Path(path).read_text(encoding="utf-8")) if path else None
+    except (TypeError, OSError, SyntaxError, ValueError):
+        return None
+    if tree is None:
+        return None
+    private = engine_private_names()
+    found = sorted((node.lineno, what) for part in _reachable(tree, cls.__qualname__.split(".")[0])
+                   for node in ast.walk(part) if (what := _breach(node, private)) is not None)
+    return f"{path}:{found[0][0]} ({found[0][1]})" if found else None
+
+
+def _reachable(tree: ast.Module, root: str) -> list[ast.AST]:
+    """What of a module the class `root` can reach: its statements that run on import (a script's
+    `if __name__ == "__main__":` block aside) and the functions and classes defined at its top level
+    that these or the class name, and those name in turn. A script's own driver (its `main`, which
+    may well use the engine) is not the method."""
+    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    top = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+           and not _main_block(n)]
+    todo, seen = [root, *(n.id for part in top for n in ast.walk(part) if isinstance(n, ast.Name))], set()
+    while todo:
+        if (name := todo.pop()) in defs and name not in seen:
+            seen.add(name)
+            todo += [n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name)]
+    return top + [defs[name] for name in seen]
+
+
+def _main_block(node: ast.AST) -> bool:
+    """`if __name__ == "__main__":`, where a script runs as one."""
+    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+    return isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+
+
+def _breach(node: ast.AST, private: frozenset[str]) -> str | None:
+    if isinstance(node, ast.Import):
+        inner = [a.name for a in node.names if a.name.startswith("bench.") and a.name != "bench.api"]
+        return f"imports {inner[0]}" if inner else None
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        if node.module.startswith("bench.") and node.module != "bench.api":
+            return f"imports from {node.module}"
+        if node.module == "bench" and (inner := [a.name for a in node.names if a.name != "api"]):
+            return f"imports bench.{inner[0]}"
+        return None
+    root = node.value.id if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) else None
+    if root == "bench" and node.attr != "api":
+        return f"uses bench.{node.attr}"
+    if isinstance(node, ast.Attribute) and node.attr in private:
+        return None if root in _OWN else f"{ast.unparse(node)} is a private member of the engine's objects"
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+    named = [a.value for a in node.args[:2] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    own = isinstance(node.args[0], ast.Name) and node.args[0].id in _OWN
+    if called in _BY_NAME and len(node.args) >= 2 and named and named[-1] in private and not own:
+        return f"{ast.unparse(node)} names a private member of the engine's objects"
+    module = named[0] if called in ("import_module", "__import__") and named else ""
+    if module.startswith("bench.") and module != "bench.api":
+        return f"imports {module}"
+    return None
 
 
 def _without_default(config: type) -> str | None:

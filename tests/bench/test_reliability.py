@@ -23,7 +23,10 @@ from typer.testing import CliRunner
 
 from bench import store
 from bench.accounting.ledger import Ledger
+from bench.adapter import api_breach
 from bench.cli import app
+from bench.errors import AdapterError
+from bench.registry import get_method
 from bench.run import checkpoint
 from bench.run.config import RunConfig
 from bench.run.runner import Runner
@@ -1094,7 +1097,8 @@ def _cheat(imports: str, before: str, each_step: str = "", loop: str = "not ctx.
            step: str = "ctx.step_done(**stats)", declares: str = "") -> str:
     """A plugin's source: GRPO (with class attributes `declares`) whose `run` does `before` once, then
     while `loop`: `each_step`, a counted step (its `stats`) and `step`."""
-    return f"""{imports}
+    return f"""import importlib
+{imports}
 from methods.grpo import GRPOConfig, grpo_step
 
 
@@ -1116,8 +1120,13 @@ class Cheat:
 """
 
 
+# the engine's modules, imported by names built at run time: past the source check (`bench.adapter.api_breach`),
+# so that what catches such a plugin when it runs is what these tests see
+LEDGER = 'importlib.import_module("bench." + "accounting.ledger")'
+EVALUATION = 'importlib.import_module("bench." + "evaluation")'
+
 CHEATS = {
-    "books its training as eval": _cheat("from bench.accounting.ledger import ledger_context", "", """\
+    "books its training as eval": _cheat(f"ledger_context = {LEDGER}.ledger_context", "", """\
             with ledger_context(category="eval"):  # half the training, booked as evaluation
                 grpo_step(ctx, ctx.student, sampler, self.config)"""),
     "trains in a thread": _cheat("import threading", """\
@@ -1130,13 +1139,13 @@ CHEATS = {
         os.waitpid(child, 0)"""),
     "replaces the student's decode": _cheat("", """\
         ctx.student.decode = lambda ids: "#0"  # would choose the answers the held-out evaluation scores"""),
-    "books its rollouts as an evaluation": _cheat("from bench.accounting.ledger import evaluation", "", """\
+    "books its rollouts as an evaluation": _cheat(f"evaluation = {LEDGER}.evaluation", "", """\
             with evaluation():  # a second batch of rollouts, tallied with the held-out evaluations
                 ctx.score(ctx.student, ctx.rollout(ctx.student, sampler.next(16), n=8))"""),
-    "scores with an evaluator of its own": _cheat("from bench.evaluation import Evaluator", "", """\
-            own = Evaluator(ctx._suite, 64, 16, split="validation")  # its greedy answers, booked eval
+    "scores with an evaluator of its own": _cheat(f"Evaluator = {EVALUATION}.Evaluator", "", """\
+            own = Evaluator(getattr(ctx, "_" + "suite"), 64, 16, split="validation")  # its greedy answers, booked eval
             own.evaluate(ctx.student, samples_per_domain=64)"""),
-    "catches the refusal of its own evaluation": _cheat("from bench.accounting.ledger import evaluation", "", """\
+    "catches the refusal of its own evaluation": _cheat(f"evaluation = {LEDGER}.evaluation", "", """\
             try:  # refused under the check, and caught: in a run unchecked, rollouts booked eval
                 with evaluation():
                     ctx.score(ctx.student, ctx.rollout(ctx.student, sampler.next(16), n=8))
@@ -1148,7 +1157,8 @@ CHEATS = {
         except Exception:
             pass"""),
     "hides a little work among many evaluations": _cheat("import torch", """\
-        shadow = type(ctx.student._model)(ctx.student._model.config)  # never metered""", """\
+        model = getattr(ctx.student, "_" + "model")
+        shadow = type(model)(model.config)  # never metered""", """\
             for _ in range(4):  # evaluating twice what it trains (held out: uncounted): 2% of everything is 6%
                 ctx.evaluate(ctx.student, split="heldout", size=200)  # of its training
             with torch.no_grad():
@@ -1169,12 +1179,68 @@ CHEATS = {
     ("hides a little work among many evaluations", 1, "not conformant"),
 ])
 def test_conformance_catches_uncounted_flops(cheat, code, needle, tmp_path):
+    """What a plugin does when it runs: caught by the ledger, the engine's guards or the check's count."""
     plugin = tmp_path / "cheat.py"
     plugin.write_text(CHEATS[cheat])
     result = cli.invoke(app, ["check-adapter", f"{plugin}:Cheat", "--budget", "1e11"])  # a few steps
     message = (result.stderr or result.output).strip().splitlines()[-1]
     assert result.exit_code == code, result.output
     assert needle in message and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("imports, before, said", [
+    ("from bench.accounting.ledger import evaluation", "", "imports from bench.accounting.ledger"),
+    ("import bench.evaluation", "", "imports bench.evaluation"),
+    ("from bench import store", "", "imports bench.store"),
+    ("import bench", "        bench.store.locked", "uses bench.store"),
+    ("", "        ctx._ledger.charge(model='student', flops=0.0, tokens=0, kind='rollout')",
+     "ctx._ledger is a private member of the engine's objects"),
+    ("", "        model = ctx.student._model", "ctx.student._model is a private member"),
+    ("", "        ledger = getattr(ctx, '_ledger')", "getattr(ctx, '_ledger') names a private member"),
+    ("", "        importlib.import_module('bench.evaluation')", "imports bench.evaluation"),
+])
+def test_a_plugin_whose_source_reaches_past_the_api_is_refused_before_it_runs(imports, before, said, tmp_path):
+    plugin = tmp_path / "cheat.py"
+    plugin.write_text(source := _cheat(imports, before))
+    line = 1 + source.splitlines().index(before or imports)  # where it reaches past the API
+    runs = tmp_path / "runs"
+    for command in (["check-adapter", f"{plugin}:Cheat"],
+                    ["run", "--method", f"{plugin}:Cheat", "--profile", PROFILE, "--budget", "2e10", "--no-progress",
+                     "--runs", str(runs)]):
+        message = refused(cli.invoke(app, command), f"reaches past the method API at {plugin}:{line} ({said}")
+        assert "only through bench.api" in message
+    assert not runs.exists()
+
+
+def test_a_plugins_own_private_members_and_the_api_are_its_own(tmp_path):
+    plugin = tmp_path / "own.py"
+    plugin.write_text(_cheat("from bench.api import group_advantages", """\
+        self._model = group_advantages  # its own attribute, whatever its name
+        assert not hasattr(self, "_ledger")"""))
+    assert api_breach(get_method(f"{plugin}:Cheat")) is None
+
+
+def test_the_source_check_reads_what_the_method_reaches_not_its_scripts_driver(tmp_path):
+    driver = tmp_path / "script.py"
+    driver.write_text(_cheat("", "") + """
+
+def main():
+    from bench.world.profiles import PROFILES  # a script's own driver, which the method never calls
+    return PROFILES
+
+
+if __name__ == "__main__":
+    main()
+""")
+    assert api_breach(get_method(f"{driver}:Cheat")) is None
+    helper = tmp_path / "helper.py"
+    helper.write_text(_cheat("", "        peek(ctx)") + """
+
+def peek(ctx):
+    return ctx._ledger  # reached through a function of its module
+""")
+    with pytest.raises(AdapterError, match=rf"at {helper}:\d+ \(ctx._ledger is a private member"):
+        get_method(f"{helper}:Cheat")
 
 
 # -- kill and resume at random points over the phases --------------------------------------------------------
