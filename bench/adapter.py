@@ -66,7 +66,10 @@ def engine_private_names() -> frozenset[str]:
     attributes they set on themselves and the methods they define (dunders aside)."""
     root, names = Path(__file__).resolve().parent, set()
     for rel in _ENGINE_SOURCES:
-        text = (root / rel).read_text(encoding="utf-8")
+        try:
+            text = (root / rel).read_text(encoding="utf-8")
+        except OSError:  # installed without its sources: no names to check against
+            return frozenset()
         names |= set(re.findall(r"\bself\.(_[A-Za-z]\w*)", text))  # attributes set or read on themselves
         names |= set(re.findall(r"(?m)^[ \t]+def (_[A-Za-z]\w*)", text))  # methods (module functions aside)
     return frozenset(n for n in names if not n.endswith("__"))
@@ -77,15 +80,27 @@ def api_breach(cls: type) -> str | None:
     None (also where its source cannot be read: a class made at run time)."""
     try:
         path = inspect.getsourcefile(cls)
-        tree = ast.parse(Path(path).read_text(encoding="utf-8")) if path else None
+        tree = ast.parse(Path(path).read_bytes()) if path else None  # bytes: its coding line is honoured
     except (TypeError, OSError, SyntaxError, ValueError):
         return None
     if tree is None:
         return None
-    private = engine_private_names()
+    # the module's own private names (what it sets on `self` or defines as methods) are its own
+    private = engine_private_names() - _own_names(tree)
+    engine = {"bench"} | {a.asname for n in ast.walk(tree) if isinstance(n, ast.Import)
+                          for a in n.names if a.name == "bench" and a.asname}
     found = sorted((node.lineno, what) for part in _reachable(tree, cls.__qualname__.split(".")[0])
-                   for node in ast.walk(part) if (what := _breach(node, private)) is not None)
+                   for node in ast.walk(part) if (what := _breach(node, private, engine)) is not None)
     return f"{path}:{found[0][0]} ({found[0][1]})" if found else None
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """Private names a module gives its own objects: attributes it sets on `self`, methods it defines."""
+    names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    names |= {t.attr for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+              for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+              if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    return {n for n in names if n.startswith("_")}
 
 
 def _reachable(tree: ast.Module, root: str) -> list[ast.AST]:
@@ -94,8 +109,12 @@ def _reachable(tree: ast.Module, root: str) -> list[ast.AST]:
     that these or the class name, and those name in turn. A script's own driver (its `main`, which
     may well use the engine) is not the method."""
     defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    top = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-           and not _main_block(n)]
+    top = []
+    for n in tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        # a script's driver, and imports for type checkers only, do not run when the method is loaded
+        top += n.orelse if _main_block(n) or _type_checking(n) else [n]
     todo, seen = [root, *(n.id for part in top for n in ast.walk(part) if isinstance(n, ast.Name))], set()
     while todo:
         if (name := todo.pop()) in defs and name not in seen:
@@ -104,13 +123,27 @@ def _reachable(tree: ast.Module, root: str) -> list[ast.AST]:
     return top + [defs[name] for name in seen]
 
 
+def _super(node: ast.AST) -> bool:
+    """`super()`: a member of the class's own bases."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+
+
 def _main_block(node: ast.AST) -> bool:
     """`if __name__ == "__main__":`, where a script runs as one."""
-    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
-    return isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == "__main__")
 
 
-def _breach(node: ast.AST, private: frozenset[str]) -> str | None:
+def _type_checking(node: ast.AST) -> bool:
+    """`if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`), whose imports run for type checkers only."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _breach(node: ast.AST, private: frozenset[str], engine: set[str]) -> str | None:
     if isinstance(node, ast.Import):
         inner = [a.name for a in node.names if a.name.startswith("bench.") and a.name != "bench.api"]
         return f"imports {inner[0]}" if inner else None
@@ -121,10 +154,13 @@ def _breach(node: ast.AST, private: frozenset[str]) -> str | None:
             return f"imports bench.{inner[0]}"
         return None
     root = node.value.id if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) else None
-    if root == "bench" and node.attr != "api":
+    if root in engine and node.attr != "api":
         return f"uses bench.{node.attr}"
-    if isinstance(node, ast.Attribute) and node.attr in private:
-        return None if root in _OWN else f"{ast.unparse(node)} is a private member of the engine's objects"
+    if isinstance(node, ast.Attribute) and node.attr in private and root not in _OWN and not _super(node.value):
+        return f"{ast.unparse(node)} is a private member of the engine's objects"
+    key = node.slice.value if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) else None
+    if isinstance(key, str) and (key in private or (key.startswith("bench.") and key != "bench.api")):
+        return f"{ast.unparse(node)} reaches {key}"  # vars(ctx)["_ledger"], sys.modules["bench.store"]
     if not isinstance(node, ast.Call) or not node.args:
         return None
     called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)

@@ -63,7 +63,7 @@ class Prepared:
     # run saved): trained elsewhere, so nothing is booked for their training.
     extra_teachers: dict[str, Path] = dataclasses.field(default_factory=dict)
     verified: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> weights hash, recomputed
-    hashed: bool = False  # `model_hashes` has verified every built model in this process
+    hashed: bool = False  # `model_hashes` has verified every built model of this world once
 
     @property
     def device(self) -> str:
@@ -79,8 +79,13 @@ class Prepared:
         the hash a record carries is this one, never a copy of what the cache says. Its config and
         tokenizer files are checked against their hash in `info_file` (`files_hash`, recorded at
         the model's first load)."""
-        self._check_files(sub, name, info_file)
-        model, tokenizer = load_model(self.folder / sub, device=self.device)
+        try:
+            self._check_files(sub, name, info_file)
+            model, tokenizer = load_model(self.folder / sub, device=self.device)
+        except FileNotFoundError as exc:  # read without the entry's lock: a builder may be replacing it
+            raise RunError(f"the cached {name} model in {self.folder / sub} is missing a file ({exc.filename}): "
+                           "another process may be replacing it (`bench prepare --from-checkpoint`); run again "
+                           f"when it is done, or delete {self.folder} and run `bench prepare` again") from exc
         digest = state_digest(model)
         if digest != expected:
             raise RunError(f"the cached {name} model in {self.folder / sub} is damaged (weights hash {digest}, "
@@ -147,9 +152,10 @@ class Prepared:
 
     def model_hashes(self) -> dict[str, str]:
         """Weights hashes of the built models, recomputed from the files (`verify`), never copied: once
-        per process, and for a model loaded since (a run's teacher) the hash it was loaded with, so a
-        finished run records the models it ran without loading them again (which would wait on, or
-        fail at, a cache entry another process is building or replacing)."""
+        for this `Prepared` (a run's, or a resumed run's own), and for a model loaded since (a run's
+        teacher) the hash it was loaded with, so a finished run records the models it ran without
+        loading them again (which would wait on, or fail at, a cache entry another process is
+        building or replacing). Each `prepare()` makes a new one, which verifies again."""
         if not self.hashed:
             self.verify()
             self.hashed = True

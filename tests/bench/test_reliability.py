@@ -25,14 +25,14 @@ from bench import store
 from bench.accounting.ledger import Ledger
 from bench.adapter import api_breach
 from bench.cli import app
-from bench.errors import AdapterError
+from bench.errors import AdapterError, RunError
 from bench.registry import get_method
 from bench.run import checkpoint
 from bench.run.config import RunConfig
 from bench.run.runner import Runner
 from bench.world import reference
 from bench.world.models import TINY_SPECS, cache_root, load_model, save_model, tiny_model_dir
-from bench.world.prepare import prepare
+from bench.world.prepare import Prepared, prepare
 from bench.world.profiles import PROFILES
 from methods.grpo import GRPOJoint
 from tasks.suites import cache_dir
@@ -168,7 +168,6 @@ def test_an_eval_size_the_held_out_split_cannot_fill_is_refused_before_any_model
 def test_a_device_a_world_does_not_run_on_is_refused_before_any_work():
     """A CPU world's models run on the CPU whatever `--device` says: taken as a GPU run, it would have
     trained there with a GPU's phase executor and sweep settings, other numbers than without it."""
-    from bench.errors import RunError
     from bench.run.config import RunConfig
 
     with pytest.raises(RunError, match="tiny world's models run on cpu, not --device cuda"):
@@ -694,6 +693,22 @@ def test_a_built_world_does_not_hold_up_a_run_while_another_process_holds_its_ca
     assert record["provenance"]["model_hashes"] == prepared.model_hashes()
 
 
+def test_a_cached_model_gone_from_its_entry_is_one_line(tmp_path):
+    """A run reads a built entry without its lock, so a builder may be replacing a model as it loads."""
+    prepared = prepare(PROFILES[PROFILE], teacher=False, progress=False)
+    copy = Path(shutil.copytree(prepared.folder, tmp_path / prepared.folder.name))
+    shutil.rmtree(copy / "student")
+    with pytest.raises(RunError, match=r"is missing a file .*another process may be replacing it"):
+        Prepared(copy, prepared.info, prepared.profile).load_student()
+
+
+def test_a_run_verifies_its_worlds_models_once_and_a_resumed_run_again(runs, monkeypatch):
+    verified: list = []
+    monkeypatch.setattr(Prepared, "verify", lambda self, _verify=Prepared.verify: (verified.append(1), _verify(self)))
+    assert resume(runs).exit_code == 0
+    assert len(verified) == 1  # when it (re)opens its directory: not again for its record
+
+
 def test_a_tiny_model_is_built_by_one_process_while_another_waits(tmp_path, monkeypatch):
     monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path))
     folder = tmp_path / "models" / f"tiny-llama-{TINY_SPECS['tiny-llama'].digest()}"
@@ -1198,11 +1213,17 @@ def test_conformance_catches_uncounted_flops(cheat, code, needle, tmp_path):
     ("", "        model = ctx.student._model", "ctx.student._model is a private member"),
     ("", "        ledger = getattr(ctx, '_ledger')", "getattr(ctx, '_ledger') names a private member"),
     ("", "        importlib.import_module('bench.evaluation')", "imports bench.evaluation"),
+    ("import bench as engine", "        engine.evaluation.Evaluator", "uses bench.evaluation"),
+    ("", "        ledger = vars(ctx)['_ledger']", "vars(ctx)['_ledger'] reaches _ledger"),
+    ("import sys", "        sys.modules['bench.store']", "sys.modules['bench.store'] reaches bench.store"),
+    ("if __name__ != '__main__':\n    from bench.evaluation import Evaluator", "",
+     "imports from bench.evaluation"),  # runs whenever the module is loaded as a plugin
 ])
 def test_a_plugin_whose_source_reaches_past_the_api_is_refused_before_it_runs(imports, before, said, tmp_path):
     plugin = tmp_path / "cheat.py"
     plugin.write_text(source := _cheat(imports, before))
-    line = 1 + source.splitlines().index(before or imports)  # where it reaches past the API
+    offence = (before or imports).splitlines()[-1]
+    line = 1 + source.splitlines().index(offence)  # where it reaches past the API
     runs = tmp_path / "runs"
     for command in (["check-adapter", f"{plugin}:Cheat"],
                     ["run", "--method", f"{plugin}:Cheat", "--profile", PROFILE, "--budget", "2e10", "--no-progress",
@@ -1214,10 +1235,35 @@ def test_a_plugin_whose_source_reaches_past_the_api_is_refused_before_it_runs(im
 
 def test_a_plugins_own_private_members_and_the_api_are_its_own(tmp_path):
     plugin = tmp_path / "own.py"
-    plugin.write_text(_cheat("from bench.api import group_advantages", """\
+    plugin.write_text(_cheat("""\
+from typing import TYPE_CHECKING
+
+from bench.api import group_advantages
+
+if TYPE_CHECKING:  # for type checkers only: never run
+    from bench.context import RunContext
+
+
+class Buffer:
+    def __init__(self):
+        self._state = {}  # names the engine uses too, on an object of its own
+
+    def _finish(self):
+        return self._state
+""", """\
         self._model = group_advantages  # its own attribute, whatever its name
-        assert not hasattr(self, "_ledger")"""))
+        assert not hasattr(self, "_ledger")
+        buffer = Buffer()
+        buffer._state["seen"] = buffer._finish()"""))
     assert api_breach(get_method(f"{plugin}:Cheat")) is None
+
+
+def test_a_plugin_in_another_encoding_is_read_in_it(tmp_path):
+    plugin = tmp_path / "latin.py"
+    plugin.write_bytes(("# -*- coding: latin-1 -*-\n# caf\xe9\n" + _cheat("from bench.evaluation import Evaluator", ""))
+                       .encode("latin-1"))
+    with pytest.raises(AdapterError, match=rf"at {plugin}:\d+ \(imports from bench.evaluation\)"):
+        get_method(f"{plugin}:Cheat")
 
 
 def test_the_source_check_reads_what_the_method_reaches_not_its_scripts_driver(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.metrics import final_accuracy
+from reports.metrics import evaluation_prompts, final_accuracy, plateau_distillation_share
 from reports.records import final_accuracy_of, final_domain_accuracy_of, load_many, load_records, to_frames
 from reports.schema import RECORD_SCHEMA, SCHEMA_VERSION, parse_record_text, validate_record
 from tests.reports.factory import make_record, make_sweep, write_runs
@@ -116,6 +116,15 @@ def test_domain_eval_size_names_the_domains_each_at_most_eval_size():
     too_many = {**sizes, r["domains"][0]: r["eval_size"] + 1}
     assert any("not at most eval_size" in x for x in validate_record({**r, "domain_eval_size": too_many}))
     assert any("domain_eval_size" in x for x in validate_record({**r, "domain_eval_size": {d: 0 for d in sizes}}))
+
+
+def test_the_plateau_share_of_a_run_reads_the_prompts_each_domain_scored():
+    record = make_record("opd-multi", suite="math_code")  # eval_size 1,000 on math and code
+    fewer = {**record, "domain_eval_size": {"math": 4, "code": 2}}  # a wider standard error: an earlier plateau
+    shares = [to_frames([r]).runs["distillation_share_plateau"].iloc[0] for r in (record, fewer)]
+    assert shares == [plateau_distillation_share(record["curve"], prompts) for prompts in
+                      (evaluation_prompts(1000, 2), evaluation_prompts(1000, 2, {"math": 4, "code": 2}))]
+    assert shares[1] < shares[0]
 
 
 def test_cross_field_rules():
