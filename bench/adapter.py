@@ -143,12 +143,17 @@ def _type_checking(node: ast.AST) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+def _past_api(module: str) -> bool:
+    """A module of the engine other than `bench.api`."""
+    return module.startswith("bench.") and module != "bench.api"
+
+
 def _breach(node: ast.AST, private: frozenset[str], engine: set[str]) -> str | None:
     if isinstance(node, ast.Import):
-        inner = [a.name for a in node.names if a.name.startswith("bench.") and a.name != "bench.api"]
+        inner = [a.name for a in node.names if _past_api(a.name)]
         return f"imports {inner[0]}" if inner else None
     if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-        if node.module.startswith("bench.") and node.module != "bench.api":
+        if _past_api(node.module):
             return f"imports from {node.module}"
         if node.module == "bench" and (inner := [a.name for a in node.names if a.name != "api"]):
             return f"imports bench.{inner[0]}"
@@ -159,7 +164,7 @@ def _breach(node: ast.AST, private: frozenset[str], engine: set[str]) -> str | N
     if isinstance(node, ast.Attribute) and node.attr in private and root not in _OWN and not _super(node.value):
         return f"{ast.unparse(node)} is a private member of the engine's objects"
     key = node.slice.value if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) else None
-    if isinstance(key, str) and (key in private or (key.startswith("bench.") and key != "bench.api")):
+    if isinstance(key, str) and (key in private or _past_api(key)):
         return f"{ast.unparse(node)} reaches {key}"  # vars(ctx)["_ledger"], sys.modules["bench.store"]
     if not isinstance(node, ast.Call) or not node.args:
         return None
@@ -168,9 +173,8 @@ def _breach(node: ast.AST, private: frozenset[str], engine: set[str]) -> str | N
     own = isinstance(node.args[0], ast.Name) and node.args[0].id in _OWN
     if called in _BY_NAME and len(node.args) >= 2 and named and named[-1] in private and not own:
         return f"{ast.unparse(node)} names a private member of the engine's objects"
-    module = named[0] if called in ("import_module", "__import__") and named else ""
-    if module.startswith("bench.") and module != "bench.api":
-        return f"imports {module}"
+    if called in ("import_module", "__import__") and named and _past_api(named[0]):
+        return f"imports {named[0]}"
     return None
 
 
