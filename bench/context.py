@@ -242,7 +242,6 @@ class RunContext:
                 max_new_tokens=max_new_tokens or self._max_new_tokens,
                 temperature=temperature,
                 eos_id=policy.eos_id,
-                pad_id=policy.pad_id,
                 greedy=greedy,
                 generator=self._generator,
             )

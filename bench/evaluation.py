@@ -73,7 +73,6 @@ class Evaluator:
                     n=1,
                     max_new_tokens=self.max_new_tokens,
                     eos_id=policy.eos_id,
-                    pad_id=policy.pad_id,
                     greedy=True,
                 )
             texts += [policy.decode(ids) for ids in batch.completion_ids]

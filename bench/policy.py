@@ -103,9 +103,12 @@ class Policy:
         self.recomputed_head_rows = 0  # rows whose head the fused head's backward has recomputed
         self._compiled: tuple[torch.nn.Module, str, torch.nn.Module] | None = None  # (parent, attribute, compiled)
         meter(self._model, self.name, self._ledger)
+        # Eval mode throughout, training included: no dropout, so the policy that samples is the one
+        # that is scored and stepped (an on-policy ratio is exactly 1), and the ledger charges what runs
+        # (on CPU, attention with dropout falls back to a kernel that also computes the masked half).
+        self._model.eval()
         if not self._trainable:
             self._model.requires_grad_(False)
-            self._model.eval()
 
     def __setattr__(self, key: str, value: Any) -> None:
         """The engine's methods stay the engine's: a method that replaced, say, `decode` or
@@ -191,9 +194,6 @@ class Policy:
         with contextlib.ExitStack() as stack:
             # a single row runs eagerly: dynamo fixes sizes of 1, and would compile it a graph of its own
             if training and self.compiles_body and input_ids.shape[0] > 1:
-                # in training mode, as `step` leaves the model, from the first update on (a model loaded
-                # for evaluation starts in eval mode): the compiled decoder is traced once, not per mode
-                self._model.train()
                 stack.enter_context(_swapped(*self._compiled_body()))
                 stack.enter_context(distinct_symbols())
             if not (training and self.fuses_head):
@@ -367,7 +367,6 @@ class Policy:
         scale = min(1.0, (self._updates + 1) / warmup_updates) if warmup_updates else 1.0
         for group in self._optimizer.param_groups:
             group["lr"] = lr * scale
-        self._model.train()
         if loss is not None:
             loss.backward()
         weights = list(self._model.parameters())

@@ -155,7 +155,3 @@ def get_suite(name: str, difficulty: str, fmt: str) -> Any:
         return tasks.get_suite(name, difficulty, fmt)
     except tasks.UnknownSuiteError as exc:
         raise UnknownNameError(str(exc)) from exc
-
-
-def suite_names() -> list[str]:
-    return list(importlib.import_module("tasks").list_suites())

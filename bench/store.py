@@ -45,6 +45,12 @@ def locked(path: Path, *, what: str, wait: bool = False) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def building(folder: Path) -> contextlib.AbstractContextManager[None]:
+    """One builder per cache entry (`folder`) at a time: a second waits for the first, then finds it built."""
+    folder = Path(folder)
+    return locked(folder.with_name(folder.name + ".lock"), what=f"cache entry {folder}", wait=True)
+
+
 def file_hash(path: Path) -> str:
     """sha256 of a file's bytes."""
     h = hashlib.sha256()
@@ -92,17 +98,8 @@ def read_json(path: Path) -> Any:
         raise CorruptRunError(f"{path}: cannot be read as JSON ({exc})") from exc
 
 
-def append_jsonl(path: Path, row: dict) -> int:
-    """Append one row, fsynced; returns the file's row count."""
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row, sort_keys=True) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    return sum(1 for _ in open(path, encoding="utf-8"))
-
-
 def append_row(path: Path, row: dict) -> None:
-    """Append one row, fsynced (`append_jsonl` without re-counting the file: per-step traces)."""
+    """Append one JSON row to a JSON-lines file, fsynced."""
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(row, sort_keys=True) + "\n")
         fh.flush()

@@ -64,7 +64,7 @@ def make_prompts(count: int, layout: str, seed: int = 0) -> list[list[int]]:
 def run_engine(model, prompts, n: int, new_tokens: int, engine: TorchRollout, seed: int) -> int:
     """Generated tokens (EOS included)."""
     batch = engine.generate(
-        model, prompts, n=n, max_new_tokens=new_tokens, eos_id=EOS, pad_id=PAD,
+        model, prompts, n=n, max_new_tokens=new_tokens, eos_id=EOS,
         generator=torch.Generator().manual_seed(seed),
     )  # fmt: skip
     return batch.total_tokens

@@ -191,15 +191,6 @@ def savings(method_flops: np.ndarray, reference_flops: np.ndarray) -> np.ndarray
     return np.where(np.isfinite(r) & (r > 0), out, np.nan)
 
 
-def savings_at_matched_accuracy(method_flops: float | None, reference_flops: float | None) -> float | None:
-    """`savings` for one run or aggregate; None when undefined, including a method that never reaches
-    the target (it has no savings figure) and a reference that reaches it at 0 FLOPs."""
-    if method_flops is None or reference_flops is None:
-        return None
-    value = float(savings(np.array(method_flops), np.array(reference_flops)))
-    return None if not math.isfinite(value) else value
-
-
 def area_under_curve_batch(flops: Sequence[float], curves: np.ndarray, budget_flops: float,
                            first: float = FIRST_MILESTONE) -> np.ndarray:
     """Mean accuracy over log10 FLOPs from `first` x budget to the budget, for curves on one grid.

@@ -24,6 +24,7 @@ from reports import metrics
 from reports.boards import Board
 from reports.columns import tau_label
 from reports.formatting import fmt
+from reports.reproduce import budget_text
 from reports.findings import CONTEXT, NOT_MEASURED, UNSURE, VERDICT_TARGET, Claim, Row, direction
 from reports.stats import NONE, Estimate, estimate, rng_for
 
@@ -152,11 +153,6 @@ def _by_seed(board: Board, method: str, records: Sequence[Mapping[str, Any]]) ->
     return {int(r["seed"]): r for r in records if r["run_id"] in ids}
 
 
-def budget_text(board: Board) -> str:
-    """The board's budget as the pages write it: 2e13."""
-    return f"{board.key.budget_flops:.0e}".replace("e+", "e")
-
-
 def _flops_text(x: float | None) -> str:
     return "never" if x is None else fmt(x, "flops")
 
@@ -186,8 +182,8 @@ def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]
     for joint_board, opd_board in pairs:
         rows = matched_accuracy(joint_board.targets, _by_seed(joint_board, metrics.REFERENCE_METHOD, records),
                                 _by_seed(opd_board, "opd-multi", records))
-        where = (f"{opd_board.key.label} · opd-multi at {budget_text(opd_board)}, grpo-joint at "
-                 f"{budget_text(joint_board)}")
+        where = (f"{opd_board.key.label} · opd-multi at {budget_text(opd_board.key.budget_flops)}, grpo-joint at "
+                 f"{budget_text(joint_board.key.budget_flops)}")
         key = tuple(vars(opd_board.key).values())
         claimed = joint_board.key.suite == "math_code"  # the paper's claim: another suite's pair is context
         for row in rows:
@@ -207,7 +203,7 @@ def paired_savings(boards: Sequence[Board], records: Sequence[Mapping[str, Any]]
 
 def _final_accuracy(where: str, key: tuple, board: Board, method: str) -> Row:
     """A context row beside claim 1: `method`'s final accuracy on `board`."""
-    return Row(where, key, f"{method}'s final accuracy at {budget_text(board)}", "—",
+    return Row(where, key, f"{method}'s final accuracy at {budget_text(board.key.budget_flops)}", "—",
                board.method(method).final_accuracy, "pct", CONTEXT, "", False)
 
 

@@ -32,9 +32,10 @@ from reports.columns import tau_label
 from reports.findings import EVERY, FORGOT, PAPER_SHARE, Claim, findings
 from reports.formatting import Slugs, fmt, fmt_estimate, is_safe_slug
 from reports.metrics import REFERENCE_METHOD, run_forgot
-from reports.paired import (GAIN_SHARES, budget_text, curve_of, distillation_costs, final_accuracy_rows,
+from reports.paired import (GAIN_SHARES, curve_of, distillation_costs, final_accuracy_rows,
                             paired_savings, world)
 from reports.records import load_records, to_frames
+from reports.reproduce import budget_text
 from reports.views import claims_view
 
 STUDY_FILE = "study.json"
@@ -232,7 +233,8 @@ def _figures(study: Study, boards: list[Board], runs: pd.DataFrame) -> list[tupl
             reads = ("claim 1 reads where each curve first reaches τ₀.₉" if b.key.suite == "math_code"
                      else "context beside claim 1, which is read on math_code")
             name = f"curves-{b.key.suite}-{b.key.difficulty}-{b.key.profile}"
-            name = name if name not in names else f"{name}-{budget_text(b)}"  # joint GRPO on two budgets
+            # joint GRPO on two budgets
+            name = name if name not in names else f"{name}-{budget_text(b.key.budget_flops)}"
             names.add(name)
             out.append((f"{folder}/{name}.svg", plots.study_curves,
                         {"groups": groups, "targets": targets},
@@ -263,7 +265,7 @@ def _claim1_curves(study: Study, boards: list[Board]) -> list[tuple[Board, list[
         for b, method in [(joint, REFERENCE_METHOD)] + [(o, "opd-multi") for o in boards if world(o) == world(joint)
                                                         and any(m.method == "opd-multi" for m in o.methods)]:
             curves = [curve_of(by_id[rid]) for rid in b.method(method).run_ids]
-            groups.append({"name": f"{method} at {budget_text(b)}", "colour": colours[method],
+            groups.append({"name": f"{method} at {budget_text(b.key.budget_flops)}", "colour": colours[method],
                            "runs": [{"flops": flops, "acc": acc} for flops, acc in curves]})
         if len(groups) > 1:
             out.append((joint, groups))

@@ -25,12 +25,11 @@ problems no longer hash to the card's content hash.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tasks.suites import Suite, all_suites, cache_dir, get_suite, problem_from_record
+from tasks.suites import Suite, all_suites, cache_dir, get_suite, problem_from_record, problem_record
 
 if TYPE_CHECKING:
     import datasets
@@ -45,9 +44,7 @@ class SuiteFolderError(ValueError):
 
 
 def _rows(suite: Suite, split: str, problems: list) -> list[dict[str, str]]:
-    return [{"id": f"{suite.id}/{split}/{i}", "domain": p.domain, "prompt": p.prompt, "answer": p.answer,
-             "solution": p.solution, "alt_solution": p.alt_solution, "meta": json.dumps(p.meta, sort_keys=True)}
-            for i, p in enumerate(problems)]
+    return [problem_record(p, f"{suite.id}/{split}/{i}") for i, p in enumerate(problems)]
 
 
 def to_dataset_dict(suite: Suite, train_size: int = TRAIN_SIZE, seed: int = 0) -> datasets.DatasetDict:

@@ -13,8 +13,7 @@ distribution, neither depends on the method or run seed, and a domain's held-out
 every suite that contains it. `content_hash` pins the held-out prompts, answers and generator settings.
 
 Held-out splits are cached in memory and as JSON lines under `cache_dir()` (keyed by the generator
-settings, the source of the code that draws them and the reasoning-gym version), and materialised
-as parquet for `datasets` on demand.
+settings, the source of the code that draws them and the reasoning-gym version).
 """
 
 from __future__ import annotations
@@ -28,12 +27,9 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tasks.base import DIFFICULTIES, FORMATS, Domain, Problem, check_choice, in_heldout_bucket
-
-if TYPE_CHECKING:
-    import datasets
 
 # Bump when a generator, prompt format or verifier changes what a suite means.
 SUITE_VERSION = "2"
@@ -338,24 +334,13 @@ class Suite:
 
     def heldout_records(self) -> list[dict[str, Any]]:
         """Held-out problems as flat JSON-friendly rows (`meta` as a JSON string)."""
-        return [
-            {"id": f"{self.id}/{d}/{i}", "domain": p.domain, "prompt": p.prompt, "answer": p.answer,
-             "solution": p.solution, "alt_solution": p.alt_solution, "meta": json.dumps(p.meta, sort_keys=True)}
-            for d in self.domains
-            for i, p in enumerate(self.heldout(d))
-        ]
+        return [problem_record(p, f"{self.id}/{d}/{i}") for d in self.domains for i, p in enumerate(self.heldout(d))]
 
-    def heldout_dataset(self) -> datasets.Dataset:
-        """The held-out split as a `datasets.Dataset`, materialised once as parquet in `cache_dir()`."""
-        import datasets
 
-        path = cache_dir() / "suites" / f"{self.id}-v{self.version}-{self.content_hash[:16]}.parquet"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            datasets.Dataset.from_list(self.heldout_records()).to_parquet(str(tmp))
-            os.replace(tmp, path)  # atomic: a reader never sees half a file
-        return datasets.Dataset.from_parquet(str(path), cache_dir=str(cache_dir() / "hf-datasets"))
+def problem_record(p: Problem, id: str) -> dict[str, Any]:
+    """A `Problem` as a flat JSON-friendly row (`meta` as a JSON string): `problem_from_record`'s inverse."""
+    return {"id": id, "domain": p.domain, "prompt": p.prompt, "answer": p.answer, "solution": p.solution,
+            "alt_solution": p.alt_solution, "meta": json.dumps(p.meta, sort_keys=True)}
 
 
 def problem_from_record(record: Mapping[str, Any]) -> Problem:

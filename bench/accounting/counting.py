@@ -11,8 +11,6 @@ matrices they multiply.
 fvcore (forward only) is the second opinion: `fvcore.nn.FlopCountAnalysis` multiply-adds x 2, norms
 excluded, plus an SDPA handle of ours (fvcore has none) that counts causal pairs.
 
-`register_cpu_sdpa()` gives a plain `FlopCounterMode` (not ours) a count for CPU SDPA, globally and
-idempotently; this module's own counters do not need it, and nothing calls it on import.
 """
 
 from __future__ import annotations
@@ -87,27 +85,6 @@ _CAUSAL_SDPA = {
     **{op: _sdpa_formula(op, backward=False) for op in _SDPA_FORWARD},
     **{op: _sdpa_formula(op, backward=True) for op in _SDPA_BACKWARD},
 }
-
-
-def register_cpu_sdpa() -> None:
-    """Give a plain FlopCounterMode a count for CPU SDPA (torch counts it as zero); idempotent.
-
-    Globally we keep torch's convention for the CUDA kernels (not causal), so that a plain counter
-    means the same on CPU and CUDA; the audit's own counter overrides all of them (`_CAUSAL_SDPA`).
-    """
-    def forward(q, k, v, *args, out_shape=None, **kwargs) -> int:
-        return flop_counter.sdpa_flop_count(q, k, v)
-
-    def backward(grad, q, k, v, *args, out_shape=None, **kwargs) -> int:
-        return flop_counter.sdpa_backward_flop_count(grad, q, k, v)
-
-    formulas = {
-        _aten._scaled_dot_product_flash_attention_for_cpu: forward,
-        _aten._scaled_dot_product_flash_attention_for_cpu_backward: backward,
-    }
-    for op, formula in formulas.items():
-        if op not in flop_counter.flop_registry:
-            flop_counter.register_flop_formula(op)(formula)
 
 
 # -- instrumented counts ------------------------------------------------------------------------

@@ -17,14 +17,14 @@ from typing import Any
 
 from bench.errors import UnsupportedModelError
 
-# model_type -> number of MLP matrices (gated MLPs have gate, up and down projections)
+# model_type -> number of MLP matrices (gated MLPs have gate, up and down projections). Not gemma2:
+# transformers runs its soft-capped attention eagerly only, which the models here never load.
 _MLP_MATRICES = {
     "llama": 3,
     "qwen2": 3,
     "qwen3": 3,
     "mistral": 3,
     "gemma": 3,
-    "gemma2": 3,
     "phi3": 3,
     "olmo": 3,
     "olmo2": 3,

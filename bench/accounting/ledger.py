@@ -328,15 +328,6 @@ class Ledger:
         self._pending.clear()
         return self.rows_written
 
-    def truncate(self, rows: int) -> None:
-        """Drop every row after the first `rows` (resume from a checkpoint) and reload."""
-        if self.path is None:
-            raise ValueError("an in-memory ledger cannot be truncated")
-        self._cut(rows)
-        self._totals.clear()
-        self._pending.clear()
-        self._load()
-
     def _cut(self, rows: int) -> None:
         assert self.path is not None
         lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[:rows]

@@ -27,11 +27,11 @@ from __future__ import annotations
 import sys
 
 from bench.cli import runs, sweeps, tools  # noqa: F401  (each registers its commands on the app)
-from bench.cli.common import DEFAULT_PROFILE, app, default_phase_executor, err
+from bench.cli.common import DEFAULT_PROFILE, app, err
 from bench.cli.sweeps import shipped_profiles
 from bench.cli.tools import audit_table
 
-__all__ = ["DEFAULT_PROFILE", "app", "audit_table", "default_phase_executor", "main", "shipped_profiles"]
+__all__ = ["DEFAULT_PROFILE", "app", "audit_table", "main", "shipped_profiles"]
 
 
 def main() -> None:

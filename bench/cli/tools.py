@@ -122,9 +122,14 @@ def flops(
     with _one_line():  # an architecture with no FLOP formula too
         loaded, _ = load_model(model)
         report = audit.flops_report(loaded)
+    off = [r["phase"] for r in report["audit"] if not audit.AuditRow(**r).ok]
     if as_json:
-        return _print_json(report)
-    console.print(audit_table(report))
+        _print_json(report)
+    else:
+        console.print(audit_table(report))
+    if off:  # exit 1, as a failed check-adapter: the formula, not the input, is wrong
+        _fail(f"the analytic formula and torch's counter differ by more than {audit.TOLERANCE:.0%} on "
+              f"{', '.join(off)}: the ledger would not charge this model what it runs", code=1)
 
 
 def audit_table(report: dict) -> Table:

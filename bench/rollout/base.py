@@ -15,6 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from bench.errors import RunError
+
 
 @dataclass
 class RolloutBatch:
@@ -98,7 +100,6 @@ class RolloutBackend(Protocol):
         temperature: float = 1.0,
         top_p: float = 1.0,
         eos_id: int,
-        pad_id: int,
         greedy: bool = False,
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
@@ -125,6 +126,22 @@ def check_args(
             raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
         if min(p) < 0 or max(p) >= vocab:
             raise ValueError(f"prompt {i} has token ids outside [0, {vocab}): {min(p)}..{max(p)}")
+    table, longest = position_table(model), max(map(len, prompt_ids))
+    if table is not None and longest + max_new - 1 > table:  # the last new token is never fed back
+        raise RunError(f"a prompt of {longest} tokens and up to {max_new} new tokens need {longest + max_new - 1} "
+                       f"positions, more than the model's table of {table} learned positions; use --max-new-tokens "
+                       f"{max(table - longest + 1, 1)} or less, or a model with more positions")
+
+
+def position_table(model: torch.nn.Module) -> int | None:
+    """How many positions a model with a learned table of absolute positions (GPT-2's `wpe`, OPT's
+    `embed_positions`) can embed; None where positions are computed (rotary), and nothing fails past
+    `max_position_embeddings`."""
+    positions = getattr(model.config, "max_position_embeddings", None)
+    tokens = model.get_input_embeddings()
+    if positions and any(isinstance(m, torch.nn.Embedding) and m is not tokens for m in model.modules()):
+        return positions
+    return None
 
 
 @dataclass

@@ -21,6 +21,8 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from bench.errors import RunError, UnsupportedModelError
+
 
 class KVBufferLayer(DynamicLayer):
     """A `DynamicLayer` whose keys/values live in a buffer preallocated to `capacity` positions.
@@ -101,11 +103,12 @@ def make_cache(model: torch.nn.Module, capacity: int) -> DynamicCache:
     layers = cache.layers or [DynamicLayer() for _ in range(model.config.num_hidden_layers)]
     for i, layer in enumerate(layers):
         window = getattr(layer, "sliding_window", None)
-        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer) or (window or capacity) < capacity:
-            raise NotImplementedError(
-                f"TorchRollout needs full-attention KV caches; layer {i} is {type(layer).__name__}"
-                + (f" with a window of {window} < {capacity} positions" if window else "")
-            )
+        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
+            raise UnsupportedModelError(f"TorchRollout needs full-attention KV caches; layer {i} of this model "
+                                        f"caches as {type(layer).__name__}")
+        if (window or capacity) < capacity:  # its attention would no longer be full: the ledger's charge
+            raise RunError(f"layer {i} of this model attends a sliding window of {window} positions, fewer than "
+                           f"the {capacity} a prompt and its new tokens take here; use a smaller --max-new-tokens")
     cache.layers, cache.layer_class_to_replicate = [KVBufferLayer(capacity) for _ in layers], None
     return cache
 

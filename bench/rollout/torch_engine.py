@@ -115,14 +115,10 @@ class TorchRollout:
         temperature: float = 1.0,
         top_p: float = 1.0,
         eos_id: int,
-        pad_id: int,
         greedy: bool = False,
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
-        """See `RolloutBackend.generate`. Greedy decodes each prompt once and repeats it `n` times.
-
-        `pad_id` is unused: no padding token is ever fed to the model.
-        """
+        """See `RolloutBackend.generate`. Greedy decodes each prompt once and repeats it `n` times."""
         prompt_ids = [[int(t) for t in p] for p in prompts]
         check_args(model, prompt_ids, n, max_new_tokens, temperature, top_p)
         width = 1 if greedy else n  # greedy samples are identical: decode once

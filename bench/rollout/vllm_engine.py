@@ -95,14 +95,10 @@ class VLLMRollout:
         temperature: float = 1.0,
         top_p: float = 1.0,
         eos_id: int,
-        pad_id: int,
         greedy: bool = False,
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
-        """See `RolloutBackend.generate`. Greedy decodes each prompt once and repeats it `n` times.
-
-        `pad_id` is unused: vLLM never pads.
-        """
+        """See `RolloutBackend.generate`. Greedy decodes each prompt once and repeats it `n` times."""
         prompt_ids = [[int(t) for t in p] for p in prompts]
         check_args(model, prompt_ids, n, max_new_tokens, temperature, top_p)
         engine = self._engine(model)

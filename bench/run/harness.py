@@ -24,7 +24,7 @@ import torch
 from bench import store
 from bench.errors import RunError, unknown
 from bench.world.hf import _dtype
-from bench.world.models import TINY_SPECS, load_error, resolve_model
+from bench.world.models import TINY_SPECS, is_run_dir, load_error, resolve_model
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def resolve_target(path: str, *, suite: str | None, difficulty: str | None, prof
     `RunError` for a run that has not finished and `UnknownModelError` for a path that holds no model."""
     model = resolve_model(path)  # perhaps a run's own model folder (`final/`, `milestones/<index>_<flops>/`)
     owner = model.parent.parent if model.parent.name == "milestones" else model.parent
-    if (owner / "config.json").exists() and (owner / "ledger.jsonl").exists():
+    if is_run_dir(owner):
         run = store.read_json(owner / "config.json")
         run = run if isinstance(run, dict) else {}
 

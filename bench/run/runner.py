@@ -404,7 +404,7 @@ class Runner:
             save_model(ctx.student._model, ctx.student._tokenizer, self.dir / folder)
             point["model_dir"] = folder
         self.curve.append(point)
-        store.append_jsonl(self.dir / "curve.jsonl", point)
+        store.append_row(self.dir / "curve.jsonl", point)
         self.tracker.evaluation(point)
         self.bar.update(ctx.spent_flops, point["accuracy"], evaluated=True)
 

@@ -147,8 +147,7 @@ def tiny_model_dir(name: str) -> Path:
     spec = TINY_SPECS[name]
     folder = cache_root() / "models" / f"{name}-{spec.digest()}"
     if not (folder / "config.json").exists():
-        # one builder at a time (`save_model` replaces the folder): a second waits, then finds it built
-        with store.locked(folder.with_name(folder.name + ".lock"), what=f"cache entry {folder}", wait=True):
+        with store.building(folder):  # `save_model` replaces the folder
             if not (folder / "config.json").exists():
                 model, tokenizer = build_tiny(spec)
                 save_model(model, tokenizer, folder)

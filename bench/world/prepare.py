@@ -30,7 +30,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,7 +98,7 @@ class Prepared:
         digest, path = folder_digest(self.folder / sub, (".json",)), self.folder / info_file
         info = store.read_json(path)  # written whole (`store.write_json`): read without waiting on a builder
         if "files_hash" not in info:  # built or installed, never loaded yet: its files as they are now, once
-            with _building(self.folder):
+            with store.building(self.folder):
                 if "files_hash" not in (info := store.read_json(path)):
                     store.write_json(path, info := {**info, "files_hash": digest})
         if info["files_hash"] != digest:
@@ -123,7 +122,7 @@ class Prepared:
         if self.teacher_info() is None:
             if self.profile is None:
                 raise RuntimeError(f"{self.folder}: the external teacher is not built and no profile was given")
-            with _building(self.folder):
+            with store.building(self.folder):
                 if self.teacher_info() is None and (self.rebuilt or not reference.install(
                         self.profile.name, self.info["key"], self.folder, "external",
                         part_keys(self.profile, self.info["suite_hash"])["external"])):
@@ -238,7 +237,7 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
     folder = cache_root() / "prepared" / f"{profile.name}-{key}{'-rebuild' if rebuild else ''}"
     info_path = folder / "prepared.json"
     # a built base is read without waiting on the entry's lock (a teacher being built there holds it)
-    with _building(folder) if checkpoints or not info_path.exists() else contextlib.nullcontext():
+    with store.building(folder) if checkpoints or not info_path.exists() else contextlib.nullcontext():
         if "base" in checkpoints or (not info_path.exists() and (
                 rebuild or not reference.install(profile.name, key, folder, "student",
                                                  part_keys(profile, suite.content_hash)["student"]))):
@@ -267,13 +266,6 @@ def _warmed(profile: Profile, part: str, ledger: Ledger, *, progress: bool, chec
     model, tokenizer = load_model(checkpoint, device=profile.device)
     model.eval()
     return Policy(part, model, tokenizer, ledger=ledger)
-
-
-@contextlib.contextmanager
-def _building(folder: Path) -> Iterator[None]:
-    """One builder per cache entry at a time; a second waits for the first and then finds it built."""
-    with store.locked(folder.with_name(folder.name + ".lock"), what=f"cache entry {folder}", wait=True):
-        yield
 
 
 def _build_student(folder: Path, profile: Profile, suite: Any, key: str, *, progress: bool,
@@ -329,15 +321,15 @@ def _checkpoint_note(checkpoint: Path | None) -> dict:
 
 
 def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int = 500,
-              sample_size: int = 200, k: int = 8) -> list[dict]:
-    """Per domain: the base's greedy pass@1, pass@k at temperature 1 and mean length.
+              sample_size: int = 200) -> list[dict]:
+    """Per domain: the base's greedy pass@1, pass@8 at temperature 1 and mean length.
 
     Evaluation-only (booked `eval`); greedy on the first `greedy_size` held-out prompts, sampling on the
     first `sample_size` (both at most the profile's eval_size, so a test profile stays fast).
     """
     greedy_size, sample_size = min(greedy_size, profile.eval_size), min(sample_size, profile.eval_size)
     base = Evaluator(suite, greedy_size, profile.eval_max_new_tokens).evaluate(student)
-    generator = torch.Generator().manual_seed(0)
+    generator, k = torch.Generator().manual_seed(0), 8  # pass@8: the figures' `base_pass8`
     rows = []
     for domain in suite.domains:
         problems = suite.heldout(domain)[:sample_size]
@@ -345,7 +337,7 @@ def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int
             batch = TorchRollout().generate(
                 student._model, [student.encode(p.prompt) for p in problems], n=k,
                 max_new_tokens=profile.max_new_tokens, temperature=1.0, eos_id=student.eos_id,
-                pad_id=student.pad_id, generator=generator,
+                generator=generator,
             )
         texts = [student.decode(ids) for ids in batch.completion_ids]
         hits = torch.tensor([suite.score(p, t) for p, t in zip((p for p in problems for _ in range(k)), texts)])
@@ -353,7 +345,7 @@ def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int
         rows.append({
             "domain": domain,
             "base_pass1": base["domain_accuracy"][domain],
-            f"base_pass{k}": float(hits.max(1).values.mean()),
+            "base_pass8": float(hits.max(1).values.mean()),
             "base_sample_acc": float(hits.mean()),
             "base_length": base["domain_mean_length"][domain],
         })

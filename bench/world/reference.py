@@ -112,13 +112,7 @@ def write(profile_name: str, key: str, world_version: str, folder: Path,
 
 def cpu_model() -> str | None:
     """The processor's model name from /proc/cpuinfo (Linux), None where there is none."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
+    return _cpuinfo("model name")
 
 
 def cpu_signature() -> str:
@@ -130,17 +124,17 @@ def cpu_signature() -> str:
     import torch
 
     model = cpu_model() or "unknown"
-    level = torch.backends.cpu.get_cpu_capability() + (" AMX" if "amx_tile" in _cpu_flags() else "")
+    amx = "amx_tile" in (_cpuinfo("flags") or "").split()
+    level = torch.backends.cpu.get_cpu_capability() + (" AMX" if amx else "")
     return f"{model} / {level} / torch {torch.__version__}"
 
 
-def _cpu_flags() -> set[str]:
-    """The processor's feature flags from /proc/cpuinfo (Linux), empty where there are none."""
+def _cpuinfo(field: str) -> str | None:
+    """The value of the first `field` line of /proc/cpuinfo (Linux), None where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
+            if line.startswith(field):
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return set()
-
+    return None

@@ -66,10 +66,10 @@ def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_s
     with ledger_context(category=category, phase=phase), single_threaded():
         if part == "base":
             return _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
-                          ledger, random.Random(config.seed), verbose=False, noise=config.label_noise,
+                          ledger, random.Random(config.seed), teacher=False, noise=config.label_noise,
                           progress=progress, on_step=on_step, resume=resume, device=profile.device)
         return _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr, config,
-                      ledger, random.Random(config.seed + 1), verbose=True, noise=0.0, progress=progress,
+                      ledger, random.Random(config.seed + 1), teacher=True, noise=0.0, progress=progress,
                       on_step=on_step, resume=resume, device=profile.device)
 
 
@@ -79,15 +79,15 @@ def train_state(policy: Policy, step: int) -> dict:
 
 
 def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config: WarmupConfig,
-           ledger: Ledger, rng: random.Random, *, verbose: bool, noise: float, progress: bool,
+           ledger: Ledger, rng: random.Random, *, teacher: bool, noise: float, progress: bool,
            on_step: Any = None, resume: dict | None = None, device: str = "cpu") -> Policy:
     """`on_step(step, policy)` after every step: a calibration's checkpoints along one run."""
     model, tokenizer = build_tiny(TINY_SPECS[spec_name])
     policy = Policy(name, model.to(device), tokenizer, ledger=ledger)
-    mix = config.teacher_domain_weights if verbose else config.domain_weights
+    mix = config.teacher_domain_weights if teacher else config.domain_weights
     weights = {d: w for d, w in mix if d in suite.domains} or None
-    sampler = suite.train_sampler(config.seed + (1 if verbose else 0), weights=weights)
-    target = config.teacher_target if verbose else config.student_target
+    sampler = suite.train_sampler(config.seed + (1 if teacher else 0), weights=weights)
+    target = config.teacher_target if teacher else config.student_target
     torch.manual_seed(config.seed)
     start = 0
     if resume is not None:
@@ -104,7 +104,6 @@ def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config:
             bar.show(step + 1, f"step {step + 1}", f"loss {loss:.3f}")
             if on_step is not None:
                 on_step(step + 1, policy, loss)
-    policy._model.eval()
     return policy
 
 

@@ -33,7 +33,7 @@ def audit(check: Check, folder: Path, out: dict) -> None:
         meter(model, "student", ledger)
         engine = GraphRollout(static=True, graphs=graphs and not check.dry)
         with torch.inference_mode(), (audited(ledger, "student") if not graphs else contextlib.nullcontext()) as result:
-            batch = engine.generate(model, prompts, n=4, max_new_tokens=32, eos_id=-1, pad_id=0,
+            batch = engine.generate(model, prompts, n=4, max_new_tokens=32, eos_id=-1,
                                     generator=torch.Generator().manual_seed(4))
         unmeter(model)
         runs[graphs] = (batch.completion_ids, result, ledger.counted_flops)

@@ -15,7 +15,7 @@ from gpucheck.common import Check, graphs_compiled, load, random_prompts, sync, 
 
 def generate_ours(model, prompts, n, new, engine):
     """Our engines never stop early here (EOS -1): every row generates `new` tokens, as in `generate`."""
-    batch = engine.generate(model, prompts, n=n, max_new_tokens=new, temperature=1.0, eos_id=-1, pad_id=0,
+    batch = engine.generate(model, prompts, n=n, max_new_tokens=new, temperature=1.0, eos_id=-1,
                             generator=torch.Generator().manual_seed(1))
     return sum(batch.lengths)
 

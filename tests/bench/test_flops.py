@@ -13,13 +13,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 import transformers
-from torch.utils.flop_counter import FlopCounterMode
 
 from bench.accounting import audit, counting
 from bench.errors import UnsupportedModelError
 from bench.accounting.flops import FlopSpec
 from bench.accounting.ledger import Ledger, ledger_context
 from bench.accounting.metering import is_metered, meter, unmeter
+from bench.policy import Policy
+from bench.world.models import build_tokenizer
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # fvcore
 
@@ -221,12 +222,25 @@ def test_causal_formulas_for_cuda_kernels_bind_their_arguments():
     assert flash_bwd(q, q, k, v, q, None, None, None, 6, 6, 0.0, True, None, None) == 2 * causal
 
 
-def test_plain_counter_sees_cpu_sdpa_and_registration_is_idempotent():
-    counting.register_cpu_sdpa()  # a second registration must be harmless
-    q, k, v = _qkv()
-    with FlopCounterMode(display=False) as counter:
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    assert counter.get_total_flops() == 2 * 2 * 4 * 36 * (8 + 8)  # torch's convention: not causal
+def test_a_policy_with_dropout_trains_without_it_and_is_charged_every_flop():
+    """GPT-2's checkpoints keep dropout on (0.1 on attention, residuals and embeddings). A policy never
+    applies it: its log-probs with gradients are those it samples and scores by, and two updates are
+    charged exactly what runs (in training mode, CPU attention with dropout computes the masked half
+    of every score matrix too, which the ledger would not charge)."""
+    model = build("gpt2").train()
+    assert model.config.attn_pdrop == model.config.resid_pdrop == 0.1
+    policy = Policy("student", model, build_tokenizer(), ledger=Ledger())
+    ids = token_ids()
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        sampled = policy.logprobs(ids, mask)
+    with audit.audited(policy._ledger, "student") as result:
+        for update in range(2):
+            logprobs = policy.logprobs(ids, mask)
+            assert update or torch.equal(logprobs, sampled)  # no dropout: the function it samples by
+            policy.step(-logprobs.mean(), lr=1e-3)
+    assert result.charged_flops > 0 and result.instrumented_flops == result.charged_flops, result
+    assert not model.training
 
 
 # -- the metered ledger -------------------------------------------------------------------------

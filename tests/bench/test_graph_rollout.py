@@ -45,7 +45,7 @@ def test_static_decoding_samples_what_torch_rollout_samples(stopper, greedy, key
     """Rows finish at different steps (compaction into smaller row buckets), prompts of mixed lengths
     share decode groups (left padding, masked), and keys are bucketed: the tokens are TorchRollout's."""
     prompts = random_prompts(SMALL_VOCAB)
-    args = dict(n=3, max_new_tokens=20, eos_id=1, pad_id=0, greedy=greedy, temperature=1.0)
+    args = dict(n=3, max_new_tokens=20, eos_id=1, greedy=greedy, temperature=1.0)
     ours = GraphRollout(max_rows=12, static=True, graphs=False, key_bucket=key_bucket).generate(
         stopper, prompts, generator=torch.Generator().manual_seed(3), **args)
     theirs = TorchRollout(max_rows=12).generate(stopper, prompts, generator=torch.Generator().manual_seed(3), **args)
@@ -59,7 +59,7 @@ def test_prompts_a_key_bucket_apart_decode_as_one_group_after_padded_prefills(st
     the tokens TorchRollout samples decoding them as one group, with 2 prefill forwards, not 5."""
     gen = torch.Generator().manual_seed(5)
     prompts = [torch.randint(2, SMALL_VOCAB, (n,), generator=gen).tolist() for n in (3, 4, 20, 21, 30)]
-    args = dict(n=2, max_new_tokens=12, eos_id=1, pad_id=0)
+    args = dict(n=2, max_new_tokens=12, eos_id=1)
     engine = GraphRollout(static=True, graphs=False, key_bucket=32)
     one_group, apart = TorchRollout(max_pad_tokens=32), TorchRollout()
     ours = engine.generate(stopper, prompts, generator=torch.Generator().manual_seed(8), **args)
@@ -72,7 +72,7 @@ def test_prompts_a_key_bucket_apart_decode_as_one_group_after_padded_prefills(st
 
 def test_top_p_and_temperature_sample_what_torch_rollout_samples(stopper):
     prompts = random_prompts(SMALL_VOCAB)
-    args = dict(n=4, max_new_tokens=12, eos_id=1, pad_id=0, temperature=0.7, top_p=0.8)
+    args = dict(n=4, max_new_tokens=12, eos_id=1, temperature=0.7, top_p=0.8)
     ours = GraphRollout(static=True, graphs=False, key_bucket=8).generate(
         stopper, prompts, generator=torch.Generator().manual_seed(5), **args)
     theirs = TorchRollout().generate(stopper, prompts, generator=torch.Generator().manual_seed(5), **args)
@@ -85,7 +85,7 @@ def test_in_bf16_the_static_step_decodes_as_torch_rollout(family):
     model's own forward does (a dtype mismatch anywhere would raise or drift here first). On this
     CPU, llama's log-probs differ in one place of 192, by 1.1%; qwen2's not at all."""
     model = build_model(family, vocab=VOCAB).to(torch.bfloat16)
-    prompts, args = random_prompts(VOCAB), dict(n=2, max_new_tokens=12, eos_id=1, pad_id=0, temperature=1.0)
+    prompts, args = random_prompts(VOCAB), dict(n=2, max_new_tokens=12, eos_id=1, temperature=1.0)
     ours = GraphRollout(static=True, graphs=False, key_bucket=8).generate(
         model, prompts, generator=torch.Generator().manual_seed(6), **args)
     theirs = TorchRollout().generate(model, prompts, generator=torch.Generator().manual_seed(6), **args)
@@ -102,7 +102,7 @@ def test_each_static_step_is_charged_what_the_flop_counter_counts(stopper):
     engine = GraphRollout(static=True, graphs=False, key_bucket=8)
     try:
         with audited(ledger, "student") as result:
-            batch = engine.generate(stopper, random_prompts(SMALL_VOCAB), n=3, max_new_tokens=16, eos_id=1, pad_id=0,
+            batch = engine.generate(stopper, random_prompts(SMALL_VOCAB), n=3, max_new_tokens=16, eos_id=1,
                                     generator=torch.Generator().manual_seed(2))
     finally:
         from bench.accounting.metering import unmeter
@@ -118,7 +118,7 @@ def test_each_static_step_is_charged_what_the_flop_counter_counts(stopper):
     exact = Ledger()
     meter(stopper, "student", exact)
     try:
-        TorchRollout().generate(stopper, random_prompts(SMALL_VOCAB), n=3, max_new_tokens=16, eos_id=1, pad_id=0,
+        TorchRollout().generate(stopper, random_prompts(SMALL_VOCAB), n=3, max_new_tokens=16, eos_id=1,
                                 generator=torch.Generator().manual_seed(2))
     finally:
         unmeter(stopper)
@@ -161,7 +161,7 @@ def test_a_first_use_computes_its_step_once_and_replays_reuse_the_capture(stoppe
     monkeypatch.setattr(graphs, "_static_step", lambda *a: (runs.append(a[2:4]), step(*a))[1])
     monkeypatch.setattr(graphs, "charge_outside", lambda *a, **k: (charges.append(k["flops"]), charge(*a, **k))[1])
     engine = _CpuCapture(static=True, graphs=True, key_bucket=4)
-    prompts, args = random_prompts(SMALL_VOCAB), dict(n=3, max_new_tokens=14, eos_id=1, pad_id=0)
+    prompts, args = random_prompts(SMALL_VOCAB), dict(n=3, max_new_tokens=14, eos_id=1)
     for call in range(2):
         ours = engine.generate(stopper, prompts, generator=torch.Generator().manual_seed(7), **args)
         _same(ours, TorchRollout().generate(stopper, prompts, generator=torch.Generator().manual_seed(7), **args))
@@ -180,7 +180,7 @@ def test_graphs_of_freed_models_are_dropped(stopper):
     import gc
 
     engine = _CpuCapture(static=True, graphs=True, key_bucket=4)
-    prompts, args = random_prompts(SMALL_VOCAB), dict(n=2, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
+    prompts, args = random_prompts(SMALL_VOCAB), dict(n=2, max_new_tokens=6, eos_id=1, greedy=True)
     snapshot = copy.deepcopy(stopper)
     engine.generate(snapshot, prompts, **args)
     assert engine._captured and all(ref() is snapshot for _, ref in engine._captured.values())
@@ -198,7 +198,7 @@ def test_a_pickled_engine_starts_without_the_originals_buffers_and_graphs(stoppe
     import pickle
 
     engine = _CpuCapture(static=True, graphs=True, key_bucket=4)
-    prompts, args = random_prompts(SMALL_VOCAB), dict(n=2, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
+    prompts, args = random_prompts(SMALL_VOCAB), dict(n=2, max_new_tokens=6, eos_id=1, greedy=True)
     first = engine.generate(stopper, prompts, **args)
     assert engine._captured and engine._buffers
     copied = pickle.loads(pickle.dumps(engine))
@@ -211,7 +211,7 @@ def test_one_engine_serves_calls_of_growing_size(stopper):
     engine = GraphRollout(static=True, graphs=False, key_bucket=4)
     prompts = random_prompts(SMALL_VOCAB)
     for n, new in ((1, 4), (3, 20), (2, 8)):
-        args = dict(n=n, max_new_tokens=new, eos_id=1, pad_id=0)
+        args = dict(n=n, max_new_tokens=new, eos_id=1)
         _same(engine.generate(stopper, prompts, generator=torch.Generator().manual_seed(n), **args),
               TorchRollout().generate(stopper, prompts, generator=torch.Generator().manual_seed(n), **args))
     (static,) = engine._buffers.values()
@@ -223,7 +223,7 @@ def test_other_architectures_and_the_cpu_decode_as_torch_rollout():
     assert not graph_supported(gpt2)
     engine = make_backend("torch")
     assert isinstance(engine, GraphRollout) and not engine._uses_static(build_model("llama", SMALL_VOCAB))
-    args = dict(n=2, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
+    args = dict(n=2, max_new_tokens=6, eos_id=1, greedy=True)
     prompts = random_prompts(SMALL_VOCAB)
     _same(GraphRollout(static=True).generate(gpt2, prompts, **args), TorchRollout().generate(gpt2, prompts, **args))
     engine = GraphRollout(static=True)
@@ -239,7 +239,7 @@ def test_models_of_two_layouts_keep_their_own_buffers(stopper):
     teacher = LlamaForCausalLM(LlamaConfig(vocab_size=SMALL_VOCAB, hidden_size=96, intermediate_size=128,
                                            num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=3,
                                            initializer_range=0.2, bos_token_id=None, eos_token_id=None)).eval()
-    prompts, args = random_prompts(SMALL_VOCAB), dict(n=2, max_new_tokens=10, eos_id=1, pad_id=0, greedy=True)
+    prompts, args = random_prompts(SMALL_VOCAB), dict(n=2, max_new_tokens=10, eos_id=1, greedy=True)
     for model in (stopper, teacher, stopper):
         _same(wide.generate(model, prompts, **args), TorchRollout().generate(model, prompts, **args))
     assert len(wide._buffers) == 2
@@ -283,7 +283,7 @@ def test_the_static_step_is_capturable(stopper, sampling, monkeypatch):
 
     monkeypatch.setattr(graphs, "_static_step", watched)
     GraphRollout(static=True, graphs=False, key_bucket=8).generate(
-        stopper, random_prompts(SMALL_VOCAB), n=3, max_new_tokens=12, eos_id=1, pad_id=0,
+        stopper, random_prompts(SMALL_VOCAB), n=3, max_new_tokens=12, eos_id=1,
         generator=torch.Generator().manual_seed(6), **sampling)
     assert len(seen) > 5 and all({"linear", "matmul", "softmax", "index_copy_"} <= set(ops) for ops in seen)
     assert {name for ops in seen for name in ops} & NOT_CAPTURABLE == set()

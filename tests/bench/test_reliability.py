@@ -438,6 +438,23 @@ def test_a_model_with_no_flop_formula_is_one_line(tmp_path):
     assert not runs.exists()  # refused before the run directory (and its lock) is made
 
 
+def test_a_sliding_window_the_ledger_overcharges_fails_the_audit_and_is_refused_by_a_run(tmp_path):
+    """Mistral attending a window of 4 positions: past it, attention is no longer full, so `bench flops`
+    (32 positions) finds the formula off and exits 1, and a run is refused at its first rollout."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    _, tokenizer = load_model("tiny-llama")
+    config = MistralConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, sliding_window=4,
+                           max_position_embeddings=256)
+    save_model(MistralForCausalLM(config), tokenizer, tmp_path / "mistral")
+    refused(cli.invoke(app, ["flops", str(tmp_path / "mistral")]),
+            "differ by more than 2% on forward, forward+backward", code=1)
+    refused(cli.invoke(app, ["run", "--method", "grpo-joint", "--profile", "hf", "--model", str(tmp_path / "mistral"),
+                             "--budget", "2e9", "--eval-size", "2", "--max-new-tokens", "8", "--no-progress",
+                             "--runs", str(tmp_path / "runs")]), "attends a sliding window of 4 positions")
+
+
 def test_a_plugin_that_raises_is_one_line_naming_it(tmp_path):
     plugin = Path(__file__).resolve().parents[1] / "fixtures" / "boom.py"
     runs = tmp_path / "runs"

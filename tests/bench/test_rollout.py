@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from bench.accounting.flops import FlopSpec
 from bench.accounting.ledger import Ledger
 from bench.losses import token_logprobs
 from bench.accounting.metering import meter, unmeter
-from bench.rollout.base import RolloutBackend, RolloutBatch, padded_logprobs, to_padded
+from bench.errors import RunError
+from bench.rollout.base import RolloutBackend, RolloutBatch, padded_logprobs, position_table, to_padded
 from bench.rollout.torch_engine import TorchRollout, sample_next
 from bench.hf_compat import cache_argument
 from bench.rollout.kv import decode_attention, drop_rows, make_cache
@@ -62,7 +64,7 @@ def test_greedy_equals_transformers_generate(model, prompts, max_pad_tokens):
     free = [_hf_greedy(model, p, 12, eos_id=-1) for p in prompts]
     eos = free[0][4]  # greedy emits it mid-way for at least one prompt: EOS stopping is compared too
     batch = TorchRollout(max_pad_tokens=max_pad_tokens).generate(
-        model, prompts, n=2, max_new_tokens=12, eos_id=eos, pad_id=0, greedy=True
+        model, prompts, n=2, max_new_tokens=12, eos_id=eos, greedy=True
     )
     for i, p in enumerate(prompts):
         expected = _hf_greedy(model, p, 12, eos)
@@ -77,7 +79,7 @@ def test_logprobs_equal_full_sequence_forward(stopper, short_prompts, max_pad_to
     """At temperature 0.7 / top_p 0.9 the log-probs are still those of the unscaled model distribution."""
     model = stopper
     batch = TorchRollout(max_pad_tokens=max_pad_tokens).generate(
-        model, short_prompts, n=3, max_new_tokens=10, temperature=0.7, top_p=0.9, eos_id=EOS, pad_id=0,
+        model, short_prompts, n=3, max_new_tokens=10, temperature=0.7, top_p=0.9, eos_id=EOS,
         generator=torch.Generator().manual_seed(0),
     )  # fmt: skip
     input_ids, attention_mask, completion_mask = to_padded(batch, pad_id=0)
@@ -94,7 +96,7 @@ def test_logprobs_equal_full_sequence_forward(stopper, short_prompts, max_pad_to
 def test_same_seed_same_samples(llama, prompts):
     def run(seed):
         return TorchRollout().generate(
-            llama, prompts, n=4, max_new_tokens=8, eos_id=1, pad_id=0, generator=torch.Generator().manual_seed(seed)
+            llama, prompts, n=4, max_new_tokens=8, eos_id=1, generator=torch.Generator().manual_seed(seed)
         )
 
     a, b, c = run(7), run(7), run(8)
@@ -121,7 +123,7 @@ def test_ledger_charges_one_prefill_per_prompt_and_no_finished_rows(stopper, sho
     try:
         engine = TorchRollout(max_pad_tokens=max_pad_tokens)
         batch = engine.generate(
-            model, short_prompts, n=4, max_new_tokens=10, eos_id=EOS, pad_id=0,
+            model, short_prompts, n=4, max_new_tokens=10, eos_id=EOS,
             generator=torch.Generator().manual_seed(3),
         )  # fmt: skip
     finally:
@@ -142,7 +144,7 @@ def test_ledger_charges_one_prefill_per_prompt_and_no_finished_rows(stopper, sho
 def test_eos_stops_a_sequence(stopper, short_prompts):
     eos = EOS
     batch = TorchRollout().generate(
-        stopper, short_prompts, n=4, max_new_tokens=10, eos_id=eos, pad_id=0, generator=torch.Generator().manual_seed(2)
+        stopper, short_prompts, n=4, max_new_tokens=10, eos_id=eos, generator=torch.Generator().manual_seed(2)
     )
     for ids, lp, g, done in zip(batch.completion_ids, batch.logprobs, batch.lengths, batch.finished):
         assert len(ids) == g == lp.numel()
@@ -154,9 +156,9 @@ def test_eos_stops_a_sequence(stopper, short_prompts):
 
 def test_tiny_top_p_is_greedy(model, prompts):
     engine = TorchRollout()
-    greedy = engine.generate(model, prompts, n=2, max_new_tokens=8, eos_id=1, pad_id=0, greedy=True)
+    greedy = engine.generate(model, prompts, n=2, max_new_tokens=8, eos_id=1, greedy=True)
     nucleus = engine.generate(
-        model, prompts, n=2, max_new_tokens=8, top_p=1e-6, eos_id=1, pad_id=0,
+        model, prompts, n=2, max_new_tokens=8, top_p=1e-6, eos_id=1,
         generator=torch.Generator().manual_seed(0),
     )  # fmt: skip
     assert nucleus.completion_ids == greedy.completion_ids
@@ -168,7 +170,7 @@ def test_temperature_is_respected(llama, temperature):
     within 4 standard errors, and would be far off had the engine sampled from softmax(z)."""
     prompt, draws = [5, 17, 42], 4000
     batch = TorchRollout().generate(
-        llama, [prompt], n=draws, max_new_tokens=1, temperature=temperature, eos_id=-1, pad_id=0,
+        llama, [prompt], n=draws, max_new_tokens=1, temperature=temperature, eos_id=-1,
         generator=torch.Generator().manual_seed(0),
     )  # fmt: skip
     with torch.no_grad():
@@ -192,8 +194,8 @@ def test_sample_next_top_p_keeps_the_smallest_nucleus():
 
 
 def test_chunking_and_greedy_copies_do_not_change_results(llama, prompts):
-    small = TorchRollout(max_rows=3).generate(llama, prompts, n=3, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
-    big = TorchRollout().generate(llama, prompts, n=3, max_new_tokens=6, eos_id=1, pad_id=0, greedy=True)
+    small = TorchRollout(max_rows=3).generate(llama, prompts, n=3, max_new_tokens=6, eos_id=1, greedy=True)
+    big = TorchRollout().generate(llama, prompts, n=3, max_new_tokens=6, eos_id=1, greedy=True)
     assert small.completion_ids == big.completion_ids
     assert small.prompt_ids == prompts and small.n == 3
 
@@ -225,7 +227,7 @@ def test_to_padded_layout():
     ],
 )
 def test_bad_arguments_are_rejected(llama, bad, message):
-    args = dict(prompts=[[1, 2]], n=1, max_new_tokens=2, eos_id=1, pad_id=0) | bad
+    args = dict(prompts=[[1, 2]], n=1, max_new_tokens=2, eos_id=1) | bad
     with pytest.raises(ValueError, match=message):
         TorchRollout().generate(llama, args.pop("prompts"), **args)
 
@@ -233,7 +235,7 @@ def test_bad_arguments_are_rejected(llama, bad, message):
 def test_model_state_is_restored_and_protocol_met(llama):
     llama.train()
     try:
-        TorchRollout().generate(llama, [[3, 4]], n=1, max_new_tokens=2, eos_id=1, pad_id=0)
+        TorchRollout().generate(llama, [[3, 4]], n=1, max_new_tokens=2, eos_id=1)
         assert llama.training and llama.config._attn_implementation == "sdpa"
     finally:
         llama.eval()
@@ -263,3 +265,34 @@ def test_drop_rows_moves_running_rows_into_the_gaps(llama):
     assert order.tolist() == [3, 1, 4]  # rows 3 and 4 fill the gaps left by 0 and 2
     assert torch.equal(cache.layers[1].keys, before[order])
     assert cache.get_seq_length() == 3 and cache.layers[1].capacity == 6
+
+
+def test_a_learned_position_table_bounds_prompt_and_new_tokens_in_one_line():
+    """GPT-2 embeds positions from a table: a prompt and its new tokens past it would fail deep in the
+    model (an index error). Up to the table's last position it generates; one more is refused first."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=32, vocab_size=VOCAB,
+                                     bos_token_id=2, eos_token_id=EOS, pad_token_id=0)
+    gpt2 = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+    assert position_table(gpt2) == 32 and position_table(build_model("llama")) is None  # rotary: computed
+    prompt = [[5] * 20]
+    batch = TorchRollout().generate(gpt2, prompt, n=2, max_new_tokens=13, eos_id=-1, greedy=True)
+    assert batch.lengths == [13, 13]  # positions 0-31: the 13th new token is never fed back
+    with pytest.raises(RunError, match="need 33 positions, more than the model's table of 32 learned positions; "
+                                       "use --max-new-tokens 13 or less"):
+        TorchRollout().generate(gpt2, prompt, n=2, max_new_tokens=14, eos_id=-1, greedy=True)
+
+
+def test_a_sliding_window_shorter_than_the_sequence_is_refused_in_one_line():
+    """Past its window a sliding-window layer no longer attends every earlier position, which the
+    ledger charges: refused before any work, with what to change."""
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, sliding_window=8,
+                                        vocab_size=VOCAB, bos_token_id=2, eos_token_id=EOS, pad_token_id=0)
+    mistral = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+    assert TorchRollout().generate(mistral, [[5] * 4], n=1, max_new_tokens=4, eos_id=-1, greedy=True).lengths == [4]
+    with pytest.raises(RunError, match=r"layer 0 of this model attends a sliding window of 8 positions, fewer "
+                                       r"than the \d+ a prompt and its new tokens take here; use a smaller "
+                                       "--max-new-tokens"):
+        TorchRollout().generate(mistral, [[5] * 6], n=1, max_new_tokens=6, eos_id=-1, greedy=True)

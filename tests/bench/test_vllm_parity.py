@@ -94,7 +94,7 @@ def prompts():
 
 
 def _greedy(backend: RolloutBackend, model, prompts, eos_id: int, n: int = 2):
-    return backend.generate(model, prompts, n=n, max_new_tokens=NEW_TOKENS, eos_id=eos_id, pad_id=0, greedy=True)
+    return backend.generate(model, prompts, n=n, max_new_tokens=NEW_TOKENS, eos_id=eos_id, greedy=True)
 
 
 def _assert_same(ours, theirs) -> None:
@@ -122,7 +122,7 @@ def _charged(backend: RolloutBackend, model, prompts, **kwargs) -> tuple[dict, o
     ledger = Ledger()
     meter(model, "student", ledger)
     try:
-        batch = backend.generate(model, prompts, max_new_tokens=NEW_TOKENS, pad_id=0, **kwargs)
+        batch = backend.generate(model, prompts, max_new_tokens=NEW_TOKENS, **kwargs)
     finally:
         unmeter(model)
     (row,) = ledger.rows()
@@ -194,7 +194,7 @@ def test_sampled_logprobs_are_the_unscaled_models(folder, vllm, prompts):
 
     def sample(seed: int):
         return vllm.generate(
-            model, prompts, n=3, max_new_tokens=10, temperature=0.7, top_p=0.9, eos_id=-1, pad_id=0,
+            model, prompts, n=3, max_new_tokens=10, temperature=0.7, top_p=0.9, eos_id=-1,
             generator=torch.Generator().manual_seed(seed),
         )  # fmt: skip
 

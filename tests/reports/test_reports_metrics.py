@@ -11,7 +11,7 @@ from reports.fit import fit_scaling_curve
 from reports.metrics import (
     accuracy_at_fractions, area_under_curve, cut_at_budget, distillation_share, final_accuracy, flops_to_target,
     flops_to_target_batch, forgot_measurably, gain_per_pflop_spent, interpolate_curve, length_ratio,
-    recovery_forgetting, run_forgot, savings_at_matched_accuracy, self_teacher_reduction, to_budget,
+    recovery_forgetting, run_forgot, savings, self_teacher_reduction, to_budget,
 )
 from reports.stats import curve_set
 
@@ -116,10 +116,10 @@ def test_flops_to_target_reads_back_tau_where_the_curve_first_reaches_it(acc, ta
 
 
 def test_savings_at_matched_accuracy():
-    assert savings_at_matched_accuracy(5e12, 1e13) == pytest.approx(0.5)
-    assert savings_at_matched_accuracy(2e13, 1e13) == pytest.approx(-1.0)
-    assert savings_at_matched_accuracy(None, 1e13) is None  # never reached the target
-    assert savings_at_matched_accuracy(5e12, 0.0) is None  # the reference's base model already did
+    got = savings(np.array([5e12, 2e13, np.nan, 5e12, 5e12]), np.array([1e13, 1e13, 1e13, 0.0, np.nan]))
+    assert got[:2] == pytest.approx([0.5, -1.0])
+    assert got[2] == -np.inf  # never reached the target: unbounded below
+    assert np.isnan(got[3]) and np.isnan(got[4])  # the reference's base model already did; it never did
 
 
 def test_gain_per_pflop_spent():

@@ -14,7 +14,7 @@ import pytest
 import tasks
 from tasks import DIFFICULTIES, HELDOUT_PER_DOMAIN, UnknownSuiteError, describe_suites, get_suite, list_suites
 from tasks.base import HELDOUT_BUCKETS, in_heldout_bucket
-from tasks.suites import generate_heldout, get_domain, load_heldout, problem_from_record
+from tasks.suites import generate_heldout, get_domain, load_heldout
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -164,22 +164,6 @@ def test_heldout_disk_cache_round_trips_and_recovers(tmp_path, monkeypatch):
     # Another difficulty or format is another file.
     load_heldout(dom, "medium", "tiny")
     assert len(list((tmp_path / "heldout").glob("*.jsonl"))) == 2
-
-
-def test_heldout_dataset_is_cached_parquet(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPD_BENCH_CACHE", str(tmp_path))
-    suite = get_suite("math_code", "easy", "tiny")
-    ds = suite.heldout_dataset()
-    assert len(ds) == 2 * HELDOUT_PER_DOMAIN
-    assert set(ds.column_names) == {"id", "domain", "prompt", "answer", "solution", "alt_solution", "meta"}
-    files = list((tmp_path / "suites").glob("*.parquet"))
-    assert len(files) == 1 and suite.content_hash[:16] in files[0].name
-    mtime = files[0].stat().st_mtime_ns
-    again = suite.heldout_dataset()
-    assert files[0].stat().st_mtime_ns == mtime and again["prompt"] == ds["prompt"]
-    problems = [problem_from_record(row) for row in ds]
-    assert problems == suite.heldout()
-    assert all(suite.score(p, p.solution) == 1.0 for p in problems)
 
 
 def test_describe_suites_lists_every_suite_and_difficulty():
