@@ -241,7 +241,7 @@ class RunContext:
                 n=n,
                 max_new_tokens=max_new_tokens or self._max_new_tokens,
                 temperature=temperature,
-                eos_id=policy.eos_id,
+                eos_id=policy.stop_ids,
                 greedy=greedy,
                 generator=self._generator,
             )

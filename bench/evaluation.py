@@ -72,7 +72,7 @@ class Evaluator:
                     [policy.encode_prompt(p.prompt) for p in chunk],
                     n=1,
                     max_new_tokens=self.max_new_tokens,
-                    eos_id=policy.eos_id,
+                    eos_id=policy.stop_ids,
                     greedy=True,
                 )
             texts += [policy.decode(ids) for ids in batch.completion_ids]

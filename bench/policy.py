@@ -69,6 +69,26 @@ def rebuilt(config: Any, weights: dict[str, torch.Tensor], *, device: Any, dtype
     return model.to(device)
 
 
+def end_of_turn(tokenizer: Any) -> int | None:
+    """The special token a tokenizer's chat template puts right after an assistant's answer (Qwen's
+    `<|im_end|>`, Llama 3's `<|eot_id|>`, Gemma's `<end_of_turn>`); None where it puts text there (or
+    nothing), or there is no template. A model that chats ends its answer with it, and may never emit
+    the tokenizer's EOS (Qwen's base models: `<|endoftext|>`)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    mark = "ANSWER-7c1e"
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "Q"}, {"role": "assistant", "content": mark}],
+                                             tokenize=False)
+    except Exception:  # a template that cannot end on an answer: jinja's errors vary
+        return None
+    if not isinstance(text, str) or mark not in text:
+        return None
+    after = tokenizer(text.split(mark, 1)[1], add_special_tokens=False)["input_ids"]
+    special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    return int(after[0]) if after and after[0] in special else None
+
+
 class Policy:
     """A named, metered causal LM, its tokenizer and (once it trains) its optimiser."""
 
@@ -83,6 +103,7 @@ class Policy:
         self._updates = 0
         self._extra: dict = {}
         self._chat = chat  # prompts go through the tokenizer's chat template (hf profile)
+        self._turn_end = end_of_turn(tokenizer) if chat else None
         # Log-probs with gradients: the LM head fused with the log-softmax (None: on CUDA where the
         # architecture allows it), the decoder under torch.compile (None: on CUDA for large models)
         # and the fused head's work after its matmuls too (None: where the decoder is), with this
@@ -135,7 +156,14 @@ class Policy:
 
     @property
     def eos_id(self) -> int:
-        return int(self._tokenizer.eos_token_id)
+        """The token that ends an answer: the chat template's end of turn where prompts are chat turns
+        and the template ends one with a special token (Qwen's `<|im_end|>`), else the tokenizer's EOS."""
+        return self._turn_end if self._turn_end is not None else int(self._tokenizer.eos_token_id)
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Every token that ends a completion: `eos_id`, and the tokenizer's EOS where that differs."""
+        return tuple(dict.fromkeys((self.eos_id, int(self._tokenizer.eos_token_id))))
 
     @property
     def pad_id(self) -> int:

@@ -69,11 +69,11 @@ LR = 1e-5
 
 
 class NoEosPolicy(Policy):
-    """A policy whose EOS id (-1) is never sampled: every completion is exactly max_new_tokens long."""
+    """A policy that no token stops: every completion is exactly max_new_tokens long."""
 
     @property
-    def eos_id(self) -> int:
-        return -1
+    def stop_ids(self) -> tuple[int, ...]:
+        return ()
 
 
 class ListSampler:

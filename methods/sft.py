@@ -49,10 +49,10 @@ class SFTConfig:
             raise ValueError("teacher must name a prepared teacher, e.g. 'external'")
 
 
-def ended_with_eos(batch: Rollouts, eos_id: int) -> list[bool]:
-    """Whether each row's completion ended with EOS (rather than at the rollout's token limit)."""
+def ended_with_eos(batch: Rollouts, stop_ids: tuple[int, ...]) -> list[bool]:
+    """Whether each row's completion ended with a stop token (rather than at the rollout's token limit)."""
     last = batch.attention_mask.sum(1) - 1  # [B] index of each row's last real token
-    ended = batch.input_ids[torch.arange(batch.size), last] == eos_id  # [B]
+    ended = torch.isin(batch.input_ids[torch.arange(batch.size), last], torch.tensor(stop_ids))  # [B]
     return [bool(x) and bool(n) for x, n in zip(ended, batch.completion_mask.sum(1))]
 
 
@@ -81,7 +81,7 @@ class SFT:
                 batch = ctx.rollout(teacher, sampler.next(config.prompts_per_step), n=config.samples_per_prompt,
                                     temperature=config.temperature)
                 rows = [p for p in batch.problems for _ in range(batch.n)]
-                finished = ended_with_eos(batch, teacher.eos_id)
+                finished = ended_with_eos(batch, teacher.stop_ids)
                 kept = [i for i in range(batch.size)
                         if finished[i] and (config.keep == "all" or batch.rewards[i] > 0)]
                 stats = {"teacher_reward": float(batch.rewards.mean()), "kept": float(len(kept))}

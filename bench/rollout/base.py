@@ -99,15 +99,22 @@ class RolloutBackend(Protocol):
         max_new_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        eos_id: int,
+        eos_id: int | Sequence[int],
         greedy: bool = False,
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
-        """`n` completions per prompt (grouped), each at most `max_new_tokens`, stopping at `eos_id`.
+        """`n` completions per prompt (grouped), each at most `max_new_tokens`, stopping at `eos_id` (a
+        token id, or several: a policy's `stop_ids`; a negative id stops nothing).
 
         `greedy` takes the argmax at every step (evaluation); `generator` makes sampling reproducible.
         """
         ...
+
+
+def stop_ids(eos_id: int | Sequence[int]) -> tuple[int, ...]:
+    """The token ids that end a completion, from `generate`'s `eos_id`: one id or several, negatives dropped."""
+    ids = (eos_id,) if isinstance(eos_id, int) else tuple(eos_id)
+    return tuple(dict.fromkeys(int(i) for i in ids if int(i) >= 0))
 
 
 def check_args(

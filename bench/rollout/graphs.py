@@ -127,9 +127,9 @@ class GraphRollout(TorchRollout):
     def _max_pad(self, model: torch.nn.Module) -> int:
         return max(self.max_pad_tokens, self.key_bucket) if self._uses_static(model) else self.max_pad_tokens
 
-    def _decode(self, model, prompt_ids, group, width, max_new, eos_id, sampling) -> _Chunk:
+    def _decode(self, model, prompt_ids, group, width, max_new, stops, sampling) -> _Chunk:
         if not self._uses_static(model):
-            return super()._decode(model, prompt_ids, group, width, max_new, eos_id, sampling)
+            return super()._decode(model, prompt_ids, group, width, max_new, stops, sampling)
         device, index = model.device, [i for unit in group for i in unit]
         plens = torch.tensor([len(prompt_ids[i]) for i in index], device=device).repeat_interleave(width)  # [R]
         longest, rows = int(plens.max()), len(index) * width
@@ -153,7 +153,7 @@ class GraphRollout(TorchRollout):
             return self._replay(model, static, tok, longest + step, sampling)
 
         first = sample_next(logits, **sampling)  # the first tokens, from the prefill's logits
-        return _Chunk(index, *decode_loop(rows, max_new, eos_id, first, advance, drop, device))
+        return _Chunk(index, *decode_loop(rows, max_new, stops, first, advance, drop, device))
 
     def _prefill_into(self, static: _Static, model: torch.nn.Module, prompt_ids: list[list[int]],
                       group: list[list[int]], width: int, longest: int) -> torch.Tensor:

@@ -24,7 +24,7 @@ from transformers import DynamicCache
 
 from bench.accounting.ledger import ledger_context
 from bench.hf_compat import cache_argument
-from bench.rollout.base import RolloutBatch, check_args
+from bench.rollout.base import RolloutBatch, check_args, stop_ids
 from bench.rollout.kv import drop_rows, fast_decode_attention, make_cache
 
 
@@ -114,7 +114,7 @@ class TorchRollout:
         max_new_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        eos_id: int,
+        eos_id: int | Sequence[int],
         greedy: bool = False,
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
@@ -129,7 +129,7 @@ class TorchRollout:
         try:
             with ledger_context(kind="rollout"), torch.inference_mode(), fast_decode_attention(model):
                 chunks = [
-                    self._decode(model, prompt_ids, group, width, max_new_tokens, eos_id, sampling)
+                    self._decode(model, prompt_ids, group, width, max_new_tokens, stop_ids(eos_id), sampling)
                     for group in self._plan(prompt_ids, width, self._max_pad(model))
                 ]
         finally:
@@ -187,10 +187,10 @@ class TorchRollout:
         group: list[list[int]],
         width: int,
         max_new: int,
-        eos_id: int,
+        stops: tuple[int, ...],
         sampling: dict,
     ) -> _Chunk:
-        """Prefill a group, then sample `width` completions per prompt until EOS or `max_new` tokens."""
+        """Prefill a group, then sample `width` completions per prompt until a stop token or `max_new` tokens."""
         device, index = model.device, [i for unit in group for i in unit]
         plens = torch.tensor([len(prompt_ids[i]) for i in index], device=device).repeat_interleave(width)  # [R]
         longest = int(plens.max())
@@ -211,7 +211,7 @@ class TorchRollout:
             return sample_next(logits, **sampling)
 
         first = sample_next(logits, **sampling)  # [R], [R]
-        return _Chunk(index, *decode_loop(rows, max_new, eos_id, first, advance, drop, device))
+        return _Chunk(index, *decode_loop(rows, max_new, stops, first, advance, drop, device))
 
     def _step(
         self,
@@ -237,10 +237,11 @@ class TorchRollout:
         return out.logits[:, -1]
 
 
-def decode_loop(rows: int, max_new: int, eos_id: int, first: tuple[torch.Tensor, torch.Tensor],
+def decode_loop(rows: int, max_new: int, stops: tuple[int, ...], first: tuple[torch.Tensor, torch.Tensor],
                 advance: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
                 drop: Callable[[torch.Tensor], torch.Tensor], device: torch.device) -> tuple[torch.Tensor, ...]:
-    """Decode a group of `rows` sequences until EOS or `max_new` tokens, the engine's work in callbacks.
+    """Decode a group of `rows` sequences until a token of `stops` or `max_new` tokens, the engine's work
+    in callbacks.
 
     `first`: the first tokens and log-probs [R]; `advance(tok, step)` feeds the running rows' tokens
     [A] at `step` and returns the next ones; `drop(stop)` removes the rows where `stop` [A] is True
@@ -252,10 +253,11 @@ def decode_loop(rows: int, max_new: int, eos_id: int, first: tuple[torch.Tensor,
     lengths = torch.full((rows,), max_new, dtype=torch.long, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     alive = torch.arange(rows, device=device)  # original row of each running sequence
+    stop_tokens = torch.tensor(stops, dtype=torch.long, device=device)
     tok, lp = first
     for step in range(max_new):
         tokens[alive, step], logprobs[alive, step] = tok, lp
-        stop = tok == eos_id  # [A]
+        stop = torch.isin(tok, stop_tokens)  # [A]
         if bool(stop.any()):
             lengths[alive[stop]], finished[alive[stop]] = step + 1, True
             if bool(stop.all()) or step + 1 == max_new:

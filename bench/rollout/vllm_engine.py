@@ -40,7 +40,7 @@ import torch
 
 from bench.accounting.flops import FlopSpec
 from bench.accounting.metering import charge_outside
-from bench.rollout.base import RolloutBatch, check_args
+from bench.rollout.base import RolloutBatch, check_args, stop_ids
 
 
 def vllm_missing() -> str | None:
@@ -94,7 +94,7 @@ class VLLMRollout:
         max_new_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        eos_id: int,
+        eos_id: int | Sequence[int],
         greedy: bool = False,
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
@@ -212,11 +212,12 @@ def _sampling_params(
     max_new_tokens: int,
     temperature: float,
     top_p: float,
-    eos_id: int,
+    eos_id: int | Sequence[int],
     greedy: bool,
     generator: torch.Generator | None,
 ) -> list[Any]:
-    """One `SamplingParams` per prompt: `width` samples, stop at `eos_id` only, the sampled token's log-prob."""
+    """One `SamplingParams` per prompt: `width` samples, stopped by `eos_id`'s tokens only, the sampled
+    token's log-prob."""
     from vllm import SamplingParams
 
     seeds: list[int | None] = [None] * len(prompt_ids)
@@ -228,8 +229,8 @@ def _sampling_params(
             temperature=0.0 if greedy else temperature,
             top_p=1.0 if greedy else top_p,
             max_tokens=max_new_tokens,
-            ignore_eos=True,  # the config's EOS does not stop a sequence; `eos_id` does
-            stop_token_ids=[eos_id] if eos_id >= 0 else [],
+            ignore_eos=True,  # the config's EOS does not stop a sequence; `eos_id`'s tokens do
+            stop_token_ids=list(stop_ids(eos_id)),
             logprobs=0,  # the sampled token's log-prob only
             detokenize=False,
             seed=seed,

@@ -6,9 +6,10 @@
 The model is a run directory's `final/` folder (the run's suite, difficulty and profile are the
 defaults) or any local model folder. The CLI exports the suite as lm-eval tasks
 (`tasks.lm_eval_export`) and this module hands them, with any lm-eval task the user names, to
-`lm_eval.simple_evaluate` on its `hf` backend. Decoding is the benchmark's own: greedy, stopped by the
-tokenizer's EOS only (the folder's generation_config.json set aside), the evaluation cap, no BOS
-added, and the chat template where the benchmark uses one (hf prompts on a tokenizer that has a
+`lm_eval.simple_evaluate` on its `hf` backend. Decoding is the benchmark's own: greedy, stopped by a
+policy's stop tokens only (`Policy.stop_ids`: the tokenizer's EOS and, in chat, the template's end of
+turn; the folder's generation_config.json set aside), the evaluation cap, no BOS added, and the chat
+template where the benchmark uses one (hf prompts on a tokenizer that has a
 template), so the suite accuracy equals `bench.evaluation.Evaluator`'s on the same first N problems
 of each domain (tests/bench/test_harness.py).
 """
@@ -23,6 +24,7 @@ import torch
 
 from bench import store
 from bench.errors import RunError, unknown
+from bench.policy import end_of_turn
 from bench.world.hf import _dtype
 from bench.world.models import TINY_SPECS, is_run_dir, load_error, resolve_model
 
@@ -137,17 +139,20 @@ def evaluate(
         raise  # the device's fault, not the folder's
     except Exception as exc:  # truncated weights, no tokenizer, no weights: the folder's, as `bench run` says
         raise load_error(model, exc) from exc
-    # the benchmark's decoding (bench.rollout): greedy, stopped by the tokenizer's EOS only, none of the
-    # folder's generation_config.json (a repetition penalty, more EOS ids, ...)
-    lm.model.generation_config = GenerationConfig(eos_token_id=lm.tokenizer.eos_token_id,
-                                                  pad_token_id=lm.tokenizer.pad_token_id)
+    # the benchmark's decoding (bench.rollout): greedy, stopped by a policy's stop tokens only (the
+    # tokenizer's EOS and, in chat, the template's end of turn), none of the folder's
+    # generation_config.json (a repetition penalty, other EOS ids, ...)
+    chat = task_format == "hf" and bool(getattr(lm.tokenizer, "chat_template", None))
+    turn_end = end_of_turn(lm.tokenizer) if chat else None
+    stops = [lm.tokenizer.eos_token_id] + ([turn_end] if turn_end not in (None, lm.tokenizer.eos_token_id) else [])
+    lm.model.generation_config = GenerationConfig(eos_token_id=stops, pad_token_id=lm.tokenizer.pad_token_id)
     try:
         return lm_eval.simple_evaluate(
             model=lm,
             tasks=task_names,
             task_manager=manager,
             limit=limit,
-            apply_chat_template=task_format == "hf" and bool(getattr(lm.tokenizer, "chat_template", None)),
+            apply_chat_template=chat,
             log_samples=True,
             bootstrap_iters=0,
             verbosity="ERROR",

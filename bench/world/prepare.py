@@ -336,7 +336,7 @@ def calibrate(student: Policy, suite: Any, profile: Profile, *, greedy_size: int
         with ledger_context(category="eval", phase="eval"):
             batch = TorchRollout().generate(
                 student._model, [student.encode(p.prompt) for p in problems], n=k,
-                max_new_tokens=profile.max_new_tokens, temperature=1.0, eos_id=student.eos_id,
+                max_new_tokens=profile.max_new_tokens, temperature=1.0, eos_id=student.stop_ids,
                 generator=generator,
             )
         texts = [student.decode(ids) for ids in batch.completion_ids]

@@ -16,7 +16,7 @@ from bench.cli import app
 from bench.accounting.ledger import Ledger
 from bench.world.hf import folder_digest
 from bench.world.models import load_model, save_model, tiny_model_dir
-from bench.policy import Policy
+from bench.policy import Policy, end_of_turn
 from reports.schema import validate_record
 
 TEMPLATE = (
@@ -46,6 +46,29 @@ def test_chat_policies_wrap_prompts_in_the_template(folders):
     assert text == "<|user|>What is 2+2?\n<|assistant|>"
     plain = Policy("p", model, tokenizer, ledger=Ledger())
     assert tokenizer.decode(plain.encode_prompt("What is 2+2?")) == "What is 2+2?"
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.parametrize("template, ends", [(CHATML, "<|im_end|>"), (TEMPLATE, None),
+                                            ("{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}",
+                                             "<eos>"), (None, None)])
+def test_a_chat_policy_stops_at_its_templates_end_of_turn(folders, template, ends):
+    """Qwen's base models chat in ChatML and end a turn with <|im_end|>, never with their tokenizer's
+    EOS (<|endoftext|>): a chat policy stops at both and ends its answers (SFT targets) with the turn's
+    end. A template that ends a turn with text, or with EOS, leaves EOS alone; so does plain text."""
+    model, tokenizer = load_model(folders[0])
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tokenizer.chat_template = template
+    eos = tokenizer.eos_token_id
+    turn_end = None if ends is None else tokenizer.convert_tokens_to_ids(ends)
+    assert end_of_turn(tokenizer) == turn_end
+    chat = Policy("s", model, tokenizer, ledger=Ledger(), chat=True)
+    assert chat.eos_id == (turn_end if turn_end is not None else eos)
+    assert chat.stop_ids == tuple(dict.fromkeys((chat.eos_id, eos)))
+    assert Policy("p", model, tokenizer, ledger=Ledger()).stop_ids == (eos,)  # plain prompts: EOS alone
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

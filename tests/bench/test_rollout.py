@@ -296,3 +296,18 @@ def test_a_sliding_window_shorter_than_the_sequence_is_refused_in_one_line():
                                        r"than the \d+ a prompt and its new tokens take here; use a smaller "
                                        "--max-new-tokens"):
         TorchRollout().generate(mistral, [[5] * 6], n=1, max_new_tokens=6, eos_id=-1, greedy=True)
+
+
+def test_several_stop_ids_end_each_completion_at_the_first_of_them(stopper, short_prompts):
+    """A chat policy stops at the template's end of turn and at EOS: each completion ends at its first
+    token of either, and only there; a negative id stops nothing."""
+    engine, stops = TorchRollout(), (EOS, 3)
+    batch = engine.generate(stopper, short_prompts, n=4, max_new_tokens=10, eos_id=stops,
+                            generator=torch.Generator().manual_seed(2))
+    ends = {ids[-1] for ids, done in zip(batch.completion_ids, batch.finished) if done}
+    assert ends == set(stops)  # both ended some completions
+    for ids, done, length in zip(batch.completion_ids, batch.finished, batch.lengths):
+        assert len(ids) == length and not set(ids[:-1]) & set(stops)
+        assert done == (ids[-1] in stops) and (done or length == 10)
+    never = engine.generate(stopper, short_prompts, n=2, max_new_tokens=6, eos_id=-1, greedy=True)
+    assert never.lengths == [6] * len(never.lengths) and not any(never.finished)

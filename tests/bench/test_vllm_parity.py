@@ -93,7 +93,7 @@ def prompts():
     return [torch.randint(3, 259, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
 
 
-def _greedy(backend: RolloutBackend, model, prompts, eos_id: int, n: int = 2):
+def _greedy(backend: RolloutBackend, model, prompts, eos_id: int | tuple[int, ...], n: int = 2):
     return backend.generate(model, prompts, n=n, max_new_tokens=NEW_TOKENS, eos_id=eos_id, greedy=True)
 
 
@@ -115,6 +115,8 @@ def test_greedy_outputs_and_logprobs_match_torch(folder, vllm, prompts):
     _assert_same(ours, theirs)
     assert any(ours.finished) and not all(ours.finished)
     assert isinstance(vllm, RolloutBackend)
+    stops = (eos, free.completion_ids[1][3])  # a chat policy's two: its turn's end and EOS
+    _assert_same(_greedy(vllm, model, prompts, stops), _greedy(TorchRollout(max_pad_tokens=0), model, prompts, stops))
 
 
 def _charged(backend: RolloutBackend, model, prompts, **kwargs) -> tuple[dict, object]:

@@ -35,14 +35,15 @@ def test_split_keeps_order_and_balances_shares():
 
 
 def test_ended_with_eos_spots_truncated_samples():
-    eos, pad = 1, 0
-    ids = torch.tensor([[5, 6, 7, eos, pad], [5, 6, 7, 8, 9], [5, 6, pad, pad, pad]])  # [B, T]
-    attention = (torch.arange(5)[None] < torch.tensor([[4], [5], [2]])).long()
+    eos, turn_end, pad = 1, 3, 0
+    ids = torch.tensor([[5, 6, 7, eos, pad], [5, 6, 7, 8, 9], [5, 6, pad, pad, pad], [5, 6, 7, turn_end, pad]])
+    attention = (torch.arange(5)[None] < torch.tensor([[4], [5], [2], [4]])).long()  # [B, T]
     completion = attention * (torch.arange(5)[None] >= 2).long()
-    batch = Rollouts(problems=[None] * 3, n=1, input_ids=ids, attention_mask=attention,
-                     completion_mask=completion, completions=["", "", ""], rewards=torch.zeros(3),
+    batch = Rollouts(problems=[None] * 4, n=1, input_ids=ids, attention_mask=attention,
+                     completion_mask=completion, completions=[""] * 4, rewards=torch.zeros(4),
                      lengths=completion.sum(1).float())
-    assert ended_with_eos(batch, eos) == [True, False, False]
+    assert ended_with_eos(batch, (eos,)) == [True, False, False, False]
+    assert ended_with_eos(batch, (turn_end, eos)) == [True, False, False, True]  # a chat turn's end too
 
 
 @pytest.mark.parametrize("bad", [{"keep": "best"}, {"lr": 0.0}, {"samples_per_prompt": 0}, {"minibatches": 0},
