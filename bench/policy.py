@@ -12,12 +12,14 @@ import contextlib
 import copy
 from typing import Any
 
+import jinja2
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from bench.accounting.ledger import Ledger, current_category, current_phase
 from bench.accounting.metering import meter
+from bench.errors import RunError
 from bench.losses import (distinct_symbols, head_recompute_flops, keep_budget, linear_token_logprobs,
                           token_logprobs)
 
@@ -69,6 +71,11 @@ def rebuilt(config: Any, weights: dict[str, torch.Tensor], *, device: Any, dtype
     return model.to(device)
 
 
+# The date a chat template that asks for today's (Llama 3.2's) is given: its own fallback, so that a
+# prompt's tokens do not change from one day to the next (a resumed run, a later `bench eval`).
+CHAT_DATE = "26 Jul 2024"
+
+
 def end_of_turn(tokenizer: Any) -> int | None:
     """The special token a tokenizer's chat template puts right after an assistant's answer (Qwen's
     `<|im_end|>`, Llama 3's `<|eot_id|>`, Gemma's `<end_of_turn>`); None where it puts text there (or
@@ -79,7 +86,7 @@ def end_of_turn(tokenizer: Any) -> int | None:
     mark = "ANSWER-7c1e"
     try:
         text = tokenizer.apply_chat_template([{"role": "user", "content": "Q"}, {"role": "assistant", "content": mark}],
-                                             tokenize=False)
+                                             tokenize=False, date_string=CHAT_DATE)
     except Exception:  # a template that cannot end on an answer: jinja's errors vary
         return None
     if not isinstance(text, str) or mark not in text:
@@ -186,13 +193,20 @@ class Policy:
         return self._tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def encode_prompt(self, prompt: str) -> list[int]:
-        """A task prompt as model input: one user turn of the chat template where the policy chats."""
-        if self._chat and getattr(self._tokenizer, "chat_template", None):
-            ids = self._tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
-            )
-            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
-        return self.encode(prompt)
+        """A task prompt as model input. Where the policy chats (hf profile): one user turn of the chat
+        template, or, for a tokenizer without one (Llama 3's base models), the text with the tokenizer's
+        own special tokens (their BOS); otherwise the text alone."""
+        if not self._chat:
+            return self.encode(prompt)
+        if not getattr(self._tokenizer, "chat_template", None):
+            return list(self._tokenizer(prompt)["input_ids"])
+        try:
+            ids = self._tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                      tokenize=True, date_string=CHAT_DATE)
+        except jinja2.TemplateError as exc:
+            raise RunError(f"the tokenizer's chat template cannot format one user turn ({exc}); give the model "
+                           "folder a template that can, or remove it to prompt with plain text") from exc
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=True)

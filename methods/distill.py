@@ -31,6 +31,7 @@ import torch
 
 from bench.api import (
     LOSS_TYPES,
+    ConfigError,
     Policy,
     Rollouts,
     RunContext,
@@ -199,8 +200,8 @@ def check_tokenizers(student: Policy, teachers: Mapping[str, Policy]) -> None:
     mine = digest(student)
     for teacher in {t.name: t for t in teachers.values()}.values():
         if digest(teacher) != mine:
-            raise ValueError(f"teacher {teacher.name!r} has a different tokenizer from the student {student.name!r}; "
-                             "on-policy distillation compares log-probs token by token and needs the same vocabulary")
+            raise ConfigError(f"teacher {teacher.name!r} has a different tokenizer from the student {student.name!r}; "
+                              "on-policy distillation compares log-probs token by token and needs the same vocabulary")
 
 
 def _converged(progress: dict, config: DistillConfig, teacher_rewards: Mapping[str, float] | None) -> str | None:

@@ -24,7 +24,7 @@ import torch
 
 from bench import store
 from bench.errors import RunError, unknown
-from bench.policy import end_of_turn
+from bench.policy import CHAT_DATE, end_of_turn
 from bench.world.hf import _dtype
 from bench.world.models import TINY_SPECS, is_run_dir, load_error, resolve_model
 
@@ -125,7 +125,7 @@ def evaluate(
     import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
-    from transformers import GenerationConfig
+    from transformers import AutoTokenizer, GenerationConfig
 
     # lm-eval warns once per task that uses a `custom_dataset` hook, as every exported task does.
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
@@ -134,7 +134,12 @@ def evaluate(
         if name not in manager.all_tasks:
             raise unknown("lm-eval task", name, list(manager.all_tasks), most=SHOWN_TASKS)
     try:
-        lm = HFLM(pretrained=str(model), dtype=dtype, add_bos_token=False, device=device, batch_size=batch_size)
+        tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+        # prompts as `Policy.encode_prompt` makes them: a chat template's tokens alone; an hf prompt on a
+        # tokenizer without one with its own special tokens (None: its default, Llama's BOS); else no BOS
+        plain_hf = task_format == "hf" and not getattr(tokenizer, "chat_template", None)
+        lm = HFLM(pretrained=str(model), tokenizer=tokenizer, dtype=dtype, device=device, batch_size=batch_size,
+                  add_bos_token=None if plain_hf else False, chat_template_args={"date_string": CHAT_DATE})
     except torch.cuda.OutOfMemoryError:
         raise  # the device's fault, not the folder's
     except Exception as exc:  # truncated weights, no tokenizer, no weights: the folder's, as `bench run` says

@@ -11,13 +11,15 @@ import shutil
 
 import pytest
 import torch
+from lm_eval.models.huggingface import HFLM
+from tokenizers import processors
 from typer.testing import CliRunner
 
 from bench.accounting.ledger import Ledger
 from bench.cli import app
 from bench.errors import RunError
 from bench.evaluation import Evaluator
-from bench.policy import Policy
+from bench.policy import CHAT_DATE, Policy
 from bench.registry import get_suite
 from bench.run.harness import eval_dtype, metric_rows
 from bench.run.runner import Runner
@@ -158,18 +160,36 @@ def test_eval_of_a_run_takes_its_eval_size_cap_and_device(run_dir, partly_right,
         assert result.exit_code == 2 and "--device cpu scores it here" in (result.stderr or result.output)
 
 
-def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path):
-    """hf-format prompts through a tokenizer with a chat template: lm-eval sees the prompt the benchmark's
-    policy would encode and generates the same completions."""
+# Llama 3.2's way of asking for today's date: a prompt's tokens would change from day to day
+DATED = ("{% if date_string is not defined %}{% set date_string = strftime_now('%d %b %Y') %}{% endif %}"
+         "{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}"
+         "{% if add_generation_prompt %}Assistant ({{ date_string }}):{% endif %}")
+
+
+@pytest.mark.parametrize("template", [DATED, None])
+def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path, template, monkeypatch):
+    """hf-format prompts through a tokenizer with a chat template (one that asks for today's date, which
+    both are given as the same fixed day), or without one but with a tokenizer that adds its BOS (Llama
+    3's base models): lm-eval sees the prompt the benchmark's policy would encode, the BOS once, and
+    generates the same completions."""
     model, tokenizer = load_model(tiny_model_dir("tiny-llama"))
-    tokenizer.chat_template = ("{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}"
-                               "{% if add_generation_prompt %}Assistant:{% endif %}")
+    tokenizer.chat_template = template
+    if template is None:  # the tokenizer's own special tokens: BOS before the text
+        tokenizer._tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{tokenizer.bos_token} $A", special_tokens=[(tokenizer.bos_token, tokenizer.bos_token_id)])
     model.config.max_position_embeddings = 4096  # hf prompts are long: no truncation on either side
     folder = tmp_path / "chat-model"
     save_model(model, tokenizer, folder)
     out, cap, limit = tmp_path / "scores.json", 8, 4
     args = ["eval", str(folder), "--suite", "strings", "--profile", "hf", "--limit", str(limit),
-            "--max-new-tokens", str(cap), "--out", str(out)]
+            "--max-new-tokens", str(cap), "--out", str(out), "--batch-size", "1"]
+    fed, generate = [], HFLM._model_generate
+
+    def recorded(self, context, *args, **kwargs):  # the token ids lm-eval feeds the model, one prompt a call
+        fed.extend(context.tolist())
+        return generate(self, context, *args, **kwargs)
+
+    monkeypatch.setattr(HFLM, "_model_generate", recorded)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     samples = json.loads(out.read_text())["samples"]["opd_bench_strings_easy_hf_strings"]
@@ -177,8 +197,15 @@ def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path):
     policy = Policy("student", *load_model(folder), ledger=Ledger(), trainable=False, chat=True)
     problems = suite.heldout("strings")[:limit]
     texts, _ = Evaluator(suite, limit, cap).completions(policy, problems)
-    assert [s["prompt"] for s in samples] == [f"User: {p.prompt}\nAssistant:" for p in problems]
-    assert [policy.encode_prompt(p.prompt) for p in problems] == [policy.encode(s["prompt"]) for s in samples]
+    encoded = [policy.encode_prompt(p.prompt) for p in problems]
+    assert sorted(fed) == sorted(encoded)  # lm-eval orders its requests by length
+    if template is None:
+        assert [s["prompt"] for s in samples] == [p.prompt for p in problems]
+        assert all(ids[0] == tokenizer.bos_token_id and ids.count(tokenizer.bos_token_id) == 1 for ids in encoded)
+        assert encoded == [[tokenizer.bos_token_id] + policy.encode(s["prompt"]) for s in samples]
+    else:
+        assert [s["prompt"] for s in samples] == [f"User: {p.prompt}\nAssistant ({CHAT_DATE}):" for p in problems]
+        assert encoded == [policy.encode(s["prompt"]) for s in samples]
     assert [s["completion"] for s in samples] == texts
 
 

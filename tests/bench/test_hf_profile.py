@@ -16,6 +16,7 @@ from bench.cli import app
 from bench.accounting.ledger import Ledger
 from bench.world.hf import folder_digest
 from bench.world.models import load_model, save_model, tiny_model_dir
+from bench.errors import RunError
 from bench.policy import Policy, end_of_turn
 from reports.schema import validate_record
 
@@ -69,6 +70,31 @@ def test_a_chat_policy_stops_at_its_templates_end_of_turn(folders, template, end
     assert chat.eos_id == (turn_end if turn_end is not None else eos)
     assert chat.stop_ids == tuple(dict.fromkeys((chat.eos_id, eos)))
     assert Policy("p", model, tokenizer, ledger=Ledger()).stop_ids == (eos,)  # plain prompts: EOS alone
+
+
+def test_a_template_that_cannot_format_a_user_turn_is_one_line(folders):
+    model, tokenizer = load_model(folders[0])
+    tokenizer.chat_template = "{{ raise_exception('This model requires a system message') }}"
+    with pytest.raises(RunError, match="chat template cannot format one user turn .This model requires a system"):
+        Policy("s", model, tokenizer, ledger=Ledger(), chat=True).encode_prompt("What is 2+2?")
+
+
+def test_a_teacher_with_another_vocabulary_is_refused_in_one_line(folders, tmp_path):
+    """On-policy distillation compares log-probs token by token: a teacher whose tokenizer differs is
+    refused with one line and exit 2, not a traceback."""
+    teacher = tmp_path / "teacher"
+    shutil.copytree(folders[1], teacher)
+    _, tokenizer = load_model(teacher)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_end|>"]})
+    tokenizer.save_pretrained(teacher)
+    out = CliRunner().invoke(app, [
+        "run", "--profile", "hf", "--model", str(folders[0]), "--external", str(teacher), "--method", "opd-external",
+        "--suite", "math_code", "--budget", "2e9", "--eval-size", "2", "--max-new-tokens", "8",
+        "--runs", str(tmp_path / "runs"), "--no-progress",
+    ])
+    said = (out.stderr or out.output).strip()
+    assert out.exit_code == 2 and "Traceback" not in out.output, out.output
+    assert "teacher 'external' has a different tokenizer from the student" in said and len(said.splitlines()) == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
