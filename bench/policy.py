@@ -91,9 +91,11 @@ def end_of_turn(tokenizer: Any) -> int | None:
         return None
     if not isinstance(text, str) or mark not in text:
         return None
-    after = tokenizer(text.split(mark, 1)[1], add_special_tokens=False)["input_ids"]
     special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
-    return int(after[0]) if after and after[0] in special else None
+    for token in tokenizer(text.split(mark, 1)[1], add_special_tokens=False)["input_ids"]:
+        if tokenizer.decode([token]).strip():  # whitespace before it (`content + "\n<|im_end|>"`) is passed over
+            return int(token) if token in special else None
+    return None
 
 
 class Policy:

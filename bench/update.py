@@ -240,7 +240,8 @@ def pg_update(
 
 
 def supervised_batch(policy: Policy, prompts: Sequence[str], targets: Sequence[str]) -> SupervisedBatch:
-    """Prompt + target + EOS rows, right-padded; the target tokens (EOS included) are the completion."""
+    """Prompt + target + `eos_id` rows (a chat turn's end, where the policy chats in a template that has
+    one), right-padded; the target tokens (that token included) are the completion."""
     rows, masks = [], []
     for prompt, target in zip(prompts, targets):
         p, t = policy.encode_prompt(prompt), policy.encode(target) + [policy.eos_id]

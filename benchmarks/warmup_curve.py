@@ -87,7 +87,6 @@ def main() -> None:
     def on_step(step: int, policy: Policy, loss: float) -> None:
         if step % args.every:
             return
-        policy._model.eval()
         result = evaluator.evaluate(policy)
         row = {"step": step, "loss": round(loss, 4), "wall_s": round(time.perf_counter() - started),
                "hash": state_digest(policy._model),
@@ -96,7 +95,6 @@ def main() -> None:
         if not args.teacher and args.calibrate_from is not None and step >= args.calibrate_from:
             rows = calibrate(policy, suite, profile)
             row.update(calibration_figures(rows))
-        policy._model.train()
         folder = args.out / f"step{step}"
         save_model(policy._model, policy._tokenizer, folder)
         rows = [r for r in _ledger_rows(ledger) if r["category"] == category]  # the warm-up's, not the evaluations'

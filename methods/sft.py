@@ -8,8 +8,8 @@ the teacher samples completions for training prompts (counted rollouts), the cor
 Departures:
 - teacher samples are drawn fresh for every step, never stored and reused, so the ledger shows the
   true cost of the data (a reused data set would make later epochs look free);
-- a truncated sample (no EOS within the rollout limit) is never a target: the EOS that the
-  supervised step appends would teach the student to stop mid-answer;
+- a truncated sample (no stop token within the rollout limit: EOS, or a chat turn's end) is never a
+  target: the end that the supervised step appends would teach the student to stop mid-answer;
 - a step whose batch has no kept sample makes no update (its sampling is still counted);
 - `minibatches` > 1 splits one step's kept samples into that many supervised updates, in order. The
   teacher's samples do not depend on the student, so drawing several updates' worth at once changes

@@ -31,7 +31,9 @@ hf-format suites are chat prompts: pass `--apply_chat_template` for chat models.
 are raw text, scored as the benchmark feeds them: no chat template. Either way `add_bos_token=False`
 (the benchmark adds no BOS of its own; a chat template adds its own); then lm-eval's accuracy on the
 first N documents equals `bench.evaluation.Evaluator`'s on the same N
-(tests/tasks/test_lm_eval_roundtrip.py).
+(tests/tasks/test_lm_eval_roundtrip.py). For an hf-format suite and a model whose tokenizer has no
+chat template, drop both: the benchmark then prompts with the tokenizer's own special tokens (Llama
+3's BOS), which lm-eval adds by default. `bench eval` chooses for itself.
 """
 
 from __future__ import annotations

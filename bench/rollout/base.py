@@ -135,9 +135,10 @@ def check_args(
             raise ValueError(f"prompt {i} has token ids outside [0, {vocab}): {min(p)}..{max(p)}")
     table, longest = position_table(model), max(map(len, prompt_ids))
     if table is not None and longest + max_new - 1 > table:  # the last new token is never fed back
+        fix = (f"use --max-new-tokens {table - longest + 1} or less, or a model with more positions"
+               if longest < table else "the prompt alone does not fit: use a model with more positions")
         raise RunError(f"a prompt of {longest} tokens and up to {max_new} new tokens need {longest + max_new - 1} "
-                       f"positions, more than the model's table of {table} learned positions; use --max-new-tokens "
-                       f"{max(table - longest + 1, 1)} or less, or a model with more positions")
+                       f"positions, more than the model's table of {table} learned positions; {fix}")
 
 
 def position_table(model: torch.nn.Module) -> int | None:
@@ -146,7 +147,8 @@ def position_table(model: torch.nn.Module) -> int | None:
     `max_position_embeddings`."""
     positions = getattr(model.config, "max_position_embeddings", None)
     tokens = model.get_input_embeddings()
-    if positions and any(isinstance(m, torch.nn.Embedding) and m is not tokens for m in model.modules()):
+    if positions and any(isinstance(m, torch.nn.Embedding) and m is not tokens
+                         and m.num_embeddings in (positions, positions + 2) for m in model.modules()):  # OPT: +2
         return positions
     return None
 

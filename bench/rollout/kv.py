@@ -108,7 +108,8 @@ def make_cache(model: torch.nn.Module, capacity: int) -> DynamicCache:
                                         f"caches as {type(layer).__name__}")
         if (window or capacity) < capacity:  # its attention would no longer be full: the ledger's charge
             raise RunError(f"layer {i} of this model attends a sliding window of {window} positions, fewer than "
-                           f"the {capacity} a prompt and its new tokens take here; use a smaller --max-new-tokens")
+                           f"the {capacity} a prompt and its new tokens take here; use a smaller --max-new-tokens "
+                           "(or, for a prompt longer than the window, a model without one)")
     cache.layers, cache.layer_class_to_replicate = [KVBufferLayer(capacity) for _ in layers], None
     return cache
 

@@ -8,9 +8,10 @@ defaults) or any local model folder. The CLI exports the suite as lm-eval tasks
 (`tasks.lm_eval_export`) and this module hands them, with any lm-eval task the user names, to
 `lm_eval.simple_evaluate` on its `hf` backend. Decoding is the benchmark's own: greedy, stopped by a
 policy's stop tokens only (`Policy.stop_ids`: the tokenizer's EOS and, in chat, the template's end of
-turn; the folder's generation_config.json set aside), the evaluation cap, no BOS added, and the chat
-template where the benchmark uses one (hf prompts on a tokenizer that has a
-template), so the suite accuracy equals `bench.evaluation.Evaluator`'s on the same first N problems
+turn; the folder's generation_config.json set aside), the evaluation cap, and the prompt tokens a
+run feeds (`Policy.encode_prompt`: the chat template where the benchmark uses one, hf prompts on a
+tokenizer that has a template; the tokenizer's own special tokens for hf prompts on one without; no
+BOS otherwise), so the suite accuracy equals `bench.evaluation.Evaluator`'s on the same first N problems
 of each domain (tests/bench/test_harness.py).
 """
 
@@ -149,7 +150,7 @@ def evaluate(
     # generation_config.json (a repetition penalty, other EOS ids, ...)
     chat = task_format == "hf" and bool(getattr(lm.tokenizer, "chat_template", None))
     turn_end = end_of_turn(lm.tokenizer) if chat else None
-    stops = [lm.tokenizer.eos_token_id] + ([turn_end] if turn_end not in (None, lm.tokenizer.eos_token_id) else [])
+    stops = list(dict.fromkeys([t for t in (turn_end, lm.tokenizer.eos_token_id) if t is not None]))  # as stop_ids
     lm.model.generation_config = GenerationConfig(eos_token_id=stops, pad_token_id=lm.tokenizer.pad_token_id)
     try:
         return lm_eval.simple_evaluate(

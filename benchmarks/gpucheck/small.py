@@ -147,9 +147,7 @@ def _curve_small(check: Check, profile, out: dict) -> None:
 
     def on_step(step: int, policy, loss: float) -> None:
         if step % sizes["every"] == 0:  # the figures the base-choosing rule reads, at `bench prepare`'s sizes
-            policy._model.eval()
             rows = calibrate(policy, suite, profile)
-            policy._model.train()
             curve.append({"step": step, "loss": round(loss, 4), **calibration_figures(rows),
                           "model_hash": state_digest(policy._model), "wall_s": round(time.perf_counter() - started, 1)})
             print(f"  gpu-small warm-up {json.dumps(curve[-1])}", flush=True)

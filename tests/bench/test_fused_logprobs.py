@@ -165,16 +165,15 @@ def test_on_cuda_the_fused_head_keeps_what_free_memory_holds():
 
 
 def test_updates_of_one_shape_compile_the_decoder_once():
-    """A model loaded for evaluation (eval mode, as `from_pretrained` leaves it) runs its compiled
-    decoder in training mode from the first update on: it is traced once, not again at the second
-    update, after `step` set training mode (a recompilation there would land inside a benchmark's
-    timed steps, and costs a minute on a 0.5B model)."""
+    """A policy's compiled decoder is traced once, at the first update, not again at the second (a
+    recompilation there would land inside a benchmark's timed steps, and costs a minute on a 0.5B
+    model): the model stays in eval mode throughout, so no switch of mode retraces it."""
     import torch._dynamo
 
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    policy = _policy()
-    policy._model.eval()
+    policy = _policy()  # built for training: build_tiny leaves it in train mode, which the policy ends
+    assert not policy._model.training
     policy.compile_body, policy.compile_backend = True, "eager"
     batch = update.supervised_batch(policy, PROMPTS, TARGETS)
     for _ in range(3):

@@ -164,15 +164,19 @@ def test_eval_of_a_run_takes_its_eval_size_cap_and_device(run_dir, partly_right,
 DATED = ("{% if date_string is not defined %}{% set date_string = strftime_now('%d %b %Y') %}{% endif %}"
          "{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}"
          "{% if add_generation_prompt %}Assistant ({{ date_string }}):{% endif %}")
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-@pytest.mark.parametrize("template", [DATED, None])
+@pytest.mark.parametrize("template", [DATED, CHATML, None])
 def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path, template, monkeypatch):
     """hf-format prompts through a tokenizer with a chat template (one that asks for today's date, which
-    both are given as the same fixed day), or without one but with a tokenizer that adds its BOS (Llama
-    3's base models): lm-eval sees the prompt the benchmark's policy would encode, the BOS once, and
-    generates the same completions."""
+    both are given as the same fixed day; ChatML, whose turns end with a special token), or without one
+    but with a tokenizer that adds its BOS (Llama 3's base models): lm-eval sees the prompt the
+    benchmark's policy would encode, the BOS once, stops where the policy stops and generates the same
+    completions."""
     model, tokenizer = load_model(tiny_model_dir("tiny-llama"))
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     tokenizer.chat_template = template
     if template is None:  # the tokenizer's own special tokens: BOS before the text
         tokenizer._tokenizer.post_processor = processors.TemplateProcessing(
@@ -183,10 +187,11 @@ def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path, templ
     out, cap, limit = tmp_path / "scores.json", 8, 4
     args = ["eval", str(folder), "--suite", "strings", "--profile", "hf", "--limit", str(limit),
             "--max-new-tokens", str(cap), "--out", str(out), "--batch-size", "1"]
-    fed, generate = [], HFLM._model_generate
+    fed, stops, generate = [], set(), HFLM._model_generate
 
     def recorded(self, context, *args, **kwargs):  # the token ids lm-eval feeds the model, one prompt a call
         fed.extend(context.tolist())
+        stops.add(tuple(self.model.generation_config.eos_token_id))
         return generate(self, context, *args, **kwargs)
 
     monkeypatch.setattr(HFLM, "_model_generate", recorded)
@@ -199,12 +204,14 @@ def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path, templ
     texts, _ = Evaluator(suite, limit, cap).completions(policy, problems)
     encoded = [policy.encode_prompt(p.prompt) for p in problems]
     assert sorted(fed) == sorted(encoded)  # lm-eval orders its requests by length
+    assert stops == {policy.stop_ids} and len(policy.stop_ids) == 1 + (template == CHATML)
     if template is None:
         assert [s["prompt"] for s in samples] == [p.prompt for p in problems]
         assert all(ids[0] == tokenizer.bos_token_id and ids.count(tokenizer.bos_token_id) == 1 for ids in encoded)
         assert encoded == [[tokenizer.bos_token_id] + policy.encode(s["prompt"]) for s in samples]
     else:
-        assert [s["prompt"] for s in samples] == [f"User: {p.prompt}\nAssistant ({CHAT_DATE}):" for p in problems]
+        if template == DATED:
+            assert [s["prompt"] for s in samples] == [f"User: {p.prompt}\nAssistant ({CHAT_DATE}):" for p in problems]
         assert encoded == [policy.encode(s["prompt"]) for s in samples]
     assert [s["completion"] for s in samples] == texts
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tokenizers import AddedToken
 from typer.testing import CliRunner
 
 from bench.cli import app
@@ -18,6 +19,7 @@ from bench.world.hf import folder_digest
 from bench.world.models import load_model, save_model, tiny_model_dir
 from bench.errors import RunError
 from bench.policy import Policy, end_of_turn
+from bench.rollout.torch_engine import TorchRollout
 from reports.schema import validate_record
 
 TEMPLATE = (
@@ -53,15 +55,18 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-@pytest.mark.parametrize("template, ends", [(CHATML, "<|im_end|>"), (TEMPLATE, None),
-                                            ("{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}",
-                                             "<eos>"), (None, None)])
+@pytest.mark.parametrize("template, ends", [
+    (CHATML, "<|im_end|>"), (CHATML.replace("}}<|im_end|>", "}}\n<|im_end|>"), "<|im_end|>"),  # after whitespace
+    (TEMPLATE, None),
+    ("{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}", "<eos>"), (None, None)])
 def test_a_chat_policy_stops_at_its_templates_end_of_turn(folders, template, ends):
     """Qwen's base models chat in ChatML and end a turn with <|im_end|>, never with their tokenizer's
     EOS (<|endoftext|>): a chat policy stops at both and ends its answers (SFT targets) with the turn's
-    end. A template that ends a turn with text, or with EOS, leaves EOS alone; so does plain text."""
+    end, whitespace before it passed over (here a newline that is a special token). A template that
+    ends a turn with text, or with EOS, leaves EOS alone; so does plain text."""
     model, tokenizer = load_model(folders[0])
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tokenizer.add_tokens([AddedToken("\n", special=True, normalized=False)])  # never a turn's end
     tokenizer.chat_template = template
     eos = tokenizer.eos_token_id
     turn_end = None if ends is None else tokenizer.convert_tokens_to_ids(ends)
@@ -70,6 +75,31 @@ def test_a_chat_policy_stops_at_its_templates_end_of_turn(folders, template, end
     assert chat.eos_id == (turn_end if turn_end is not None else eos)
     assert chat.stop_ids == tuple(dict.fromkeys((chat.eos_id, eos)))
     assert Policy("p", model, tokenizer, ledger=Ledger()).stop_ids == (eos,)  # plain prompts: EOS alone
+
+
+def test_a_chatml_run_rolls_out_and_evaluates_with_both_stop_tokens(folders, tmp_path, monkeypatch):
+    """Every generation of a run on a ChatML folder, the evaluations' and the method's rollouts, stops
+    at <|im_end|> and at EOS."""
+    student = tmp_path / "chatml"
+    shutil.copytree(folders[0], student)
+    _, tokenizer = load_model(student)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tokenizer.chat_template = CHATML
+    tokenizer.save_pretrained(student)
+    seen, generate = [], TorchRollout.generate
+
+    def recorded(self, model, prompts, **kwargs):
+        seen.append((kwargs["greedy"] if "greedy" in kwargs else False, tuple(kwargs["eos_id"])))
+        return generate(self, model, prompts, **kwargs)
+
+    monkeypatch.setattr(TorchRollout, "generate", recorded)
+    out = CliRunner().invoke(app, ["run", "--profile", "hf", "--model", str(student), "--method", "grpo-joint",
+                                   "--suite", "math_code", "--budget", "2e9", "--eval-size", "2",
+                                   "--max-new-tokens", "8", "--runs", str(tmp_path / "runs"), "--no-progress"])
+    assert out.exit_code == 0, out.output
+    ends = (tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id)
+    assert {greedy for greedy, _ in seen} == {True, False}  # evaluations and rollouts both ran
+    assert {stops for _, stops in seen} == {ends}
 
 
 def test_a_template_that_cannot_format_a_user_turn_is_one_line(folders):
