@@ -98,6 +98,13 @@ def end_of_turn(tokenizer: Any) -> int | None:
     return None
 
 
+def stop_tokens(tokenizer: Any, chat: bool) -> tuple[int, ...]:
+    """The tokens that end a completion, the one that ends an answer first: a chat template's end of turn
+    where prompts are chat turns (`end_of_turn`), then the tokenizer's EOS (`Policy.stop_ids`)."""
+    turn_end = end_of_turn(tokenizer) if chat else None
+    return tuple(dict.fromkeys(int(t) for t in (turn_end, tokenizer.eos_token_id) if t is not None))
+
+
 class Policy:
     """A named, metered causal LM, its tokenizer and (once it trains) its optimiser."""
 
@@ -112,7 +119,7 @@ class Policy:
         self._updates = 0
         self._extra: dict = {}
         self._chat = chat  # prompts go through the tokenizer's chat template (hf profile)
-        self._turn_end = end_of_turn(tokenizer) if chat else None
+        self._stops = stop_tokens(tokenizer, chat)
         # Log-probs with gradients: the LM head fused with the log-softmax (None: on CUDA where the
         # architecture allows it), the decoder under torch.compile (None: on CUDA for large models)
         # and the fused head's work after its matmuls too (None: where the decoder is), with this
@@ -167,12 +174,12 @@ class Policy:
     def eos_id(self) -> int:
         """The token that ends an answer: the chat template's end of turn where prompts are chat turns
         and the template ends one with a special token (Qwen's `<|im_end|>`), else the tokenizer's EOS."""
-        return self._turn_end if self._turn_end is not None else int(self._tokenizer.eos_token_id)
+        return self._stops[0]
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
         """Every token that ends a completion: `eos_id`, and the tokenizer's EOS where that differs."""
-        return tuple(dict.fromkeys((self.eos_id, int(self._tokenizer.eos_token_id))))
+        return self._stops
 
     @property
     def pad_id(self) -> int:

@@ -25,7 +25,7 @@ import torch
 
 from bench import store
 from bench.errors import RunError, unknown
-from bench.policy import CHAT_DATE, end_of_turn
+from bench.policy import CHAT_DATE, stop_tokens
 from bench.world.hf import _dtype
 from bench.world.models import TINY_SPECS, is_run_dir, load_error, resolve_model
 
@@ -149,9 +149,8 @@ def evaluate(
     # tokenizer's EOS and, in chat, the template's end of turn), none of the folder's
     # generation_config.json (a repetition penalty, other EOS ids, ...)
     chat = task_format == "hf" and bool(getattr(lm.tokenizer, "chat_template", None))
-    turn_end = end_of_turn(lm.tokenizer) if chat else None
-    stops = list(dict.fromkeys([t for t in (turn_end, lm.tokenizer.eos_token_id) if t is not None]))  # as stop_ids
-    lm.model.generation_config = GenerationConfig(eos_token_id=stops, pad_token_id=lm.tokenizer.pad_token_id)
+    lm.model.generation_config = GenerationConfig(eos_token_id=list(stop_tokens(lm.tokenizer, chat)),
+                                                  pad_token_id=lm.tokenizer.pad_token_id)
     try:
         return lm_eval.simple_evaluate(
             model=lm,
