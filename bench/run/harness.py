@@ -138,9 +138,10 @@ def evaluate(
         tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
         # prompts as `Policy.encode_prompt` makes them: a chat template's tokens alone; an hf prompt on a
         # tokenizer without one with its own special tokens (None: its default, Llama's BOS); else no BOS
-        plain_hf = task_format == "hf" and not getattr(tokenizer, "chat_template", None)
+        chat = task_format == "hf" and bool(getattr(tokenizer, "chat_template", None))
         lm = HFLM(pretrained=str(model), tokenizer=tokenizer, dtype=dtype, device=device, batch_size=batch_size,
-                  add_bos_token=None if plain_hf else False, chat_template_args={"date_string": CHAT_DATE})
+                  add_bos_token=None if task_format == "hf" and not chat else False,
+                  chat_template_args={"date_string": CHAT_DATE})
     except torch.cuda.OutOfMemoryError:
         raise  # the device's fault, not the folder's
     except Exception as exc:  # truncated weights, no tokenizer, no weights: the folder's, as `bench run` says
@@ -148,7 +149,6 @@ def evaluate(
     # the benchmark's decoding (bench.rollout): greedy, stopped by a policy's stop tokens only (the
     # tokenizer's EOS and, in chat, the template's end of turn), none of the folder's
     # generation_config.json (a repetition penalty, other EOS ids, ...)
-    chat = task_format == "hf" and bool(getattr(lm.tokenizer, "chat_template", None))
     lm.model.generation_config = GenerationConfig(eos_token_id=list(stop_tokens(lm.tokenizer, chat)),
                                                   pad_token_id=lm.tokenizer.pad_token_id)
     try:
