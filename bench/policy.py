@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 from typing import Any
+from unittest import mock
 
 import jinja2
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers.utils import chat_template_utils
 
 from bench.accounting.ledger import Ledger, current_category, current_phase
 from bench.accounting.metering import meter
@@ -71,9 +74,28 @@ def rebuilt(config: Any, weights: dict[str, torch.Tensor], *, device: Any, dtype
     return model.to(device)
 
 
-# The date a chat template that asks for today's (Llama 3.2's) is given: its own fallback, so that a
-# prompt's tokens do not change from one day to the next (a resumed run, a later `bench eval`).
+# The day a chat template that asks for today's date is given, so that a prompt's tokens do not change
+# from one day to the next (a resumed run, a later `bench eval`): Llama 3.x's own fallback. Templates
+# read it as `date_string` (Llama 3.x's) or call transformers' `strftime_now` (Mistral Small 3's),
+# which `chat_day` makes read it too.
 CHAT_DATE = "26 Jul 2024"
+
+
+class _ChatDay(datetime.datetime):
+    @classmethod
+    def now(cls, tz: Any = None) -> datetime.datetime:
+        return cls(2024, 7, 26, tzinfo=tz)  # CHAT_DATE
+
+
+@contextlib.contextmanager
+def chat_day():
+    """Chat templates rendered in the block see `CHAT_DATE` as today through `strftime_now` (transformers
+    turns a template's variables into plain data, so no function of ours can be passed as one)."""
+    if not isinstance(getattr(chat_template_utils, "datetime", None), type):  # a transformers that has none
+        yield
+        return
+    with mock.patch.object(chat_template_utils, "datetime", _ChatDay):
+        yield
 
 
 def end_of_turn(tokenizer: Any) -> int | None:
@@ -85,8 +107,9 @@ def end_of_turn(tokenizer: Any) -> int | None:
         return None
     mark = "ANSWER-7c1e"
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "Q"}, {"role": "assistant", "content": mark}],
-                                             tokenize=False, date_string=CHAT_DATE)
+        with chat_day():
+            text = tokenizer.apply_chat_template([{"role": "user", "content": "Q"}, {"role": "assistant", "content": mark}],
+                                                 tokenize=False, date_string=CHAT_DATE)
     except Exception:  # a template that cannot end on an answer: jinja's errors vary
         return None
     if not isinstance(text, str) or mark not in text:
@@ -210,8 +233,9 @@ class Policy:
         if not getattr(self._tokenizer, "chat_template", None):
             return list(self._tokenizer(prompt)["input_ids"])
         try:
-            ids = self._tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                      tokenize=True, date_string=CHAT_DATE)
+            with chat_day():
+                ids = self._tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                          add_generation_prompt=True, tokenize=True, date_string=CHAT_DATE)
         except jinja2.TemplateError as exc:
             raise RunError(f"the tokenizer's chat template cannot format one user turn ({exc}); give the model "
                            "folder a template that can, or remove it to prompt with plain text") from exc

@@ -31,9 +31,10 @@ hf-format suites are chat prompts: pass `--apply_chat_template` for chat models.
 are raw text, scored as the benchmark feeds them: no chat template. Either way `add_bos_token=False`
 (the benchmark adds no BOS of its own; a chat template adds its own); then lm-eval's accuracy on the
 first N documents equals `bench.evaluation.Evaluator`'s on the same N
-(tests/tasks/test_lm_eval_roundtrip.py). For an hf-format suite and a model whose tokenizer has no
-chat template, drop both: the benchmark then prompts with the tokenizer's own special tokens (Llama
-3's BOS), which lm-eval adds by default. `bench eval` chooses for itself.
+(tests/tasks/test_lm_eval_roundtrip.py). A model whose tokenizer has no chat template, whose turns
+end with a token its `generation_config.json` does not stop at, or whose template writes today's
+date needs other flags: `bench export-lm-eval --model DIR` prints them (`lm_eval_command`'s keyword
+arguments), and `bench eval` chooses for itself.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ import json
 import os
 import shlex
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tasks.suites import Suite
 
@@ -100,12 +103,26 @@ def task_name(suite: Suite) -> str:
     return f"opd_bench_{suite.name}_{suite.difficulty}_{suite.fmt}"
 
 
-def lm_eval_command(suite: Suite, out_dir: str | os.PathLike, model: str = "MODEL_DIR") -> str:
-    """The shell command that scores a local HF model folder on an export in `out_dir`."""
-    args = ["lm_eval", "--model", "hf", "--model_args", f"pretrained={model},add_bos_token=False",
+def lm_eval_command(suite: Suite, out_dir: str | os.PathLike, model: str = "MODEL_DIR", *,
+                    model_args: dict[str, Any] | None = None, chat: bool | None = None,
+                    stop_ids: Sequence[int] = ()) -> str:
+    """The shell command that scores a local HF model folder on an export in `out_dir`.
+
+    `model_args` (arguments of lm-eval's `hf` model besides `pretrained`), `chat` (apply the chat
+    template) and `stop_ids` (the tokens generation stops at, as `eos_token_id`) are what `bench
+    export-lm-eval --model` reads from the model's tokenizer. By default: no BOS, and the chat template
+    for an hf-format suite."""
+    model_args = {"add_bos_token": False} if model_args is None else model_args
+    chat = suite.fmt == "hf" if chat is None else chat
+    given = {"pretrained": model, **model_args}
+    plain = all(isinstance(v, (str, bool)) for v in given.values())  # `k=v,...`, else lm-eval's JSON form
+    args = ["lm_eval", "--model", "hf", "--model_args",
+            ",".join(f"{k}={v}" for k, v in given.items()) if plain else json.dumps(given),
             "--tasks", task_name(suite), "--include_path", str(out_dir), "--batch_size", "16"]
-    if suite.fmt == "hf":
+    if chat:
         args.append("--apply_chat_template")
+    if stop_ids:
+        args += ["--gen_kwargs", json.dumps({"eos_token_id": list(stop_ids)})]
     return shlex.join(args)
 
 

@@ -222,19 +222,33 @@ def export_lm_eval(
     difficulty: str = typer.Option("easy"),
     fmt: str = typer.Option("hf", "--format", help="prompt format: hf (chat, real models), tiny or worked (the "
                             "tiny worlds' short and worked answers)"),
+    model: Optional[str] = typer.Option(None, help="the model to score (a folder, run directory or cached hub id): "
+                                        "the printed command gets the flags its tokenizer needs"),
 ) -> None:
     """Write a suite's held-out split as a self-contained lm-eval task folder (`lm_eval --include_path OUT`)."""
     from bench.registry import get_suite
+    from bench.run.harness import lm_eval_feed, lm_eval_flags
+    from bench.world.models import resolve_model
     from tasks.lm_eval_export import ExportFolderError, export, lm_eval_command
 
     with _one_line():
         chosen = get_suite(suite, difficulty, fmt)
+        if model is None:
+            chat, model_args = lm_eval_feed(True, chosen.fmt)
+            folder, stop_ids = "MODEL_DIR", ()
+        else:
+            folder = resolve_model(model)
+            chat, model_args, stop_ids = lm_eval_flags(folder, chosen.fmt)
         try:
             path = export(chosen, out)
         except ExportFolderError as exc:
             _fail(str(exc))
-    console.print(f"wrote {path}; score a model folder with:", soft_wrap=True)
-    console.print(lm_eval_command(chosen, out.resolve()), highlight=False, soft_wrap=True, markup=False)
+    console.print(f"wrote {path}; score {'the' if model else 'a'} model folder with:", soft_wrap=True)
+    console.print(lm_eval_command(chosen, out.resolve(), str(folder), model_args=model_args, chat=chat,
+                                  stop_ids=stop_ids), highlight=False, soft_wrap=True, markup=False)
+    if model is None and chosen.fmt == "hf":
+        console.print("(the flags of a model with a chat template; --model names the model and prints its own)",
+                      highlight=False, soft_wrap=True)
 
 
 @app.command("export-hf", rich_help_panel=PANEL)

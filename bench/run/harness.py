@@ -25,7 +25,7 @@ import torch
 
 from bench import store
 from bench.errors import RunError, unknown
-from bench.policy import CHAT_DATE, stop_tokens
+from bench.policy import CHAT_DATE, chat_day, stop_tokens
 from bench.world.hf import _dtype
 from bench.world.models import TINY_SPECS, is_run_dir, load_error, resolve_model
 
@@ -106,6 +106,31 @@ def eval_dtype(device: str, task_format: str) -> str:
     return str(_dtype(device)).removeprefix("torch.") if task_format == "hf" else "float32"
 
 
+def lm_eval_feed(templated: bool, task_format: str) -> tuple[bool, dict[str, Any]]:
+    """Whether lm-eval applies the chat template (hf-format prompts on a tokenizer that has one:
+    `templated`), and the arguments of its `hf` model that feed prompts as `Policy.encode_prompt` makes
+    them: a template's tokens alone, on the fixed day a run gives it; an hf prompt on a tokenizer
+    without one with the tokenizer's own special tokens (`add_bos_token` unset: its default, Llama's
+    BOS); else no BOS."""
+    chat = task_format == "hf" and templated
+    if task_format == "hf" and not chat:
+        return chat, {}
+    return chat, {"add_bos_token": False} | ({"chat_template_args": {"date_string": CHAT_DATE}} if chat else {})
+
+
+def lm_eval_flags(model: Path, task_format: str) -> tuple[bool, dict[str, Any], tuple[int, ...]]:
+    """`lm_eval_feed` for a model folder's tokenizer, and the tokens its completions stop at (a policy's
+    `stop_ids`), for `bench export-lm-eval --model` to print the command that scores it as a run would."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+    except Exception as exc:
+        raise load_error(model, exc) from exc
+    chat, model_args = lm_eval_feed(bool(getattr(tokenizer, "chat_template", None)), task_format)
+    return chat, model_args, stop_tokens(tokenizer, chat)
+
+
 SHOWN_TASKS = 5  # an unknown task's message offers the closest few of lm-eval's thousands, not the list
 
 
@@ -136,12 +161,9 @@ def evaluate(
             raise unknown("lm-eval task", name, list(manager.all_tasks), most=SHOWN_TASKS)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
-        # prompts as `Policy.encode_prompt` makes them: a chat template's tokens alone; an hf prompt on a
-        # tokenizer without one with its own special tokens (None: its default, Llama's BOS); else no BOS
-        chat = task_format == "hf" and bool(getattr(tokenizer, "chat_template", None))
+        chat, model_args = lm_eval_feed(bool(getattr(tokenizer, "chat_template", None)), task_format)
         lm = HFLM(pretrained=str(model), tokenizer=tokenizer, dtype=dtype, device=device, batch_size=batch_size,
-                  add_bos_token=None if task_format == "hf" and not chat else False,
-                  chat_template_args={"date_string": CHAT_DATE})
+                  **model_args)
     except torch.cuda.OutOfMemoryError:
         raise  # the device's fault, not the folder's
     except Exception as exc:  # truncated weights, no tokenizer, no weights: the folder's, as `bench run` says
@@ -152,16 +174,17 @@ def evaluate(
     lm.model.generation_config = GenerationConfig(eos_token_id=list(stop_tokens(lm.tokenizer, chat)),
                                                   pad_token_id=lm.tokenizer.pad_token_id)
     try:
-        return lm_eval.simple_evaluate(
-            model=lm,
-            tasks=task_names,
-            task_manager=manager,
-            limit=limit,
-            apply_chat_template=chat,
-            log_samples=True,
-            bootstrap_iters=0,
-            verbosity="ERROR",
-        )
+        with chat_day():  # a template that calls `strftime_now` itself, as a run renders it
+            return lm_eval.simple_evaluate(
+                model=lm,
+                tasks=task_names,
+                task_manager=manager,
+                limit=limit,
+                apply_chat_template=chat,
+                log_samples=True,
+                bootstrap_iters=0,
+                verbosity="ERROR",
+            )
     except ConnectionError as exc:  # what `datasets` raises offline for data it does not have
         raise RunError(f"a task's data is not in the local datasets cache and nothing is downloaded ({exc}); "
                        "fetch it once where there is a network, e.g. with lm_eval --tasks NAME --limit 1") from exc

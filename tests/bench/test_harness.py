@@ -6,8 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import random
+import shlex
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -25,6 +29,7 @@ from bench.run.harness import eval_dtype, metric_rows
 from bench.run.runner import Runner
 from bench.update import sft_step
 from bench.world.models import load_model, resolve_model, save_model, tiny_model_dir
+from tasks.lm_eval_export import MAX_GEN_TOKS
 from tests.methods.support import run_config, run_method
 
 pytest.importorskip("lm_eval")
@@ -164,17 +169,15 @@ def test_eval_of_a_run_takes_its_eval_size_cap_and_device(run_dir, partly_right,
 DATED = ("{% if date_string is not defined %}{% set date_string = strftime_now('%d %b %Y') %}{% endif %}"
          "{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}"
          "{% if add_generation_prompt %}Assistant ({{ date_string }}):{% endif %}")
+# Mistral Small 3's: it calls `strftime_now` itself
+TODAY = ("{% for m in messages %}[SYSTEM]{{ strftime_now('%Y-%m-%d') }}[INST]{{ m['content'] }}[/INST]{% endfor %}")
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-@pytest.mark.parametrize("template", [DATED, CHATML, None])
-def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path, template, monkeypatch):
-    """hf-format prompts through a tokenizer with a chat template (one that asks for today's date, which
-    both are given as the same fixed day; ChatML, whose turns end with a special token), or without one
-    but with a tokenizer that adds its BOS (Llama 3's base models): lm-eval sees the prompt the
-    benchmark's policy would encode, the BOS once, stops where the policy stops and generates the same
-    completions."""
+def chat_folder(tmp_path, template: str | None):
+    """The tiny Llama with this chat template and ChatML's tokens, or with none and a tokenizer that adds
+    its BOS (Llama 3's base models)."""
     model, tokenizer = load_model(tiny_model_dir("tiny-llama"))
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     tokenizer.chat_template = template
@@ -184,6 +187,17 @@ def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path, templ
     model.config.max_position_embeddings = 4096  # hf prompts are long: no truncation on either side
     folder = tmp_path / "chat-model"
     save_model(model, tokenizer, folder)
+    return folder, tokenizer
+
+
+@pytest.mark.parametrize("template", [DATED, TODAY, CHATML, None])
+def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path, template, monkeypatch):
+    """hf-format prompts through a tokenizer with a chat template (one that asks for today's date, which
+    both are given as the same fixed day; ChatML, whose turns end with a special token), or without one
+    but with a tokenizer that adds its BOS (Llama 3's base models): lm-eval sees the prompt the
+    benchmark's policy would encode, the BOS once, stops where the policy stops and generates the same
+    completions."""
+    folder, tokenizer = chat_folder(tmp_path, template)
     out, cap, limit = tmp_path / "scores.json", 8, 4
     args = ["eval", str(folder), "--suite", "strings", "--profile", "hf", "--limit", str(limit),
             "--max-new-tokens", str(cap), "--out", str(out), "--batch-size", "1"]
@@ -212,8 +226,52 @@ def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path, templ
     else:
         if template == DATED:
             assert [s["prompt"] for s in samples] == [f"User: {p.prompt}\nAssistant ({CHAT_DATE}):" for p in problems]
+        if template == TODAY:
+            assert [s["prompt"] for s in samples] == [f"[SYSTEM]2024-07-26[INST]{p.prompt}[/INST]" for p in problems]
         assert encoded == [policy.encode(s["prompt"]) for s in samples]
     assert [s["completion"] for s in samples] == texts
+
+
+# lm-eval's own command line, printing the stop tokens each `generate` call is given
+_LM_EVAL_CLI = """import json, runpy, sys
+from transformers.generation.utils import GenerationMixin
+generate = GenerationMixin.generate
+def recorded(self, *args, **kwargs):
+    print("STOPS", json.dumps(kwargs.get("eos_token_id")))
+    return generate(self, *args, **kwargs)
+GenerationMixin.generate = recorded
+sys.argv = ["lm_eval", *sys.argv[1:]]
+runpy.run_module("lm_eval", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("template", [DATED, CHATML, None])
+def test_the_printed_lm_eval_command_of_a_model_feeds_and_stops_as_the_benchmark(tmp_path, template):
+    """`bench export-lm-eval --model DIR` prints the command for that model's tokenizer: lm-eval's own
+    command line then generates the completions the benchmark's evaluator does (prompt tokens, BOS,
+    the fixed day) and stops at a policy's stop tokens (ChatML's end of turn as well as EOS)."""
+    folder, tokenizer = chat_folder(tmp_path, template)
+    exported, limit = tmp_path / "tasks", 2
+    shown = CliRunner().invoke(app, ["export-lm-eval", "strings", "--out", str(exported), "--model", str(folder)])
+    assert shown.exit_code == 0, shown.output
+    command = shlex.split(shown.output.strip().splitlines()[-1])
+    assert command[0] == "lm_eval" and ("--apply_chat_template" in command) == (template is not None)
+    results = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", _LM_EVAL_CLI, *command[1:], "--device", "cpu", "--limit", str(limit),
+                           "--output_path", str(results), "--log_samples"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    policy = Policy("student", *load_model(folder), ledger=Ledger(), trainable=False, chat=True)
+    assert {tuple(json.loads(line.split(" ", 1)[1])) for line in done.stdout.splitlines() if line.startswith("STOPS ")} \
+        == {policy.stop_ids}
+    assert len(policy.stop_ids) == 1 + (template == CHATML)
+    suite = get_suite("strings", "easy", "hf")
+    problems = suite.heldout("strings")[:limit]
+    texts, _ = Evaluator(suite, limit, MAX_GEN_TOKS["hf"]).completions(policy, problems)
+    samples = [json.loads(line) for f in results.rglob("samples_*.jsonl") for line in f.read_text().splitlines()]
+    assert sorted(samples, key=lambda s: s["doc_id"])[0]["arguments"]  # lm-eval logged what it fed
+    assert [s["resps"][0][0] for s in sorted(samples, key=lambda s: s["doc_id"])] == texts
 
 
 def test_eval_runs_a_task_the_user_names(run_dir, tmp_path):

@@ -4,6 +4,7 @@ The same code path a GPU user takes (`--profile hf --model DIR`), on tiny random
 folders that carry a chat template.
 """
 
+import datetime
 import json
 import shutil
 from pathlib import Path
@@ -100,6 +101,26 @@ def test_a_chatml_run_rolls_out_and_evaluates_with_both_stop_tokens(folders, tmp
     ends = (tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id)
     assert {greedy for greedy, _ in seen} == {True, False}  # evaluations and rollouts both ran
     assert {stops for _, stops in seen} == {ends}
+
+
+# Two ways chat templates write today's date: Llama 3.x's reads `date_string` if given, else calls
+# `strftime_now`; Mistral Small 3's calls `strftime_now` itself.
+DATED = {"date_string": "{% if date_string is not defined %}{% set date_string = strftime_now('%d %b %Y') %}"
+                        "{% endif %}Today: {{ date_string }}\n{% for m in messages %}{{ m['content'] }}{% endfor %}",
+         "strftime_now": "Today: {{ strftime_now('%Y-%m-%d') }}\n{% for m in messages %}{{ m['content'] }}{% endfor %}"}
+
+
+@pytest.mark.parametrize("template, today", [(DATED["date_string"], "26 Jul 2024"),
+                                             (DATED["strftime_now"], "2024-07-26")], ids=list(DATED))
+def test_a_template_that_writes_todays_date_is_given_one_fixed_day(folders, template, today):
+    """A prompt's tokens are the same on every day (a run resumed, or scored by `bench eval`, later), and
+    the day's date is left alone outside a policy's prompts."""
+    model, tokenizer = load_model(folders[0])
+    tokenizer.chat_template = template
+    text = tokenizer.decode(Policy("s", model, tokenizer, ledger=Ledger(), chat=True).encode_prompt("Q"))
+    assert text == f"Today: {today}\nQ"
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "Q"}], tokenize=False) == \
+        f"Today: {datetime.date.today().strftime('%d %b %Y' if 'date_string' in template else '%Y-%m-%d')}\nQ"
 
 
 def test_a_template_that_cannot_format_a_user_turn_is_one_line(folders):
