@@ -461,6 +461,12 @@ class RunContext:
         """The method returned: `should_stop()` is True from now on."""
         self._finished = True
 
+    def _detach(self) -> None:
+        """The run ended: drop the runner's callbacks, which keep it (and through it this context, its
+        models and their memory) alive until the garbage collector finds the cycle."""
+        self._teacher_loader = self._on_step = self._phase_runner = None
+        self._on_boundary = self._on_progress = self._on_replay = None
+
     def _progress(self, children_flops: float, line: str | None) -> None:
         """Parallel phases' news: their counted FLOPs so far (beyond this context's), a line or None."""
         self._on_progress(self.spent_flops + children_flops, line)

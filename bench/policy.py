@@ -108,8 +108,8 @@ def end_of_turn(tokenizer: Any) -> int | None:
     mark = "ANSWER-7c1e"
     try:
         with chat_day():
-            text = tokenizer.apply_chat_template([{"role": "user", "content": "Q"}, {"role": "assistant", "content": mark}],
-                                                 tokenize=False, date_string=CHAT_DATE)
+            turns = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": mark}]
+            text = tokenizer.apply_chat_template(turns, tokenize=False, date_string=CHAT_DATE)
     except Exception:  # a template that cannot end on an answer: jinja's errors vary
         return None
     if not isinstance(text, str) or mark not in text:
@@ -235,7 +235,8 @@ class Policy:
         try:
             with chat_day():
                 ids = self._tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                          add_generation_prompt=True, tokenize=True, date_string=CHAT_DATE)
+                                                          add_generation_prompt=True, tokenize=True,
+                                                          date_string=CHAT_DATE)
         except jinja2.TemplateError as exc:
             raise RunError(f"the tokenizer's chat template cannot format one user turn ({exc}); give the model "
                            "folder a template that can, or remove it to prompt with plain text") from exc

@@ -75,20 +75,27 @@ def prefix_hash(path: Path, rows: int) -> str | None:
     return None
 
 
-def write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically: a reader sees the old file or the new one, never half of one."""
+def write_text(path: Path, text: str) -> None:
+    """Write a file atomically: a reader sees the old file or the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=True, default=str)
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:  # the target a folder, a full disk, Ctrl-C: no half-written temporary left behind
+    except BaseException as exc:  # the target a folder, a full disk, Ctrl-C: no half-written temporary left behind
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a failed write names no file: name ours
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (`write_text`)."""
+    write_text(path, json.dumps(obj, indent=1, sort_keys=True, default=str))
 
 
 def read_json(path: Path) -> Any:
@@ -122,7 +129,5 @@ def read_jsonl(path: Path, keep: int | None = None) -> list[dict]:
 
 
 def rewrite_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = Path(path).with_name(Path(path).name + f".tmp{os.getpid()}")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 

@@ -98,10 +98,11 @@ def check_choice(kind: str, value: object, allowed: Sequence[str]) -> str:
     """Return `value` if it is one of `allowed`, else raise a one-line `UnknownSuiteError`."""
     if isinstance(value, str) and value in allowed:
         return value
-    msg = f"unknown {kind} {value!r}; allowed: {', '.join(allowed)}"
+    plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"  # as the command line words it
+    msg = f"unknown {kind} {value!r}; known {plural}: {', '.join(allowed)}"
     close = difflib.get_close_matches(str(value), list(allowed), n=1)
     if close:
-        msg += f"; did you mean {close[0]!r}?"
+        msg += f" (did you mean {close[0]!r}?)"
     raise UnknownSuiteError(msg)
 
 

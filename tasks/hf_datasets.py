@@ -118,6 +118,8 @@ def export(suite: Suite, out_dir: str | os.PathLike, *, train_size: int = TRAIN_
     A README.md that is not an earlier export's card, or a data/ folder with files beside no such card,
     is refused (`SuiteFolderError`) before anything is written.
     """
+    import datasets
+
     out = Path(out_dir)
     data = out / "data"
     if (out / "README.md").exists():  # a card of an earlier export is replaced; anyone else's README is not
@@ -134,8 +136,14 @@ def export(suite: Suite, out_dir: str | os.PathLike, *, train_size: int = TRAIN_
     card = out / "README.md"  # first: an export interrupted while writing data/ is recognised as ours
     card.write_text(_card(suite, {s: len(d) for s, d in splits.items()}, train_size, seed), encoding="utf-8")
     data.mkdir(exist_ok=True)
-    for split, dataset in splits.items():
-        dataset.to_parquet(str(data / f"{split}-00000-of-00001.parquet"))
+    quiet = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # a bar per split for a few milliseconds of writing: noise on stderr
+    try:
+        for split, dataset in splits.items():
+            dataset.to_parquet(str(data / f"{split}-00000-of-00001.parquet"))
+    finally:
+        if not quiet:
+            datasets.enable_progress_bars()
     return card
 
 

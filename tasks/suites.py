@@ -18,6 +18,7 @@ settings, the source of the code that draws them and the reasoning-gym version).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -192,15 +193,16 @@ def load_heldout(domain: Domain, difficulty: str, fmt: str) -> list[Problem]:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     problems = generate_heldout(domain, difficulty, fmt)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         rows = ({"domain": p.domain, "prompt": p.prompt, "answer": p.answer, "solution": p.solution,
                  "alt_solution": p.alt_solution, "meta": json.dumps(p.meta, sort_keys=True)} for p in problems)
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
         os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
-    except OSError:
-        pass  # a read-only cache only costs time
+    except OSError:  # a read-only or full cache only costs time
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return problems
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import store
 from bench.errors import CorruptRunError
 
 KINDS = ("rollout", "score", "update")
@@ -331,9 +332,7 @@ class Ledger:
     def _cut(self, rows: int) -> None:
         assert self.path is not None
         lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[:rows]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(lines), encoding="utf-8")
-        os.replace(tmp, self.path)
+        store.write_text(self.path, "".join(lines))
 
     def _load(self) -> None:
         assert self.path is not None

@@ -15,7 +15,8 @@
     bench sweep --methods A,B [--suites S] [--seeds N] [--executor local|ray [--address HOST:6379]] [--rollout ...]
     bench reproduce [--profile tiny] [--executor local|ray ...] [--rollout torch|vllm]
 
-Bad input gets one line on stderr saying what was wrong and what is allowed, and exit status 2.
+Bad input gets one line on stderr saying what was wrong and what is allowed, and exit status 2 (an
+option click cannot parse gets click's usage box).
 
 Commands by what they do: `runs` (run, prepare), `sweeps` (sweep, reproduce, report, compare) and
 `tools` (list, flops, check-adapter, export-lm-eval, export-hf, eval); `common` holds the app and
@@ -24,10 +25,8 @@ the argument checks they share.
 
 from __future__ import annotations
 
-import sys
-
 from bench.cli import runs, sweeps, tools  # noqa: F401  (each registers its commands on the app)
-from bench.cli.common import DEFAULT_PROFILE, app, err
+from bench.cli.common import DEFAULT_PROFILE, app
 from bench.cli.sweeps import shipped_profiles
 from bench.cli.tools import audit_table
 
@@ -35,8 +34,4 @@ __all__ = ["DEFAULT_PROFILE", "app", "audit_table", "main", "shipped_profiles"]
 
 
 def main() -> None:
-    try:
-        app()
-    except KeyboardInterrupt:
-        err.print("interrupted")  # `bench run` and the sweeps say what is kept and how to continue
-        sys.exit(130)
+    app()  # each command ends on Ctrl-C with one line of its own (`common.interrupts`)

@@ -8,9 +8,10 @@ names the study whose recorded sweep command holds the bad option."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 import typer
@@ -18,10 +19,11 @@ from rich.console import Console
 
 import bench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads)
 from bench.errors import USER_ERRORS, RunError, os_error_message, unknown
+from bench.progress import PipeConsole
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="OPD-Bench: post-training methods per FLOP.")
 # a long line stays one line in a log, a pipe or a terminal; text such as "file.py:X:" is not an emoji code
-console = Console(soft_wrap=True, emoji=False)
+console = PipeConsole(soft_wrap=True, emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
 # The command line's world: the worked world, whose base and teacher are shipped, so a first
 # `bench run` takes minutes.
@@ -95,6 +97,18 @@ def _interruptible(message: str) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def interrupts(message: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command that ends on Ctrl-C or SIGTERM with `message` (what is kept) on one line, exit 130:
+    typer would end it silently."""
+    def wrap(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def interruptible(*args: Any, **kwargs: Any) -> Any:
+            with _interruptible(message):
+                return command(*args, **kwargs)
+        return interruptible
+    return wrap
+
+
 def _budget(value: Optional[str]) -> Optional[float]:
     """`--budget`, a positive finite number of FLOPs (RunError if not)."""
     if value is None:
@@ -135,8 +149,9 @@ def _fractions(value: str) -> tuple[float, ...]:
 EVAL_SIZE_HELP = "held-out prompts per domain at each evaluation"
 MODEL_HELP = "hf profile: the student, a local HF model folder or a hub id in the local HF cache"
 EXTERNAL_HELP = "hf profile: the external teacher's folder"
-TEACHER_HELP = ("a named teacher NAME=PATH, a local model folder or a run directory (its final/), for "
-                "ctx.teacher(NAME) (repeatable)")
+TEACHER_FORM = "--teacher NAME=PATH"
+TEACHER_HELP = ("NAME=PATH: a teacher for ctx.teacher(NAME), PATH a local model folder or a run directory (its "
+                "final/) (repeatable)")
 DEVICE_HELP = "cpu, cuda or cuda:N"
 MAX_NEW_TOKENS_HELP = "generation limit (default: the profile's)"
 EVAL_EVERY_HELP = "evaluate at each multiple of this fraction of the budget"
@@ -152,18 +167,19 @@ def _run_fields(eval_size: Optional[int], model: Optional[str], external: Option
                 distill_eval_every: int, save_milestones: bool, planning: bool = False) -> dict[str, Any]:
     """`RUN_OPTIONS` as the command line gives them, as `RunConfig` fields, each checked (a user error,
     bench.errors). `planning`: the runs are only planned, not run: a `--device cuda` need not be here."""
-    return {"eval_size": eval_size, "model": model, "external": external, "teachers": _overrides(teacher),
+    return {"eval_size": eval_size, "model": model, "external": external, "teachers": _overrides(teacher, TEACHER_FORM),
             "device": _device(device, available=not planning), "max_new_tokens": max_new_tokens,
             "eval_every": eval_every, "eval_early": _fractions(eval_early),
             "distill_eval_every": distill_eval_every, "save_milestones": save_milestones}
 
 
-def _overrides(items: list[str]) -> tuple[tuple[str, str], ...]:
+def _overrides(items: list[str], option: str = "--set KEY=VALUE") -> tuple[tuple[str, str], ...]:
+    """`KEY=VALUE` items as pairs; `option` (its name and form) names the option in the refusal."""
     out = []
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise RunError(f"expected key=value, got {item!r}")
+            raise RunError(f"{option.split()[0]} takes {option.split()[1]}, got {item!r}")
         out.append((key.strip(), value.strip()))
     return tuple(out)
 

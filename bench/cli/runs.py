@@ -16,7 +16,7 @@ from bench.cli.common import (
     DEFAULT_PROFILE, DEVICE_HELP, DISTILL_EVAL_HELP, EVAL_EARLY_HELP, EVAL_EVERY_HELP, EVAL_SIZE_HELP, EXTERNAL_HELP,
     MAX_NEW_TOKENS_HELP, MILESTONES_HELP, MODEL_HELP, PHASES_HELP, PROFILE_HELP, ROLLOUT_HELP, RUNS_HELP,
     TEACHER_HELP, _budget, _fail, _interruptible, _names, _one_line, _overrides, _print_json, _run_fields, app,
-    console, default_phase_executor,
+    console, default_phase_executor, interrupts,
 )
 from bench.errors import unknown
 
@@ -46,10 +46,11 @@ def _resume_command() -> str:
 
 @app.command(rich_help_panel=PANEL)
 def run(
-    method: str = typer.Option(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
-    suite: str = typer.Option("math_code", help="task suite"),
+    method: str = typer.Option(..., help="method name (bench list methods), entry-point plugin, or "
+                                "path/to/file.py:Class"),
+    suite: str = typer.Option("math_code", help="task suite (bench list suites)"),
     difficulty: str = typer.Option("easy", help="easy, medium or hard"),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="the run's seed: its sampling, data order and torch's global RNG"),
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
     profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
     runs: Path = typer.Option(Path("runs"), "--out", "--runs", help=RUNS_HELP),
@@ -112,6 +113,8 @@ def run(
 
 
 @app.command(rich_help_panel=PANEL)
+@interrupts("interrupted; the parts already built are kept, the one under way is lost: the same command "
+            "builds what is missing")
 def prepare(
     profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
     check: bool = typer.Option(False, help="rebuild from scratch and compare weights hashes with the shipped models"),

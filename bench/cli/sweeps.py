@@ -14,7 +14,7 @@ from bench.cli.common import (
     ADDRESS_HELP, DEFAULT_PROFILE, DEVICE_HELP, DISTILL_EVAL_HELP, EVAL_EARLY_HELP, EVAL_EVERY_HELP, EVAL_SIZE_HELP,
     EXTERNAL_HELP, MAX_NEW_TOKENS_HELP, MILESTONES_HELP, MODEL_HELP, PROFILE_HELP, PROFILE_ORDER, ROLLOUT_HELP,
     RUN_OPTIONS, RUNS_HELP, SEEDS_HELP, TEACHER_HELP, _budget, _fail, _interruptible, _names, _one_line, _overrides,
-    _print_json, _run_fields, _seeds, _split, app, console, err,
+    _print_json, _run_fields, _seeds, _split, app, console, err, interrupts,
 )
 from bench.errors import USER_ERRORS
 
@@ -27,7 +27,7 @@ def sweep(
     methods: str = typer.Option(..., help="comma-separated method names"),
     suites: str = typer.Option("math_code", help="comma-separated suites"),
     seeds: str = typer.Option("3", help=SEEDS_HELP),
-    difficulty: str = typer.Option("easy"),
+    difficulty: str = typer.Option("easy", help="easy, medium or hard"),
     budget: Optional[str] = typer.Option(None, help="counted training FLOPs (default: the profile's)"),
     profile: str = typer.Option(DEFAULT_PROFILE, help=PROFILE_HELP),
     runs: Path = typer.Option(Path("runs"), "--out", "--runs", help=RUNS_HELP),
@@ -314,8 +314,9 @@ def _as_run(configs: list, executor: str) -> list:
 
 
 @app.command(rich_help_panel=PANEL)
+@interrupts("interrupted; nothing was written to --out (the site is built aside and moved there at the end)")
 def report(
-    runs: list[Path] = typer.Option([Path("runs")], help="runs folder(s) or folders of record JSON files"),
+    runs: list[Path] = typer.Option([Path("runs")], help="runs folder, or folder of record JSON files (repeatable)"),
     out: Path = typer.Option(
         Path("site"), help="where the static site is written (the committed reference is leaderboard/)"),
     force: bool = typer.Option(False, help="build in OUT even where that drops records these runs do not hold, or "
@@ -359,6 +360,7 @@ def report(
 
 
 @app.command(rich_help_panel=PANEL)
+@interrupts("interrupted")
 def compare(
     runs: list[Path] = typer.Argument(..., help="run directories, runs folders or record files"),
     against: list[Path] = typer.Option([Path("leaderboard/records")], help="the reference records (repeatable)"),

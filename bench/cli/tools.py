@@ -11,15 +11,19 @@ import typer
 from rich.table import Table
 
 from bench.cli.common import (
-    DEFAULT_PROFILE, _budget, _device, _fail, _names, _one_line, _overrides, _plain, _print_json, app, console,
+    DEFAULT_PROFILE, TEACHER_FORM, _budget, _device, _fail, _names, _one_line, _overrides, _plain, _print_json,
+    app, console, interrupts,
 )
 from bench.errors import USER_ERRORS, AdapterError, RunError, unknown
 
 
 PANEL = "Look up, check, export"  # the heading these commands are listed under in `bench --help`
+FORMAT_HELP = ("prompt format: hf (chat prompts, real models: --profile hf), tiny (short answers: the direct "
+               "world's) or worked (worked answers: the tiny world's)")
 
 
 @app.command("list", rich_help_panel=PANEL)
+@interrupts("interrupted")
 def list_(
     what: str = typer.Argument(..., help="methods, suites or profiles"),
     names: Optional[list[str]] = typer.Argument(
@@ -76,7 +80,8 @@ def list_(
         if as_json:
             return _print_json(rows)
         for row in rows:
-            print(f"{row['name']}: {row['description']}")
+            print(f"{row['name']}: {row['description']} (default budget {row['budget_flops']:.0e} FLOPs, "
+                  f"{row['eval_size']} held-out prompts per domain)")
     elif what == "suites":
         import tasks
 
@@ -111,6 +116,7 @@ def _cell(value: Any) -> str:
 
 
 @app.command(rich_help_panel=PANEL)
+@interrupts("interrupted")
 def flops(
     model: str = typer.Argument(..., help="tiny spec name or local HF model folder"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
@@ -162,9 +168,10 @@ def audit_table(report: dict) -> Table:
 
 
 @app.command("check-adapter", rich_help_panel=PANEL)
+@interrupts("interrupted")
 def check_adapter(
     plugin: str = typer.Argument(..., help="method name, entry-point plugin, or path/to/file.py:Class"),
-    suite: str = typer.Option("math_code"),
+    suite: str = typer.Option("math_code", help="task suite the check runs on"),
     budget: Optional[str] = typer.Option(
         None, help="counted FLOPs of the run (default: the smoke world's 4e11); a smaller one is quicker but may end "
                    "before a method's later phases"),
@@ -177,7 +184,7 @@ def check_adapter(
     from bench.run.conformance import check_adapter as check
 
     with _one_line():
-        budget_flops, overrides, teachers = _budget(budget), _overrides(set_), _overrides(teacher)
+        budget_flops, overrides, teachers = _budget(budget), _overrides(set_), _overrides(teacher, TEACHER_FORM)
         _names([plugin], [suite], "easy", "smoke")
         method_cls = get_method(plugin)  # a plugin that cannot be loaded is refused before the check is announced
     if not as_json:
@@ -216,12 +223,12 @@ def check_adapter(
 
 
 @app.command("export-lm-eval", rich_help_panel=PANEL)
+@interrupts("interrupted; --out may hold part of an export: the same command writes it again")
 def export_lm_eval(
     suite: str = typer.Argument(..., help="suite name"),
     out: Path = typer.Option(..., help="folder for the lm-eval task files"),
-    difficulty: str = typer.Option("easy"),
-    fmt: str = typer.Option("hf", "--format", help="prompt format: hf (chat, real models), tiny or worked (the "
-                            "tiny worlds' short and worked answers)"),
+    difficulty: str = typer.Option("easy", help="easy, medium or hard"),
+    fmt: str = typer.Option("hf", "--format", help=FORMAT_HELP),
     model: Optional[str] = typer.Option(None, help="the model to score (a folder, run directory or cached hub id): "
                                         "the printed command gets the flags its tokenizer needs"),
 ) -> None:
@@ -252,11 +259,12 @@ def export_lm_eval(
 
 
 @app.command("export-hf", rich_help_panel=PANEL)
+@interrupts("interrupted; --out may hold part of an export: the same command writes it again")
 def export_hf(
     suite: str = typer.Argument(..., help="suite name"),
     out: Path = typer.Option(..., help="folder for the dataset (parquet splits and a README.md card)"),
-    difficulty: str = typer.Option("easy"),
-    fmt: str = typer.Option("hf", "--format", help="prompt format: hf (chat, real models), tiny or worked"),
+    difficulty: str = typer.Option("easy", help="easy, medium or hard"),
+    fmt: str = typer.Option("hf", "--format", help=FORMAT_HELP),
     train_size: int = typer.Option(1000, help="problems in the train split (a sample of the endless train stream)"),
     seed: int = typer.Option(0, help="seed of the train stream the sample is drawn from"),
 ) -> None:
@@ -284,12 +292,14 @@ def _file_above(path: Path) -> Optional[Path]:
 
 
 @app.command("eval", rich_help_panel=PANEL)
+@interrupts("interrupted; nothing was written")
 def eval_(
     model: str = typer.Argument(
         ..., help="a run directory (scores its final/), a local HF model folder or a cached hub id"),
     suite: Optional[str] = typer.Option(None, help="suite (default: the run's, else math_code)"),
     difficulty: Optional[str] = typer.Option(None, help="easy, medium or hard (default: the run's, else easy)"),
-    profile: Optional[str] = typer.Option(None, help="prompt format and token cap (default: the run's, else hf)"),
+    profile: Optional[str] = typer.Option(None, help="prompt format and token cap (default: the run's; else tiny "
+                                          "for a tiny spec name, hf for a folder)"),
     limit: Optional[int] = typer.Option(
         None, help="first N held-out problems per domain (default: the run's --eval-size, else all)"),
     task: list[str] = typer.Option([], help="also run this lm-eval task, e.g. gsm8k (repeatable; data must be cached)"),
@@ -297,7 +307,7 @@ def eval_(
     max_new_tokens: Optional[int] = typer.Option(
         None, help="generation cap (default: the run's evaluation cap, else the profile's)"),
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: the run's kind, else cpu)"),
-    batch_size: int = typer.Option(16),
+    batch_size: int = typer.Option(16, help="prompts lm-eval generates for at once"),
     out: Optional[Path] = typer.Option(None, help="also write the scores and each prompt's completion as JSON here"),
 ) -> None:
     """Score a model with lm-evaluation-harness on a suite's held-out split (and any lm-eval task), offline."""

@@ -40,6 +40,7 @@ import torch
 
 from bench.accounting.flops import FlopSpec
 from bench.accounting.metering import charge_outside
+from bench.errors import RunError
 from bench.rollout.base import RolloutBatch, check_args, stop_ids
 
 
@@ -154,6 +155,7 @@ def _build(settings: dict[str, Any]) -> _Engine:
     """A vLLM engine in this process; torch's thread and fp32 matmul settings survive it."""
     # In-process engine core: weights are handed over by reference, not serialised.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its start-up INFO lines would bury a run's own
     from vllm import LLM
 
     set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op, process-wide
@@ -194,9 +196,10 @@ def _check_lengths(prompt_ids: list[list[int]], max_new_tokens: int, max_model_l
     """vLLM would cut a completion at the engine's length limit without saying so: refuse instead."""
     longest = max(map(len, prompt_ids), default=0)
     if longest + max_new_tokens > max_model_len:
-        raise ValueError(
-            f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceed the vLLM engine's "
-            f"max_model_len {max_model_len}; raise VLLMRollout(max_model_len=...) or shorten them"
+        raise RunError(
+            f"a prompt of {longest} tokens and up to {max_new_tokens} new tokens exceed the vLLM engine's "
+            f"limit of {max_model_len} (the model's max_position_embeddings, or what its KV cache holds); "
+            f"use a smaller --max-new-tokens, or --rollout torch"
         )
 
 

@@ -24,7 +24,7 @@ from bench import store
 from bench.accounting.flops import FlopSpec
 from bench.accounting.ledger import Ledger, current_phase
 from bench.context import RunContext
-from bench.errors import RunError
+from bench.errors import RunError, no_space, os_error_message
 from bench.evaluation import Evaluator
 from bench.policy import Policy
 from bench.progress import progress
@@ -67,6 +67,7 @@ class Runner:
         self._last_eval: tuple[str, dict] | None = None  # (weights digest, result) of the last evaluation
         # per-step trace (steps.jsonl): rows written, steps per ledger phase, the largest step's FLOPs
         self._trace = {"rows": 0, "phase_steps": {}, "max_step_flops": 0.0, "last_flops": 0.0}
+        self.ctx: RunContext | None = None  # the method's context, kept after the run (its student, reports)
 
     @staticmethod
     def run_id_for(config: RunConfig, method_name: str | None = None) -> str:
@@ -92,14 +93,26 @@ class Runner:
         model, tokenizer = prepared.load_student()
         FlopSpec.from_config(model.config)  # an architecture the ledger cannot meter: refused before the directory
         self._check_positions(model)
+        cuda = [model.device.index or 0] if model.device.type == "cuda" else []
         with store.locked(self.dir / store.LOCK, what=f"run directory {self.dir}"):
             self._check_dir()  # again, under the lock: another writer may have finished meanwhile
-            try:
-                return self._run(prepared, model, tokenizer)
-            except Exception:
-                if not self.resume and not checkpoint.folder(self.dir).exists():
-                    shutil.rmtree(self.dir, ignore_errors=True)
-                raise
+            # torch's global RNG (a plugin's torch.rand, dropout in its own module) starts from the run's
+            # seed, as a resumed run's starts from its checkpoint's; the caller's is left as it was
+            with torch.random.fork_rng(devices=cuda):
+                torch.manual_seed(self.config.seed)
+                try:
+                    return self._run(prepared, model, tokenizer)
+                except Exception as exc:
+                    kept = checkpoint.folder(self.dir).exists()
+                    if not self.resume and not kept:
+                        shutil.rmtree(self.dir, ignore_errors=True)
+                    if kept and isinstance(exc, OSError) and no_space(exc):  # the final model, a trace, a log
+                        raise RunError(f"{os_error_message(exc)}; the run keeps its last checkpoint: continue "
+                                       "with --resume") from exc
+                    raise
+                finally:
+                    if self.ctx is not None:  # it keeps no callback into this runner, so both are freed at once
+                        self.ctx._detach()
 
     def _complete_record(self) -> dict | None:
         """The record of this very run when it is already complete (same fingerprint, made from the
@@ -197,7 +210,7 @@ class Runner:
             ledger=self.ledger,
             student=student,
             backend=backend,
-            teacher_loader=lambda name: prepared.load_teacher(name, self.ledger),
+            teacher_loader=lambda name: self._load_teacher(prepared, name),
             max_new_tokens=self.config.rollout_tokens,
             on_step=lambda stats: self._after_step(ctx, stats),
             on_boundary=lambda edge, phase: self._boundary(ctx, edge, phase),
@@ -211,8 +224,16 @@ class Runner:
         )
         self.ctx = ctx
         self.tracker = make_tracker(self.config.report_to, self.dir, name=self.run_id, config=self._config_record())
+        try:
+            return self._train(ctx, prepared)
+        except BaseException:
+            self.tracker.close(None)  # a failed run's writer threads and files end with it
+            raise
+
+    def _train(self, ctx: RunContext, prepared: Any) -> dict:
         self._t0 = self._last_checkpoint = time.perf_counter()
-        with progress(self.config.budget, enabled=self.show_progress, log=self.dir / "progress.log") as bar:
+        with progress(self.config.budget, enabled=self.show_progress, log=self.dir / "progress.log",
+                      since=ctx.spent_flops) as bar:
             self.bar = bar
             if not self.curve:
                 self._evaluate(ctx, "start")
@@ -238,6 +259,15 @@ class Runner:
         store.write_json(self.dir / "summary.json", summary)
         self.tracker.close(summary)
         return summary
+
+    def _load_teacher(self, prepared: Any, name: str) -> Policy:
+        """A teacher for the method. The external one is built here if it is neither built nor shipped, and
+        the run's log says so (its warm-up's own lines go to the world's `prepare.log`)."""
+        def building() -> None:
+            self.bar.line(f"building the external teacher ({prepared.profile.warmup.teacher_steps} warm-up steps, "
+                          f"recorded, not counted); its progress: {prepared.folder / prepare.PREPARE_LOG}")
+
+        return prepared.load_teacher(name, self.ledger, on_build=building)
 
     def _run_method(self, ctx: RunContext) -> None:
         """Make the method and run it. A plugin's exception (in `__init__` or `run`) is the plugin's

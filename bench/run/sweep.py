@@ -26,7 +26,7 @@ from rich.progress import Progress
 
 from bench import store
 from bench.errors import RunError
-from bench.progress import clock, news_line
+from bench.progress import PipeConsole, clock, news_line
 from bench.registry import reproduce_protocol
 from bench.run.config import RunConfig
 from bench.run.executors import LocalExecutor, SweepExecutor
@@ -161,7 +161,7 @@ def run_sweep(
     the runs so that the executor's workers end together (`start_order`; those it does not know
     start first). Each run's numbers do not depend on when it starts.
     """
-    console = console or Console()
+    console = console or PipeConsole()
     result = SweepResult([], [], [])
     todo, hashes = [], {}
     for config in configs:
@@ -207,18 +207,24 @@ def _report(outcomes: Iterator, todo: list, ids: list[str], expected: list[float
         news.line(f"sweep: {total} runs on {where} ({len(result.skipped)} already complete"
                   f"{f', {resuming} to resume from their checkpoints' if resuming else ''}){news.forecast()}; "
                   f"each run's own progress is in {Path(todo[0][0].runs_dir)}/<run id>/progress.log")
-        for config, outcome in outcomes:
-            name = f"{config.method}/{config.suite}/s{config.seed}"
-            index = ids.index(Runner.run_id_for(config))
-            if isinstance(outcome, str):
-                result.done.append(outcome)
-                news.ended(outcome, index)
-            elif isinstance(outcome, (RunError, ValueError, RuntimeError, OSError)):
-                result.failed.append((name, str(outcome)))
-                news.ended(f"failed {name}: {outcome}", index)
-            else:
-                raise outcome
-            bar.advance(task)
+        try:
+            for config, outcome in outcomes:
+                name = f"{config.method}/{config.suite}/s{config.seed}"
+                index = ids.index(Runner.run_id_for(config))
+                if isinstance(outcome, str):
+                    result.done.append(outcome)
+                    news.ended(outcome, index)
+                elif isinstance(outcome, (RunError, ValueError, RuntimeError, OSError)):
+                    result.failed.append((name, str(outcome)))
+                    news.ended(f"failed {name}: {outcome}", index)
+                else:
+                    raise outcome
+                bar.advance(task)
+        except BaseException as exc:  # the log says how the sweep ended (the console: the command's line)
+            news_line(f"sweep stopped ({type(exc).__name__}) after {news.ended_runs} of {total} runs", log, None)
+            raise
+    news_line(f"sweep ended: {len(result.done)} runs done, {len(result.skipped)} already complete, "
+              f"{len(result.failed)} failed", log, None)
 
 
 def time_left(now: float, expected: list[float | None], started: Mapping[int, float],

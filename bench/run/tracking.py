@@ -110,7 +110,7 @@ class WandbTracker(Tracker):
             self.run.log({"ledger": self.wandb.Table(columns=columns, data=data)})
             for category, flops in summary["flops"].items():
                 self.run.summary[f"flops/{category}"] = flops
-        self.run.finish()
+        self.run.finish(exit_code=0 if summary is not None else 1)  # no summary: the run failed
 
 
 class Trackers(Tracker):

@@ -60,7 +60,8 @@ class LocalModels:
     def load_student(self) -> tuple[Any, Any]:
         return load_model(self.student, device=self.device, dtype=_dtype(self.device))
 
-    def load_teacher(self, name: str, ledger: Ledger) -> Policy:
+    def load_teacher(self, name: str, ledger: Ledger, *, on_build: Any = None) -> Policy:
+        """A teacher folder given to the run (nothing is built here, so `on_build` is never called)."""
         if name not in self.teachers:
             known = ", ".join(sorted(self.teachers)) or "none (pass --external PATH or --teacher DOMAIN=PATH)"
             raise ConfigError(f"no teacher {name!r} for this run; teachers: {known}")

@@ -12,6 +12,7 @@ Qwen2 in transformers 5.x). Built models are cached under `$OPD_BENCH_CACHE/mode
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -35,7 +36,7 @@ from transformers import (
 from transformers.utils import logging as transformers_logging
 
 from bench import store
-from bench.errors import RunError, UnknownModelError
+from bench.errors import RunError, UnknownModelError, no_space
 
 # No "Loading weights" bar in a run's output or an error's one line. Importing `bench` asks the hub
 # for no bars, but transformers reads that once, when it is first imported, which a caller (a
@@ -155,11 +156,18 @@ def tiny_model_dir(name: str) -> Path:
 
 
 def save_model(model: PreTrainedModel, tokenizer, folder: Path) -> None:
-    """Write model and tokenizer to `folder` atomically (a half-written folder is never visible)."""
+    """Write model and tokenizer to `folder` atomically (a half-written folder is never visible, nor left
+    behind; a full disk is an `OSError` ENOSPC naming the folder, whatever the writer raised)."""
     folder = Path(folder)
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if no_space(exc) and not isinstance(exc, OSError):  # safetensors says so in words only
+            raise OSError(errno.ENOSPC, str(exc), str(folder)) from exc
+        raise
     folder.parent.mkdir(parents=True, exist_ok=True)
     if folder.exists():
         shutil.rmtree(folder)

@@ -49,6 +49,8 @@ from bench.world.models import TINY_SPECS, cache_root, load_model, save_model, s
 from bench.world.profiles import PROFILES, Profile, WarmupConfig
 from bench.world.warmup import WARMUP_SUITE, matmul_precision, warm_up
 
+PREPARE_LOG = "prepare.log"  # a world's cache folder: its warm-ups' progress, stamped lines
+
 
 @dataclass
 class Prepared:
@@ -117,8 +119,9 @@ class Prepared:
         path = self.folder / "external.json"
         return store.read_json(path) if path.exists() else None
 
-    def ensure_teacher(self, *, progress: bool = False) -> dict:
-        """Install the shipped external teacher, or build it, if it is not cached yet; returns its info."""
+    def ensure_teacher(self, *, progress: bool = False, on_build: Any = None) -> dict:
+        """Install the shipped external teacher, or build it, if it is not cached yet; returns its info.
+        `on_build()` is called before a build (hours for a real world's teacher)."""
         if self.teacher_info() is None:
             if self.profile is None:
                 raise RuntimeError(f"{self.folder}: the external teacher is not built and no profile was given")
@@ -126,19 +129,25 @@ class Prepared:
                 if self.teacher_info() is None and (self.rebuilt or not reference.install(
                         self.profile.name, self.info["key"], self.folder, "external",
                         part_keys(self.profile, self.info["suite_hash"])["external"])):
-                    _build_teacher(self.folder, self.profile, progress=progress)
+                    if on_build is not None:
+                        on_build()
+                    # the warm-up seeds torch's global RNG: a run that builds its teacher keeps its own draws
+                    cuda = [torch.cuda.current_device()] if self.profile.device == "cuda" else []
+                    with torch.random.fork_rng(devices=cuda):
+                        _build_teacher(self.folder, self.profile, progress=progress)
         return self.teacher_info()
 
-    def load_teacher(self, name: str, ledger: Ledger) -> Policy:
-        """The external teacher, built on first use. Its training is booked `external` in `ledger` once
-        (a resumed run whose ledger already holds it is not charged again): recorded, never counted."""
+    def load_teacher(self, name: str, ledger: Ledger, *, on_build: Any = None) -> Policy:
+        """The external teacher, built on first use (`on_build`: `ensure_teacher`'s). Its training is booked
+        `external` in `ledger` once (a resumed run whose ledger already holds it is not charged again):
+        recorded, never counted."""
         if name in self.extra_teachers:
             model, tokenizer = load_model(self.extra_teachers[name], device=self.device)
             return Policy(name, model, tokenizer, ledger=ledger, trainable=False)
         if name != "external":
             known = ", ".join(["external", *sorted(self.extra_teachers)])
             raise ConfigError(f"no prepared teacher {name!r}; teachers: {known} (add one with --teacher NAME=PATH)")
-        info = self.ensure_teacher()
+        info = self.ensure_teacher(on_build=on_build)
         model, tokenizer = self._load_verified("external", "external", info["model_hash"], "external.json")
         if not ledger.total("external"):
             for row in info["ledger"]:
@@ -250,11 +259,13 @@ def prepare(profile: Profile, *, progress: bool = True, teacher: bool = True, re
     return prepared
 
 
-def _warmed(profile: Profile, part: str, ledger: Ledger, *, progress: bool, checkpoint: Path | None) -> Policy:
-    """`part` trained by its recipe, or loaded from `checkpoint`, a warm-up checkpoint at the recipe's
-    last step (its bytes are the trained model's: docs/world.md), its warm-up rows booked in `ledger`."""
+def _warmed(profile: Profile, part: str, ledger: Ledger, *, progress: bool, checkpoint: Path | None,
+            log: Path) -> Policy:
+    """`part` trained by its recipe (its progress also in `log`), or loaded from `checkpoint`, a warm-up
+    checkpoint at the recipe's last step (its bytes are the trained model's: docs/world.md), its
+    warm-up rows booked in `ledger`."""
     if checkpoint is None:
-        return warm_up(profile, part, ledger, progress=progress)
+        return warm_up(profile, part, ledger, progress=progress, log=log)
     steps = profile.warmup.student_steps if part == "base" else profile.warmup.teacher_steps
     checkpoint = Path(checkpoint)
     if checkpoint.name != f"step{steps}" or not (checkpoint / "ledger_rows.json").exists():
@@ -275,7 +286,7 @@ def _build_student(folder: Path, profile: Profile, suite: Any, key: str, *, prog
     config = profile.warmup
     started = time.perf_counter()
     ledger = Ledger()
-    student = _warmed(profile, "base", ledger, progress=progress, checkpoint=checkpoint)
+    student = _warmed(profile, "base", ledger, progress=progress, checkpoint=checkpoint, log=folder / PREPARE_LOG)
     save_model(student._model, student._tokenizer, folder / "student")
     store.write_json(folder / "prepared.json", {
         "profile": profile.name,
@@ -298,7 +309,7 @@ def _build_teacher(folder: Path, profile: Profile, *, progress: bool, checkpoint
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     started = time.perf_counter()
     ledger = Ledger()
-    teacher = _warmed(profile, "external", ledger, progress=progress, checkpoint=checkpoint)
+    teacher = _warmed(profile, "external", ledger, progress=progress, checkpoint=checkpoint, log=folder / PREPARE_LOG)
     tmp = folder / f"external.tmp{os.getpid()}"
     save_model(teacher._model, teacher._tokenizer, tmp)
     shutil.rmtree(folder / "external", ignore_errors=True)  # a concurrent build of the same teacher

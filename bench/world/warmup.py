@@ -10,6 +10,7 @@ import contextlib
 import math
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,12 +54,13 @@ def matmul_precision(profile: Profile) -> None:
 
 
 def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_step: Any = None,
-            resume: dict | None = None) -> Policy:
+            resume: dict | None = None, log: Path | None = None) -> Policy:
     """Train the profile's base student (`part` "base") or external teacher ("external") by its recipe,
     on one thread, charging `ledger` under the part's category and phase (`WARMUP_LEDGER`).
     `on_step(step, policy, loss)` after every step (benchmarks/warmup_curve.py's checkpoints).
     `resume` (`train_state`'s dict of a checkpoint along the same recipe) continues from its step with
-    the bytes an uninterrupted run would have (with the constant schedule)."""
+    the bytes an uninterrupted run would have (with the constant schedule). `log`: a file that gets a
+    stamped line at each tenth of the steps, and after a minute without one."""
     matmul_precision(profile)
     config = profile.warmup
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
@@ -67,10 +69,10 @@ def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_s
         if part == "base":
             return _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
                           ledger, random.Random(config.seed), teacher=False, noise=config.label_noise,
-                          progress=progress, on_step=on_step, resume=resume, device=profile.device)
+                          progress=progress, on_step=on_step, resume=resume, device=profile.device, log=log)
         return _train(profile.teacher, "external", suite, config.teacher_steps, config.teacher_lr, config,
                       ledger, random.Random(config.seed + 1), teacher=True, noise=0.0, progress=progress,
-                      on_step=on_step, resume=resume, device=profile.device)
+                      on_step=on_step, resume=resume, device=profile.device, log=log)
 
 
 def train_state(policy: Policy, step: int) -> dict:
@@ -80,7 +82,7 @@ def train_state(policy: Policy, step: int) -> dict:
 
 def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config: WarmupConfig,
            ledger: Ledger, rng: random.Random, *, teacher: bool, noise: float, progress: bool,
-           on_step: Any = None, resume: dict | None = None, device: str = "cpu") -> Policy:
+           on_step: Any = None, resume: dict | None = None, device: str = "cpu", log: Path | None = None) -> Policy:
     """`on_step(step, policy)` after every step: a calibration's checkpoints along one run."""
     model, tokenizer = build_tiny(TINY_SPECS[spec_name])
     policy = Policy(name, model.to(device), tokenizer, ledger=ledger)
@@ -96,7 +98,7 @@ def _train(spec_name: str, name: str, suite: Any, steps: int, lr: float, config:
             _target(next(sampler), target, config, noise, rng)
         policy._load_state(resume["policy"])
         torch.set_rng_state(resume["torch_rng"])
-    with progress_bar(steps, enabled=progress, label=f"prepare {name}") as bar:
+    with progress_bar(steps, enabled=progress, label=f"prepare {name}", log=log, tenths=True) as bar:
         for step in range(start, steps):
             problems = [next(sampler) for _ in range(config.batch_size)]
             targets = [_target(p, target, config, noise, rng) for p in problems]

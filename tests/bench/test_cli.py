@@ -29,7 +29,7 @@ def _err(result) -> str:
         (["run", "--method", "grpo", "--budget", "inf"], "positive"),
         (["run", "--method", "grpo", "--budget", "nan"], "positive"),
         (["run", "--method", "grpo", "--profile", "huge"], "known profiles: direct, direct-smoke, gpu-small, hf, smoke, tiny"),
-        (["run", "--method", "grpo", "--set", "nonsense"], "key=value"),
+        (["run", "--method", "grpo", "--set", "nonsense"], "--set takes KEY=VALUE, got 'nonsense'"),
         (["run", "--method", "grpo", "--set", "lrr=1"], "did you mean 'lr'"),
         (["run", "--method", "grpo", "--set", "lr=fast"], "expected float"),
         (["run", "--method", "grpo", "--rollout", "vlm"], "did you mean 'vllm'"),
@@ -219,6 +219,20 @@ def test_a_run_without_a_terminal_prints_and_logs_a_line_per_evaluation(tmp_path
     assert len(printed) == len(curve)  # CliRunner's stdout is not a terminal: lines, not a bar
 
 
+def test_a_run_whose_reader_goes_away_goes_on_to_its_record(tmp_path):
+    """`bench run ... | head -1`: rich would end the process at the next line it prints (exit 1, no
+    message, the run half done); the run goes on quietly and writes its record and log."""
+    args = ["-m", "bench.cli", "run", "--method", "grpo-joint", "--profile", "direct-smoke", "--budget", "4e10",
+            "--runs", str(tmp_path), "--set", "prompts_per_step=8", "--set", "group_size=4"]
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+    done = subprocess.run(["bash", "-c", 'set -o pipefail; "$0" "$@" | head -1', sys.executable, *args],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 1, done.stderr[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    curve = (run_dir / "curve.jsonl").read_text().splitlines()
+    assert (run_dir / "summary.json").exists() and len((run_dir / "progress.log").read_text().splitlines()) == len(curve)
+
+
 def test_progress_line_extrapolates_the_time_left():
     from bench.progress import progress_line
 
@@ -226,6 +240,65 @@ def test_progress_line_extrapolates_the_time_left():
     assert "5.00e+11/2.0e+12 FLOPs (25%)" in line and "acc 18.5%" in line
     assert "elapsed 0:01:00" in line and "left ~0:03:00" in line
     assert "left ~?" in progress_line(0.0, 2e12, None, elapsed=1.0)
+    # resumed at 4e11: this process spent 1e11 in its minute, so 1.5e12 are 15 minutes away, not 3
+    assert "left ~0:15:00" in progress_line(5e11, 2e12, 0.185, elapsed=60.0, since=4e11)
+    assert "(176%)" in progress_line(5.28e11, 3e11, None, elapsed=1.0)  # a last step past the budget shows
+    assert "acc 18.5% (last evaluation)" in progress_line(5e11, 2e12, 0.185, elapsed=60.0, evaluated=False)
+
+
+def test_a_minute_without_an_evaluation_gets_a_line_in_the_log(tmp_path, monkeypatch, capsys):
+    """Long phases (parallel experts, a slow stretch) are not silent in the log or on stdout without a
+    terminal; a warm-up's steps get lines at each tenth and after a quiet minute, stamped with the total."""
+    from bench import progress
+
+    log = tmp_path / "progress.log"
+    with progress.progress(1e12, log=log) as bar:
+        bar.update(1e11, 0.2, evaluated=True)
+        bar.update(2e11, 0.2)  # within the minute: no line
+        monkeypatch.setattr(progress, "QUIET_S", 0.0)
+        bar.update(3e11, 0.2)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 and "acc 20.0%  elapsed" in lines[0] and "3.00e+11/1.0e+12 FLOPs (30%)" in lines[1]
+    assert "acc 20.0% (last evaluation)" in lines[1] and capsys.readouterr().out.splitlines()[-1] == lines[1]
+    monkeypatch.setattr(progress, "QUIET_S", 60.0)
+    with progress.progress(200, label="prepare base", log=tmp_path / "prepare.log", tenths=True) as bar:
+        for step in range(1, 201):
+            bar.show(step, f"step {step}", "loss 1.000")
+    lines = (tmp_path / "prepare.log").read_text().splitlines()
+    assert [line.split("  ")[1] for line in lines] == [f"prepare base: step {20 * k} of 200" for k in range(1, 11)]
+    assert all(line[:4].isdigit() and "left ~" in line for line in lines)
+
+
+@pytest.mark.parametrize("command, target", [
+    (["prepare", "--profile", "direct-smoke"], "bench.world.prepare.prepare"),
+    (["report", "--runs", "RUNS", "--out", "SITE"], "reports.site.build_site"),
+    (["eval", "tiny-llama", "--limit", "1"], "bench.run.harness.evaluate"),
+    (["export-lm-eval", "strings", "--out", "SITE"], "tasks.lm_eval_export.export"),
+])
+def test_every_command_ends_on_ctrl_c_with_one_line(command, target, tmp_path, monkeypatch):
+    """typer ends an interrupted command silently (exit 130, nothing printed): each says what it kept."""
+    import importlib
+
+    from tests.reports.factory import make_record, write_runs
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    module, name = target.rsplit(".", 1)
+    monkeypatch.setattr(importlib.import_module(module), name, interrupted)
+    runs = write_runs([make_record("grpo-joint", seed=0)], tmp_path / "runs")
+    args = [str(runs) if a == "RUNS" else str(tmp_path / "site") if a == "SITE" else a for a in command]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 130 and len(_err(result).splitlines()) == 1, result.output
+    assert _err(result).startswith("error: interrupted")
+
+
+def test_every_command_is_interruptible():
+    import inspect
+
+    for command in app.registered_commands:
+        callback = command.callback
+        assert hasattr(callback, "__wrapped__") or "_interruptible(" in inspect.getsource(callback), callback.__name__
 
 
 def test_version_and_machine_readable_listings():

@@ -123,8 +123,8 @@ def test_bad_input_is_one_line_before_any_run(args, said):
     assert said in (out.stderr or out.output) and "checking" not in out.output
 
 
-@pytest.mark.parametrize("args, said", [(["--set", "lr"], "expected key=value, got 'lr'"),
-                                        (["--teacher", "finisher"], "expected key=value, got 'finisher'"),
+@pytest.mark.parametrize("args, said", [(["--set", "lr"], "--set takes KEY=VALUE, got 'lr'"),
+                                        (["--teacher", "finisher"], "--teacher takes NAME=PATH, got 'finisher'"),
                                         (["--set", "nope=1"], "unknown sft config key 'nope'")])
 def test_bad_overrides_and_teachers_are_one_line(args, said):
     from typer.testing import CliRunner

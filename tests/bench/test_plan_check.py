@@ -146,7 +146,7 @@ def test_a_study_made_by_several_commands_is_checked_on_what_they_plan_together(
     ("bench sweep --methods opd-multi --seeds 0", "--seeds must be a count from 1 to 1000"),
     ("bench sweep --methods opd-multi --budget x", "--budget must be a number of FLOPs"),
     ("bench sweep --methods opd-multi --device tpu", "--device must be cpu, cuda or cuda:N, got 'tpu'"),
-    ("bench sweep --methods opd-multi --set lr", "expected key=value, got 'lr'"),
+    ("bench sweep --methods opd-multi --set lr", "--set takes KEY=VALUE, got 'lr'"),
     ("bench sweep --methods , --seeds 10", "--methods names nothing"),
 ])
 def test_a_sweep_command_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, sweep, needle):

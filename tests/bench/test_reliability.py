@@ -631,6 +631,74 @@ def test_a_plugin_fixed_after_a_failure_resumes_and_its_record_says_so(tmp_path,
     assert (made["code_hash_at_start"], made["code_hash"]) == (project, "f1xed" * 3 + "0")
 
 
+# -- runs in one process: reproducible, and freed -------------------------------------------------------------
+JITTER_PLUGIN = """
+from dataclasses import dataclass
+
+import torch
+
+from bench.api import group_advantages
+
+
+@dataclass(frozen=True)
+class Cfg:
+    samples: int = 4
+
+
+class Jitter:  # draws its learning rates from torch's global RNG
+    name = "jitter"
+    Config = Cfg
+
+    def __init__(self, config):
+        self.config = config
+
+    def run(self, ctx):
+        sampler = ctx.sampler("train")
+        while not ctx.should_stop():
+            batch = ctx.rollout(ctx.student, sampler.next(4), n=self.config.samples)
+            lr = 1e-2 * float(torch.rand(()))
+            ctx.step_done(**ctx.pg_step(ctx.student, batch, group_advantages(batch.rewards, 4), lr=lr))
+"""
+
+
+def test_a_plugin_drawing_from_torchs_global_rng_gets_the_same_run_in_one_process_and_another(tmp_path):
+    """torch's global RNG starts from the run's seed (it started wherever the process's had got to, a new
+    random seed in each process), and the caller's RNG is left as it was."""
+    plugin = tmp_path / "jitter.py"
+    plugin.write_text(JITTER_PLUGIN)
+    args = ["run", "--method", f"{plugin}:Jitter", "--profile", PROFILE, "--budget", "3e10", "--no-progress"]
+    state = torch.get_rng_state()
+    for k in range(2):
+        result = cli.invoke(app, args + ["--runs", str(tmp_path / f"here{k}")])
+        assert result.exit_code == 0, result.output
+    assert torch.equal(torch.get_rng_state(), state)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    subprocess.run([sys.executable, "-m", "bench.cli", *args, "--runs", str(tmp_path / "there")], check=True,
+                   env=env, capture_output=True, timeout=600)
+    weights = [(tmp_path / where).glob("*/final/model.safetensors") for where in ("here0", "here1", "there")]
+    first, second, third = (next(w).read_bytes() for w in weights)
+    assert first == second == third
+
+
+def test_a_finished_run_is_freed_without_the_garbage_collector(tmp_path):
+    """A run's context and models go when its runner goes (on a GPU, memory that the next run's fused
+    head would otherwise find taken, and charge other recompute FLOPs for)."""
+    import gc
+    import weakref
+
+    config = RunConfig(method="grpo-joint", profile=PROFILE, budget_flops=float(BUDGET), runs_dir=tmp_path,
+                       eval_size=16, overrides=(("prompts_per_step", "8"), ("group_size", "4")))
+    runner = Runner(config, progress=False)
+    runner.run()
+    model, context = weakref.ref(runner.ctx.student._model), weakref.ref(runner.ctx)
+    gc.disable()
+    try:
+        del runner
+        assert model() is None and context() is None
+    finally:
+        gc.enable()
+
+
 # -- a failed start leaves nothing that blocks the corrected command -----------------------------------------
 def test_a_failed_start_leaves_no_directory(tmp_path):
     runs = tmp_path / "runs"
@@ -926,6 +994,51 @@ def test_disk_full_as_torch_reports_it(runs, monkeypatch):
     assert not (checkpoint.folder(runs / RUN_ID).with_name("latest.tmp")).exists()
 
 
+@pytest.mark.parametrize("write", [
+    lambda path: store.write_json(path, {"new": 1}),
+    lambda path: store.rewrite_jsonl(path, [{"new": 1}]),
+    lambda path: Ledger(path)._cut(0),  # resume cutting a ledger back to its checkpoint's rows
+], ids=["write_json", "rewrite_jsonl", "ledger cut"])
+def test_a_rewrite_that_hits_a_full_disk_keeps_the_old_file_and_leaves_no_temporary(write, tmp_path, monkeypatch):
+    import errno
+
+    path = tmp_path / "file.jsonl"
+    old = json.dumps({"category": "counted", "phase": "train", "kind": "update", "model": "student", "flops": 1.0,
+                      "tokens": 1, "calls": 1, "seconds": 0.0}) + "\n"
+    path.write_text(old)
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        write(path)
+    assert path.read_text() == old and [p.name for p in tmp_path.iterdir()] == ["file.jsonl"]
+
+
+def test_disk_full_while_saving_the_final_model_says_so_and_leaves_no_half_written_folder(runs, monkeypatch):
+    """safetensors says "No space left" in words only, in an error of its own: one line, not a
+    traceback, and no `final.tmp*` folder left in the run directory; the run resumes from its checkpoint."""
+    from safetensors import SafetensorError
+    from transformers import PreTrainedModel
+
+    write = PreTrainedModel.save_pretrained
+
+    def full(self, folder, *args, **kwargs):
+        if Path(folder).name.startswith("final.tmp"):
+            Path(folder).mkdir(parents=True)
+            (Path(folder) / "config.json").write_text("{}")  # what was written before the disk filled
+            raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "
+                                  "\"No space left on device\" })")
+        return write(self, folder, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full)
+    message = refused(resume(runs), "no space left on device writing")
+    assert "final" in message and "continue with --resume" in message and not list((runs / RUN_ID).glob("final*"))
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", write)
+    assert resume(runs).exit_code == 0 and (runs / RUN_ID / "final" / "model.safetensors").exists()
+
+
 # -- a checkpoint at least every few minutes, and interruptions name the resume command ----------------------
 def test_a_checkpoint_every_few_minutes_whatever_the_budget(tmp_path):
     config = RunConfig(method="grpo-joint", profile=PROFILE, budget_flops=1e40, eval_every=1.0,
@@ -991,6 +1104,29 @@ def cache(tmp_path, monkeypatch) -> Path:
 def _base_weights(cache: Path) -> Path:
     (weights,) = (cache / "prepared").glob(f"{PROFILE}-*/student/model.safetensors")
     return weights
+
+
+def test_a_run_that_builds_the_external_teacher_says_so(cache, tmp_path):
+    """A teacher built on first use is minutes to hours of warm-up inside a run: the run's log says so
+    and where its lines go, and the warm-up writes them there."""
+    prepare(PROFILES[PROFILE], progress=False, teacher=False)
+    (folder,) = [p for p in (cache / "prepared").glob(f"{PROFILE}-*") if p.is_dir()]
+    shutil.rmtree(folder / "external", ignore_errors=True)
+    (folder / "external.json").unlink(missing_ok=True)
+    result = cli.invoke(app, ["run", "--method", "opd-external", "--profile", PROFILE, "--budget", "2e10",
+                              "--runs", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    (log,) = (tmp_path / "runs").glob("*/progress.log")
+    built = [line for line in log.read_text().splitlines() if "building the external teacher" in line]
+    assert len(built) == 1 and str(folder / "prepare.log") in built[0]
+    steps = PROFILES[PROFILE].warmup.teacher_steps
+    assert f"prepare external: step {steps} of {steps}" in (folder / "prepare.log").read_text()
+    assert (folder / "external.json").exists()
+    shutil.rmtree(folder / "external")  # built again: the warm-up's seeding leaves the caller's RNG alone
+    (folder / "external.json").unlink()
+    state = torch.get_rng_state()
+    prepare(PROFILES[PROFILE], progress=False, teacher=True)
+    assert (folder / "external.json").exists() and torch.equal(torch.get_rng_state(), state)
 
 
 @pytest.mark.parametrize("damage", ["flipped", "truncated", "edited config"])

@@ -29,10 +29,11 @@ def test_sweep_runs_in_parallel_then_skips_complete_runs(tmp_path):
     assert sorted(r["method"] for r in records) == ["grpo-joint", "sft"]
     assert all(r["budget_flops"] == 1e11 for r in records)
     log = (tmp_path / "sweep.log").read_text().splitlines()
-    assert "sweep: 2 runs on 2 jobs (0 already complete)" in log[0] and len(log) == 3
+    assert "sweep: 2 runs on 2 jobs (0 already complete)" in log[0] and len(log) == 4
     assert "  [1/2] " in log[1] and "  [2/2] " in log[2]
-    assert sorted(line.split("] ")[1].split(":")[0] for line in log[1:]) == sorted(r["run_id"] for r in records)
-    assert all(line in first.output for line in log)  # the same lines on the console
+    assert sorted(line.split("] ")[1].split(":")[0] for line in log[1:3]) == sorted(r["run_id"] for r in records)
+    assert all(line in first.output for line in log[:3])  # the same lines on the console
+    assert log[3].endswith("  sweep ended: 2 runs done, 0 already complete, 0 failed")  # the log's own tally
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0
     assert "0 runs done, 2 already complete, 0 failed" in again.output
@@ -317,8 +318,10 @@ def test_an_interrupted_sweep_stops_its_runs_and_says_how_to_continue(how, tmp_p
 
         configs = plan(["grpo-joint", "sft", "opd-multi"], ["math_code"], [0],
                        RunConfig(method="", suite="", profile=profile.name, budget_flops=1e13, runs_dir=tmp_path))
+        log = (tmp_path / "sweep.log").read_text().splitlines()
         run_sweep(configs, executor=Lists())
-        first = (tmp_path / "sweep.log").read_text().splitlines()[-1]
+        assert "sweep stopped (KeyboardInterrupt) after 0 of 3 runs" in log[-1]  # the log says how it ended
+        first = (tmp_path / "sweep.log").read_text().splitlines()[len(log)]
         assert "sweep: 3 runs on a list (0 already complete, 2 to resume from their checkpoints)" in first, first
 
 

@@ -122,3 +122,25 @@ def test_wandb_offline_mirrors_the_curve_the_trace_and_the_ledger(fast_profile, 
             final |= {item.key or "/".join(item.nested_key): item.value_json for item in r.summary.update}
     assert json.loads(final["flops/counted"]) == pytest.approx(summary["flops"]["counted"])
     assert json.loads(final["ledger/nrows"]) == len(summary["ledger"])  # the ledger, as a table
+
+
+def test_a_failed_run_closes_its_tracker(fast_profile, tmp_path, monkeypatch):
+    """A run that fails mid-way ends its tensorboard writer (a thread and an open file each, which a
+    notebook's failed runs would pile up)."""
+    import threading
+
+    from bench.run.config import RunConfig
+    from bench.run.runner import Runner
+    from methods.grpo import GRPOJoint
+
+    def fails(self, ctx):
+        raise RuntimeError("the method broke")
+
+    monkeypatch.setattr(GRPOJoint, "run", fails)
+    before = threading.active_count()
+    for k in range(2):
+        config = RunConfig(method="grpo-joint", profile=fast_profile.name, budget_flops=4e10,
+                           runs_dir=tmp_path / str(k), eval_size=16, report_to=("tensorboard",))
+        with pytest.raises(RuntimeError, match="the method broke"):
+            Runner(config, progress=False).run()
+    assert threading.active_count() == before

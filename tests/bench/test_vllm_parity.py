@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -246,6 +247,21 @@ def test_bench_run_with_vllm_rollouts(folder, tmp_path):
     assert record["provenance"]["rollout"] == "vllm"
     kinds = {(r["category"], r["kind"]) for r in record["ledger"] if r["model"] == "student"}
     assert {("counted", "rollout"), ("counted", "update"), ("eval", "rollout")} <= kinds
+
+
+@needs_vllm
+def test_a_prompt_past_the_engines_limit_is_one_line_and_vllm_logs_no_start_up_chatter(folder, tmp_path):
+    """vLLM's INFO lines (34 at start-up) would bury a run's own; a prompt and cap past the engine's
+    limit (the folder's 2048 positions) is refused in one line that says what to change."""
+    args = ["run", "--profile", "hf", "--model", str(folder), "--method", "grpo-joint", "--suite", "math_code",
+            "--budget", "1e9", "--eval-size", "4", "--max-new-tokens", "2040", "--runs", str(tmp_path),
+            "--no-progress", "--rollout", "vllm"]
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_LOGGING_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT, env=env)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "--rollout torch" in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
+    assert not [line for line in done.stdout.splitlines() if " INFO " in line or line.startswith("INFO")], done.stdout
 
 
 @needs_vllm

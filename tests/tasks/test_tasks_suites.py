@@ -33,7 +33,8 @@ def test_registry_lists_suites_and_domains():
     (("math_cod",), "did you mean 'math_code'?"),
     (("math", "hrad"), "did you mean 'hard'?"),
     (("math", "easy", "hff"), "did you mean 'hf'?"),
-    (("zzzz",), "allowed: math, code, logic, strings, graphs, math_code, four_domain"),
+    (("zzzz",), "known suites: math, code, logic, strings, graphs, math_code, four_domain"),
+    (("math", "hrad"), "known difficulties: easy, medium, hard (did you mean 'hard'?)"),
 ])
 def test_unknown_names_give_one_line_with_allowed_values(args, fragment):
     with pytest.raises(UnknownSuiteError) as info:
