@@ -27,7 +27,7 @@ from bench.context import RunContext
 from bench.errors import RunError, no_space, os_error_message
 from bench.evaluation import Evaluator
 from bench.policy import Policy
-from bench.progress import progress
+from bench.progress import news_line, progress
 from bench.registry import builtin_methods, get_method, get_suite
 from bench.run.tracking import make_tracker
 from bench.rollout.engines import make_backend
@@ -102,6 +102,9 @@ class Runner:
                 torch.manual_seed(self.config.seed)
                 try:
                     return self._run(prepared, model, tokenizer)
+                except KeyboardInterrupt:
+                    self._log_end("interrupted")
+                    raise
                 except Exception as exc:
                     kept = checkpoint.folder(self.dir).exists()
                     if not self.resume and not kept:
@@ -109,6 +112,8 @@ class Runner:
                     if kept and isinstance(exc, OSError) and no_space(exc):  # the final model, a trace, a log
                         raise RunError(f"{os_error_message(exc)}; the run keeps its last checkpoint: continue "
                                        "with --resume") from exc
+                    detail = (str(exc).splitlines() or [""])[0]
+                    self._log_end(f"failed ({type(exc).__name__}{': ' + detail if detail else ''})")
                     raise
                 finally:
                     if self.ctx is not None:  # it keeps no callback into this runner, so both are freed at once
@@ -235,6 +240,8 @@ class Runner:
         with progress(self.config.budget, enabled=self.show_progress, log=self.dir / "progress.log",
                       since=ctx.spent_flops) as bar:
             self.bar = bar
+            bar.line(f"resumed from its checkpoint at {ctx.spent_flops:.3e} counted FLOPs" if ctx.spent_flops > 0
+                     else f"{self.run_id}: a budget of {self.config.budget:.1e} counted FLOPs")
             if not self.curve:
                 self._evaluate(ctx, "start")
             with self.ledger.method_runs():
@@ -257,8 +264,18 @@ class Runner:
         self._save_final(ctx.student)
         summary = self._summary(prepared)
         store.write_json(self.dir / "summary.json", summary)
+        spent, budget = ctx.spent_flops, self.config.budget
+        early = "; the method stopped before its budget" if spent < budget else ""
+        self.bar.line(f"complete: {spent:.3e} counted FLOPs, {spent / budget:.0%} of the budget{early}; last "
+                      f"accuracy {100 * self.curve[-1]['accuracy']:.1f}%")
         self.tracker.close(summary)
         return summary
+
+    def _log_end(self, how: str) -> None:
+        """The run's log says how a run that stopped ended, where its directory is kept."""
+        if self.dir.exists() and (self.dir / "progress.log").exists():
+            news_line(f"{how}; the run keeps its last checkpoint, if it has one (--resume continues from it)",
+                      self.dir / "progress.log", None)
 
     def _load_teacher(self, prepared: Any, name: str) -> Policy:
         """A teacher for the method. The external one is built here if it is neither built nor shipped, and

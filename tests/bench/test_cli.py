@@ -211,10 +211,13 @@ def test_a_run_without_a_terminal_prints_and_logs_a_line_per_evaluation(tmp_path
     assert result.exit_code == 0, result.output
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     curve = (run_dir / "curve.jsonl").read_text().splitlines()
-    logged = (run_dir / "progress.log").read_text().splitlines()
+    log = (run_dir / "progress.log").read_text().splitlines()
+    logged = [line for line in log if "FLOPs (" in line and "left ~" in line]
     assert len(logged) == len(curve) >= 3
     last = json.loads(curve[-1])
-    assert f"acc {100 * last['accuracy']:.1f}%" in logged[-1] and "FLOPs (" in logged[-1] and "left ~" in logged[-1]
+    assert f"acc {100 * last['accuracy']:.1f}%" in logged[-1]
+    assert log[0].endswith(f"  {run_dir.name}: a budget of 4.0e+10 counted FLOPs")  # what the log is of
+    assert "  complete: " in log[-1] and f"last accuracy {100 * last['accuracy']:.1f}%" in log[-1]
     printed = [line for line in result.output.splitlines() if "FLOPs (" in line and "left ~" in line]
     assert len(printed) == len(curve)  # CliRunner's stdout is not a terminal: lines, not a bar
 
@@ -230,7 +233,8 @@ def test_a_run_whose_reader_goes_away_goes_on_to_its_record(tmp_path):
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1, done.stderr[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     curve = (run_dir / "curve.jsonl").read_text().splitlines()
-    assert (run_dir / "summary.json").exists() and len((run_dir / "progress.log").read_text().splitlines()) == len(curve)
+    assert (run_dir / "summary.json").exists() and "  complete: " in (run_dir / "progress.log").read_text()
+    assert len([line for line in (run_dir / "progress.log").read_text().splitlines() if "left ~" in line]) == len(curve)
 
 
 def test_progress_line_extrapolates_the_time_left():

@@ -928,6 +928,9 @@ def test_resume_of_undamaged_files_completes(runs):
     assert result.exit_code == 0, result.output
     summary = json.loads((runs / RUN_ID / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["flops"]["counted"] >= float(BUDGET)
+    log = (runs / RUN_ID / "progress.log").read_text()
+    assert "  resumed from its checkpoint at " in log, log
+    assert log.rstrip().splitlines()[-1].split("  ")[1].startswith("complete: ")
 
 
 @pytest.mark.parametrize(("summary", "said"), [
@@ -1085,6 +1088,7 @@ def test_an_interrupted_run_prints_its_resume_command(sig, tmp_path):
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and "interrupted" in lines[0] and "--resume" in lines[0], stderr
     assert (tmp_path / RUN_ID / "config.json").read_bytes() == config and state.exists()
+    assert "  interrupted; the run keeps its last checkpoint" in (tmp_path / RUN_ID / "progress.log").read_text()
 
 
 # -- cached models are verified ------------------------------------------------------------------------------
