@@ -98,7 +98,8 @@ def check_choice(kind: str, value: object, allowed: Sequence[str]) -> str:
     """Return `value` if it is one of `allowed`, else raise a one-line `UnknownSuiteError`."""
     if isinstance(value, str) and value in allowed:
         return value
-    plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"  # as the command line words it
+    first, _, rest = kind.partition(" ")  # "domain of suite x": "domains of suite x"
+    plural = (first[:-1] + "ies" if first.endswith("y") else first + "s") + (f" {rest}" if rest else "")
     msg = f"unknown {kind} {value!r}; known {plural}: {', '.join(allowed)}"
     close = difflib.get_close_matches(str(value), list(allowed), n=1)
     if close:

@@ -32,9 +32,10 @@ are raw text, scored as the benchmark feeds them: no chat template. Either way `
 (the benchmark adds no BOS of its own; a chat template adds its own); then lm-eval's accuracy on the
 first N documents equals `bench.evaluation.Evaluator`'s on the same N
 (tests/tasks/test_lm_eval_roundtrip.py). A model whose tokenizer has no chat template, whose turns
-end with a token its `generation_config.json` does not stop at, or whose template writes today's
-date needs other flags: `bench export-lm-eval --model DIR` prints them (`lm_eval_command`'s keyword
-arguments), and `bench eval` chooses for itself.
+end with a token its `generation_config.json` does not stop at, or whose template reads a
+`date_string` needs other flags: `bench export-lm-eval --model DIR` prints them (`lm_eval_command`'s
+keyword arguments), and `bench eval` chooses for itself. A template that calls `strftime_now` itself
+writes the day's date under lm-eval's command line; only `bench eval` gives it a fixed day.
 """
 
 from __future__ import annotations

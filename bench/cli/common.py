@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
@@ -87,14 +88,18 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def _interruptible(message: str) -> Iterator[None]:
-    """SIGTERM (a scheduler, `kill`) ends the command as Ctrl-C does: `message` on one line, exit 130."""
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    """SIGTERM (a scheduler, `kill`) ends the command as Ctrl-C does: `message` on one line, exit 130.
+    Off the main thread (the command line driven from a thread), where no signal handler can be set,
+    only Ctrl-C's message."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
     try:
         yield
     except KeyboardInterrupt:
         _fail(message, code=130)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def interrupts(message: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

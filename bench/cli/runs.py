@@ -45,6 +45,7 @@ def _resume_command() -> str:
 
 
 @app.command(rich_help_panel=PANEL)
+@interrupts("interrupted before the run began; nothing was written")  # the run itself says how to resume
 def run(
     method: str = typer.Option(..., help="method name (bench list methods), entry-point plugin, or "
                                 "path/to/file.py:Class"),

@@ -23,6 +23,7 @@ PANEL = "Many runs and the leaderboard"  # the heading these commands are listed
 
 
 @app.command(rich_help_panel=PANEL)
+@interrupts("interrupted before the sweep began; nothing was written")  # the sweep itself says how to go on
 def sweep(
     methods: str = typer.Option(..., help="comma-separated method names"),
     suites: str = typer.Option("math_code", help="comma-separated suites"),
@@ -84,6 +85,7 @@ INTERRUPTED = ("interrupted; the runs that ended are kept and each run under way
 
 
 @app.command(rich_help_panel=PANEL)
+@interrupts("interrupted before the sweep began; nothing was written")
 def reproduce(
     profile: list[str] = typer.Option([], help="worlds to run, each on both suites (repeatable; default: every "
                                       "world whose base and teacher are shipped in bench/reference)"),
@@ -314,7 +316,7 @@ def _as_run(configs: list, executor: str) -> list:
 
 
 @app.command(rich_help_panel=PANEL)
-@interrupts("interrupted; nothing was written to --out (the site is built aside and moved there at the end)")
+@interrupts("interrupted; the same command builds the site again (it is built aside and moved into --out at the end)")
 def report(
     runs: list[Path] = typer.Option([Path("runs")], help="runs folder, or folder of record JSON files (repeatable)"),
     out: Path = typer.Option(

@@ -24,7 +24,7 @@ from bench import store
 from bench.accounting.flops import FlopSpec
 from bench.accounting.ledger import Ledger, current_phase
 from bench.context import RunContext
-from bench.errors import RunError, no_space, os_error_message
+from bench.errors import RunError, no_space
 from bench.evaluation import Evaluator
 from bench.policy import Policy
 from bench.progress import news_line, progress
@@ -93,7 +93,7 @@ class Runner:
         model, tokenizer = prepared.load_student()
         FlopSpec.from_config(model.config)  # an architecture the ledger cannot meter: refused before the directory
         self._check_positions(model)
-        cuda = [model.device.index or 0] if model.device.type == "cuda" else []
+        cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []  # each reseeded
         with store.locked(self.dir / store.LOCK, what=f"run directory {self.dir}"):
             self._check_dir()  # again, under the lock: another writer may have finished meanwhile
             # torch's global RNG (a plugin's torch.rand, dropout in its own module) starts from the run's
@@ -102,18 +102,14 @@ class Runner:
                 torch.manual_seed(self.config.seed)
                 try:
                     return self._run(prepared, model, tokenizer)
-                except KeyboardInterrupt:
-                    self._log_end("interrupted")
-                    raise
                 except Exception as exc:
                     kept = checkpoint.folder(self.dir).exists()
                     if not self.resume and not kept:
                         shutil.rmtree(self.dir, ignore_errors=True)
                     if kept and isinstance(exc, OSError) and no_space(exc):  # the final model, a trace, a log
-                        raise RunError(f"{os_error_message(exc)}; the run keeps its last checkpoint: continue "
-                                       "with --resume") from exc
-                    detail = (str(exc).splitlines() or [""])[0]
-                    self._log_end(f"failed ({type(exc).__name__}{': ' + detail if detail else ''})")
+                        where = f" writing {exc.filename}" if exc.filename else ""
+                        raise RunError(f"no space left on device{where}: free disk space, then continue with "
+                                       "--resume (the run keeps its last checkpoint)") from exc
                     raise
                 finally:
                     if self.ctx is not None:  # it keeps no callback into this runner, so both are freed at once
@@ -231,8 +227,9 @@ class Runner:
         self.tracker = make_tracker(self.config.report_to, self.dir, name=self.run_id, config=self._config_record())
         try:
             return self._train(ctx, prepared)
-        except BaseException:
+        except BaseException as exc:
             self.tracker.close(None)  # a failed run's writer threads and files end with it
+            self._log_end(exc)
             raise
 
     def _train(self, ctx: RunContext, prepared: Any) -> dict:
@@ -271,11 +268,14 @@ class Runner:
         self.tracker.close(summary)
         return summary
 
-    def _log_end(self, how: str) -> None:
-        """The run's log says how a run that stopped ended, where its directory is kept."""
-        if self.dir.exists() and (self.dir / "progress.log").exists():
-            news_line(f"{how}; the run keeps its last checkpoint, if it has one (--resume continues from it)",
-                      self.dir / "progress.log", None)
+    def _log_end(self, exc: BaseException) -> None:
+        """The log of a run that stopped once it had begun says how (a refusal before that leaves its
+        directory untouched)."""
+        detail = (str(exc).splitlines() or [""])[0]
+        how = "interrupted" if isinstance(exc, KeyboardInterrupt) else \
+            f"failed ({type(exc).__name__}{': ' + detail if detail else ''})"
+        news_line(f"{how}; the run keeps its last checkpoint, if it has one (--resume continues from it)",
+                  self.dir / "progress.log", None)
 
     def _load_teacher(self, prepared: Any, name: str) -> Policy:
         """A teacher for the method. The external one is built here if it is neither built nor shipped, and
@@ -382,7 +382,6 @@ class Runner:
         self._within_budget(spent)
         phase = current_phase()
         self._trace_step(spent, phase, stats)
-        self.bar.update(spent, self.curve[-1]["accuracy"] if self.curve else None)
         due = time.perf_counter() - self._last_checkpoint >= self.config.checkpoint_every_s
         if self._next_milestone < len(self._milestones) and spent >= self._milestone_flops(self._next_milestone):
             self._evaluate(ctx, "milestone")
@@ -394,6 +393,8 @@ class Runner:
             self._evaluate(ctx, "distill")
         if due and not ctx.should_stop():  # at each milestone, and every few minutes whatever the budget
             self._save_checkpoint(ctx)
+        # after any evaluation, whose line is this step's: a quiet minute's line never doubles it
+        self.bar.update(spent, self.curve[-1]["accuracy"] if self.curve else None)
 
     def _within_budget(self, spent: float) -> None:
         """A step may end past the budget, none may begin there (`refuse_past_budget`)."""

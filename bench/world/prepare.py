@@ -131,10 +131,7 @@ class Prepared:
                         part_keys(self.profile, self.info["suite_hash"])["external"])):
                     if on_build is not None:
                         on_build()
-                    # the warm-up seeds torch's global RNG: a run that builds its teacher keeps its own draws
-                    cuda = [torch.cuda.current_device()] if self.profile.device == "cuda" else []
-                    with torch.random.fork_rng(devices=cuda):
-                        _build_teacher(self.folder, self.profile, progress=progress)
+                    _build_teacher(self.folder, self.profile, progress=progress)
         return self.teacher_info()
 
     def load_teacher(self, name: str, ledger: Ledger, *, on_build: Any = None) -> Policy:

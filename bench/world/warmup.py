@@ -65,7 +65,9 @@ def warm_up(profile: Profile, part: str, ledger: Ledger, *, progress: bool, on_s
     config = profile.warmup
     suite = get_suite(WARMUP_SUITE, config.difficulty, profile.task_format)
     category, phase = WARMUP_LEDGER[part]
-    with ledger_context(category=category, phase=phase), single_threaded():
+    # it seeds torch's global RNG: a caller's (a run building its world's models) is given back after
+    cuda = list(range(torch.cuda.device_count())) if profile.device == "cuda" or torch.cuda.is_initialized() else []
+    with ledger_context(category=category, phase=phase), single_threaded(), torch.random.fork_rng(devices=cuda):
         if part == "base":
             return _train(profile.student, "base", suite, config.student_steps, config.student_lr, config,
                           ledger, random.Random(config.seed), teacher=False, noise=config.label_noise,

@@ -232,12 +232,14 @@ def test_eval_of_chat_prompts_feeds_and_decodes_as_the_benchmark(tmp_path, templ
     assert [s["completion"] for s in samples] == texts
 
 
-# lm-eval's own command line, printing the stop tokens each `generate` call is given
+# lm-eval's own command line, printing the stop tokens each `generate` call is given and the prompts it feeds
 _LM_EVAL_CLI = """import json, runpy, sys
 from transformers.generation.utils import GenerationMixin
 generate = GenerationMixin.generate
 def recorded(self, *args, **kwargs):
     print("STOPS", json.dumps(kwargs.get("eos_token_id")))
+    for ids, mask in zip(kwargs["input_ids"].tolist(), kwargs["attention_mask"].tolist()):
+        print("FED", json.dumps([i for i, m in zip(ids, mask) if m]))  # padding left out
     return generate(self, *args, **kwargs)
 GenerationMixin.generate = recorded
 sys.argv = ["lm_eval", *sys.argv[1:]]
@@ -268,6 +270,8 @@ def test_the_printed_lm_eval_command_of_a_model_feeds_and_stops_as_the_benchmark
     assert stops == {policy.stop_ids} and len(policy.stop_ids) == 1 + (template == CHATML)
     suite = get_suite("strings", "easy", "hf")
     problems = suite.heldout("strings")[:limit]
+    fed = [json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines() if line.startswith("FED ")]
+    assert sorted(fed) == sorted(policy.encode_prompt(p.prompt) for p in problems)  # template, BOS, the day
     texts, _ = Evaluator(suite, limit, MAX_GEN_TOKS["hf"]).completions(policy, problems)
     samples = [json.loads(line) for f in results.rglob("samples_*.jsonl") for line in f.read_text().splitlines()]
     assert [s["resps"][0][0] for s in sorted(samples, key=lambda s: s["doc_id"])] == texts

@@ -44,6 +44,11 @@ def test_unknown_names_give_one_line_with_allowed_values(args, fragment):
     assert fragment in message and "\n" not in message
 
 
+def test_a_kind_of_several_words_is_plural_in_its_first():
+    with pytest.raises(UnknownSuiteError, match=r"known domains of suite math_code: math, code \(did you mean"):
+        get_suite("math_code").heldout("mat")
+
+
 def test_unknown_domain_in_sampler_raises():
     with pytest.raises(UnknownSuiteError, match="did you mean 'code'"):
         next(get_suite("math_code").train_sampler(0, domains=["cod"]))
