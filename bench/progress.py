@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+
 class PipeConsole(Console):
     """A console on stdout that goes quiet when its reader has gone (`bench run | head -1`), where rich's
     own ends the process (exit 1, no message) in the middle of a run: the work and its log go on."""
@@ -59,13 +60,16 @@ def progress_line(spent: float, budget: float, accuracy: float | None, elapsed: 
 
 def news_line(text: str, log: Path | None, console: Console | None) -> None:
     """`text`, stamped with the time, appended to `log` and printed as plain text (not markup)."""
-    stamped = f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}  {text}"
+    _emit(f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}  {text}", log, console)
+
+
+def _emit(line: str, log: Path | None, console: Console | None) -> None:
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a", encoding="utf-8") as f:
-            f.write(stamped + "\n")
+            f.write(line + "\n")
     if console is not None:
-        console.print(stamped, markup=False, highlight=False, soft_wrap=True)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 class _Bar:
@@ -83,8 +87,9 @@ class _Bar:
         acc = "-" if accuracy is None else f"{100 * accuracy:.1f}%"
         self.show(min(spent, self.budget), f"{spent:.2e}/{self.budget:.1e} FLOPs", f"acc {acc}")
         if evaluated or time.perf_counter() - self._last_line >= QUIET_S:
-            self._write(progress_line(spent, self.budget, accuracy, time.perf_counter() - self.t0, since=self.since,
-                                      evaluated=evaluated))
+            _emit(progress_line(spent, self.budget, accuracy, time.perf_counter() - self.t0, since=self.since,
+                                evaluated=evaluated), self.log, self.lines)
+            self._last_line = time.perf_counter()
 
     def line(self, text: str) -> None:
         """A plain line of news (a parallel phase ended): to the log, and above the bar or on stdout."""
@@ -101,18 +106,9 @@ class _Bar:
         if self.tenths and (tenth > self._tenths_done or now - self._last_line >= QUIET_S):
             self._tenths_done = tenth
             left = "?" if completed <= 0 else clock((now - self.t0) * max(self.budget - completed, 0) / completed)
-            self._write(f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}  {self.label}: {amount} of {self.budget:g}  "
-                        f"{note}  elapsed {clock(now - self.t0)}  left ~{left}")
-
-    def _write(self, line: str) -> None:
-        """A plain line to the log, and to stdout when it is not a terminal (a bar is drawn there)."""
-        if self.log is not None:
-            self.log.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
-        if self.lines is not None:
-            self.lines.print(line, highlight=False, soft_wrap=True)
-        self._last_line = time.perf_counter()
+            news_line(f"{self.label}: {amount} of {self.budget:g}  {note}  elapsed {clock(now - self.t0)}  "
+                      f"left ~{left}", self.log, self.lines)  # stdout only without a terminal: a bar is there
+            self._last_line = time.perf_counter()
 
 
 @contextlib.contextmanager

@@ -234,7 +234,7 @@ def export_lm_eval(
 ) -> None:
     """Write a suite's held-out split as a self-contained lm-eval task folder (`lm_eval --include_path OUT`)."""
     from bench.registry import get_suite
-    from bench.run.harness import lm_eval_feed, lm_eval_flags
+    from bench.run.harness import lm_eval_feed, lm_eval_flags, load_tokenizer
     from bench.world.models import resolve_model
     from tasks.lm_eval_export import ExportFolderError, export, lm_eval_command
 
@@ -245,7 +245,7 @@ def export_lm_eval(
             folder, stop_ids = "MODEL_DIR", ()
         else:
             folder = resolve_model(model)
-            chat, model_args, stop_ids = lm_eval_flags(folder, chosen.fmt)
+            chat, model_args, stop_ids = lm_eval_flags(load_tokenizer(folder), chosen.fmt)
         try:
             path = export(chosen, out)
         except ExportFolderError as exc:

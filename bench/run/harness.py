@@ -118,17 +118,21 @@ def lm_eval_feed(templated: bool, task_format: str) -> tuple[bool, dict[str, Any
     return chat, {"add_bos_token": False} | ({"chat_template_args": {"date_string": CHAT_DATE}} if chat else {})
 
 
-def lm_eval_flags(model: Path, task_format: str) -> tuple[bool, dict[str, Any], tuple[int, ...]]:
-    """`lm_eval_feed` for a model folder's tokenizer, and the tokens its completions stop at (a policy's
-    `stop_ids`), for `bench export-lm-eval --model` to print the command that scores it as a run would."""
+def lm_eval_flags(tokenizer: Any, task_format: str) -> tuple[bool, dict[str, Any], tuple[int, ...]]:
+    """`lm_eval_feed` for a model's tokenizer, and the tokens its completions stop at (a policy's
+    `stop_ids`): what `bench eval` gives lm-eval, and `bench export-lm-eval --model` prints."""
+    chat, model_args = lm_eval_feed(bool(getattr(tokenizer, "chat_template", None)), task_format)
+    return chat, model_args, stop_tokens(tokenizer, chat)
+
+
+def load_tokenizer(model: Path) -> Any:
+    """A model folder's tokenizer, offline; one line (`load_error`) where it cannot be loaded."""
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(model), local_files_only=True)
     except Exception as exc:
         raise load_error(model, exc) from exc
-    chat, model_args = lm_eval_feed(bool(getattr(tokenizer, "chat_template", None)), task_format)
-    return chat, model_args, stop_tokens(tokenizer, chat)
 
 
 SHOWN_TASKS = 5  # an unknown task's message offers the closest few of lm-eval's thousands, not the list
@@ -161,7 +165,7 @@ def evaluate(
             raise unknown("lm-eval task", name, list(manager.all_tasks), most=SHOWN_TASKS)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
-        chat, model_args = lm_eval_feed(bool(getattr(tokenizer, "chat_template", None)), task_format)
+        chat, model_args, stops = lm_eval_flags(tokenizer, task_format)
         lm = HFLM(pretrained=str(model), tokenizer=tokenizer, dtype=dtype, device=device, batch_size=batch_size,
                   **model_args)
     except torch.cuda.OutOfMemoryError:
@@ -171,8 +175,7 @@ def evaluate(
     # the benchmark's decoding (bench.rollout): greedy, stopped by a policy's stop tokens only (the
     # tokenizer's EOS and, in chat, the template's end of turn), none of the folder's
     # generation_config.json (a repetition penalty, other EOS ids, ...)
-    lm.model.generation_config = GenerationConfig(eos_token_id=list(stop_tokens(lm.tokenizer, chat)),
-                                                  pad_token_id=lm.tokenizer.pad_token_id)
+    lm.model.generation_config = GenerationConfig(eos_token_id=list(stops), pad_token_id=lm.tokenizer.pad_token_id)
     try:
         with chat_day():  # a template that calls `strftime_now` itself, as a run renders it
             return lm_eval.simple_evaluate(
